@@ -1,0 +1,1 @@
+//! Procedural macros for `redis-lock`. Use them through the `redis-lock` crate.

@@ -1,0 +1,270 @@
+//! `Builder`: every client setting and its default in one place.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::client::LockClient;
+use crate::connection::{LogErrors, Manager, Pool};
+use crate::error::{Error, Result};
+use crate::keys::validate_namespace;
+use crate::ops::{Config, Inner, validate_ttl};
+use crate::retry::RetryStrategy;
+
+enum Source {
+    Url(String),
+    Pool(r2d2::Pool<redis::Client>, redis::Client),
+}
+
+/// Configures and builds a [`LockClient`].
+///
+/// # Examples
+///
+/// ```no_run
+/// use std::time::Duration;
+/// # fn main() -> redis_lock::Result<()> {
+/// let locks = redis_lock::LockClient::builder("redis://127.0.0.1/")
+///     .namespace("app:")
+///     .pool_size(16)
+///     .default_ttl(Duration::from_secs(10))
+///     .build()?;
+/// # let _ = locks; Ok(()) }
+/// ```
+pub struct Builder {
+    source: Source,
+    namespace: String,
+    pool_size: u32,
+    waiter_pool_size: u32,
+    connect_timeout: Duration,
+    pool_timeout: Duration,
+    io_timeout: Duration,
+    default_ttl: Duration,
+    default_wait: Duration,
+    default_retry: RetryStrategy,
+    watchdog: bool,
+}
+
+impl std::fmt::Debug for Builder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let source = match &self.source {
+            Source::Url(url) => redact_url(url),
+            Source::Pool(..) => "<existing pool>".to_owned(),
+        };
+        f.debug_struct("Builder")
+            .field("source", &source)
+            .field("namespace", &self.namespace)
+            .field("pool_size", &self.pool_size)
+            .field("waiter_pool_size", &self.waiter_pool_size)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("pool_timeout", &self.pool_timeout)
+            .field("io_timeout", &self.io_timeout)
+            .field("default_ttl", &self.default_ttl)
+            .field("default_wait", &self.default_wait)
+            .field("default_retry", &self.default_retry)
+            .field("watchdog", &self.watchdog)
+            .finish()
+    }
+}
+
+impl Builder {
+    fn with(source: Source) -> Builder {
+        Builder {
+            source,
+            namespace: "lock:".to_owned(),
+            pool_size: 16,
+            waiter_pool_size: 64,
+            connect_timeout: Duration::from_secs(2),
+            pool_timeout: Duration::from_secs(5),
+            io_timeout: Duration::from_secs(2),
+            default_ttl: Duration::from_secs(30),
+            default_wait: Duration::from_secs(60),
+            default_retry: RetryStrategy::notify(),
+            watchdog: true,
+        }
+    }
+
+    pub(crate) fn from_url(url: &str) -> Builder {
+        Builder::with(Source::Url(url.to_owned()))
+    }
+
+    pub(crate) fn from_pool(pool: r2d2::Pool<redis::Client>, client: redis::Client) -> Builder {
+        Builder::with(Source::Pool(pool, client))
+    }
+
+    /// Prefix of every Redis key the client writes. Must not contain `{` or `}` (they would
+    /// break the hash tag that keeps one lock's keys in one cluster slot). Defaults to `"lock:"`.
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Builder {
+        self.namespace = namespace.into();
+        self
+    }
+
+    /// Most connections the lock operations (acquire, renew, release) keep open. Defaults to 16.
+    pub fn pool_size(mut self, size: u32) -> Builder {
+        self.pool_size = size;
+        self
+    }
+
+    /// Most connections waiters may hold while blocked waiting for a release. Waiters beyond
+    /// that poll every 10 ms instead. Separate from [`pool_size`](Self::pool_size) so waiters
+    /// never take the connections holders need. Defaults to 64.
+    pub fn waiter_pool_size(mut self, size: u32) -> Builder {
+        self.waiter_pool_size = size;
+        self
+    }
+
+    /// Longest time one TCP connect (and handshake) to Redis may take. When no connection is
+    /// open, it also bounds how long an operation waits before failing with [`Error::Pool`]:
+    /// an unreachable Redis fails fast. Defaults to 2 s.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Builder {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Longest wait for a free pooled connection when all are in use. Defaults to 5 s.
+    pub fn pool_timeout(mut self, timeout: Duration) -> Builder {
+        self.pool_timeout = timeout;
+        self
+    }
+
+    /// Longest wait for each Redis reply. A connection whose reply is late is discarded. Keep
+    /// it below the TTLs you use, so a stalled Redis is noticed before locks expire. Defaults
+    /// to 2 s.
+    pub fn io_timeout(mut self, timeout: Duration) -> Builder {
+        self.io_timeout = timeout;
+        self
+    }
+
+    /// TTL of locks taken without an explicit one. Defaults to 30 s.
+    pub fn default_ttl(mut self, ttl: Duration) -> Builder {
+        self.default_ttl = ttl;
+        self
+    }
+
+    /// How long [`LockClient::lock`] waits for a busy lock before [`Error::Timeout`].
+    /// Defaults to 60 s.
+    pub fn default_wait(mut self, wait: Duration) -> Builder {
+        self.default_wait = wait;
+        self
+    }
+
+    /// How waiters wait between attempts. Defaults to [`RetryStrategy::notify`].
+    pub fn default_retry(mut self, retry: RetryStrategy) -> Builder {
+        self.default_retry = retry;
+        self
+    }
+
+    /// Whether locks get a renewing watchdog thread unless the call says otherwise. Defaults
+    /// to `true`.
+    pub fn watchdog(mut self, on: bool) -> Builder {
+        self.watchdog = on;
+        self
+    }
+
+    /// Builds the client. No connection is made yet: the first lock operation connects, and an
+    /// unreachable Redis shows up there, within [`connect_timeout`](Self::connect_timeout).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidInput`] for a malformed URL, a bad namespace, zero sizes or timeouts, or
+    /// a bad default TTL.
+    pub fn build(self) -> Result<LockClient> {
+        validate_namespace(&self.namespace)?;
+        validate_ttl(self.default_ttl)?;
+        for (what, size) in [
+            ("pool_size", self.pool_size),
+            ("waiter_pool_size", self.waiter_pool_size),
+        ] {
+            if size == 0 {
+                return Err(Error::invalid(what, "must be at least 1"));
+            }
+        }
+        for (what, t) in [
+            ("connect_timeout", self.connect_timeout),
+            ("pool_timeout", self.pool_timeout),
+            ("io_timeout", self.io_timeout),
+        ] {
+            if t.is_zero() {
+                return Err(Error::invalid(what, "must be longer than zero"));
+            }
+        }
+        let (client, redacted_url) = match &self.source {
+            Source::Url(url) => {
+                let client = redis::Client::open(url.as_str())
+                    .map_err(|e| Error::invalid("url", format!("{} ({e})", redact_url(url))))?;
+                (client, redact_url(url))
+            }
+            Source::Pool(_, client) => (client.clone(), "<existing pool>".to_owned()),
+        };
+        // One housekeeping thread for both pools instead of r2d2's three per pool.
+        let housekeeping = Arc::new(
+            scheduled_thread_pool::ScheduledThreadPool::builder()
+                .num_threads(1)
+                .thread_name_pattern("redis-lock-pool")
+                .build(),
+        );
+        let manager = Manager {
+            client,
+            connect_timeout: self.connect_timeout,
+            io_timeout: self.io_timeout,
+        };
+        let pool_builder = |size: u32| {
+            r2d2::Pool::builder()
+                .max_size(size)
+                .min_idle(Some(0))
+                .test_on_check_out(false)
+                .connection_timeout(self.pool_timeout)
+                .thread_pool(Arc::clone(&housekeeping))
+                .error_handler(Box::new(LogErrors))
+        };
+        let waiters = pool_builder(self.waiter_pool_size).build_unchecked(manager.clone());
+        let pool = match self.source {
+            Source::Url(_) => Pool::Managed(pool_builder(self.pool_size).build_unchecked(manager)),
+            Source::Pool(pool, _) => Pool::External(pool),
+        };
+        let host = gethostname::gethostname().to_string_lossy().into_owned();
+        let config = Config {
+            namespace: self.namespace,
+            default_ttl: self.default_ttl,
+            default_wait: self.default_wait,
+            default_retry: self.default_retry,
+            watchdog: self.watchdog,
+            connect_timeout: self.connect_timeout,
+            pool_timeout: self.pool_timeout,
+            host,
+            redacted_url,
+        };
+        Ok(LockClient::from_inner(Inner::new(pool, waiters, config)))
+    }
+}
+
+/// The URL with its password replaced by `***`, for logs, `Debug` and errors.
+pub(crate) fn redact_url(url: &str) -> String {
+    let Some(scheme_end) = url.find("://") else {
+        return url.to_owned();
+    };
+    let rest = &url[scheme_end + 3..];
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let Some(at) = rest[..authority_end].rfind('@') else {
+        return url.to_owned();
+    };
+    let userinfo = &rest[..at];
+    let user = userinfo.split_once(':').map_or("", |(u, _)| u);
+    let user = if userinfo.contains(':') { user } else { "" };
+    format!("{}{user}:***{}", &url[..scheme_end + 3], &rest[at..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact_url;
+
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(
+            redact_url("redis://127.0.0.1:6379/0"),
+            "redis://127.0.0.1:6379/0"
+        );
+        assert_eq!(redact_url("redis://:hunter2@h:1/"), "redis://:***@h:1/");
+        assert_eq!(redact_url("rediss://bob:hunter2@h/"), "rediss://bob:***@h/");
+        assert_eq!(redact_url("redis://hunter2@h/"), "redis://:***@h/");
+        assert!(!redact_url("redis://u:p@ss@h/").contains("p@ss"));
+    }
+}

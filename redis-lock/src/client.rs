@@ -1,0 +1,382 @@
+//! `LockClient`: the handle applications keep and clone.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use crate::builder::Builder;
+use crate::error::{Error, Result};
+use crate::guard::LockGuard;
+use crate::info::LockInfo;
+use crate::lease::ReleaseOutcome;
+use crate::ops::{Deadline, Inner};
+use crate::options::LockOptions;
+use crate::retry::RetryStrategy;
+
+/// A client for distributed locks on one Redis server: a connection pool plus settings.
+///
+/// Cheap to clone (an `Arc` inside), `Send` and `Sync`: create one per process and share it.
+///
+/// The method names follow `parking_lot::Mutex`: [`lock`](Self::lock) waits (up to the
+/// client's `default_wait`), [`try_lock`](Self::try_lock) makes one attempt,
+/// [`try_lock_for`](Self::try_lock_for) and [`try_lock_until`](Self::try_lock_until) wait up to
+/// a limit. The `try_` calls return `Ok(None)` when the lock is busy, so "busy" and "Redis
+/// failed" are different outcomes.
+///
+/// # Examples
+///
+/// ```no_run
+/// use std::time::Duration;
+/// # fn main() -> redis_lock::Result<()> {
+/// let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+///
+/// let guard = locks.lock("report")?;                // waits up to 60 s
+/// drop(guard);                                     // released
+///
+/// if let Some(guard) = locks.try_lock_for("report", Duration::from_secs(5))? {
+///     println!("fencing token {}", guard.fencing_token());
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct LockClient {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for LockClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockClient")
+            .field("url", &self.inner.config.redacted_url)
+            .field("namespace", &self.inner.config.namespace)
+            .field("pool", &self.inner.pool)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LockClient {
+    pub(crate) fn from_inner(inner: Inner) -> LockClient {
+        LockClient {
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// A client with default settings for the Redis at `url` (`redis://[user:password@]host[:port][/db]`,
+    /// or `rediss://` for TLS when the `redis` crate's TLS feature is enabled).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidInput`] for a malformed URL. No connection is made here.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let locks = redis_lock::LockClient::open("redis://127.0.0.1:6379/").unwrap();
+    /// assert!(redis_lock::LockClient::open("not a url").is_err());
+    /// # let _ = locks;
+    /// ```
+    pub fn open(url: &str) -> Result<LockClient> {
+        Builder::from_url(url).build()
+    }
+
+    /// A [`Builder`] to configure a client for `url`.
+    pub fn builder(url: &str) -> Builder {
+        Builder::from_url(url)
+    }
+
+    /// A [`Builder`] for a client on an r2d2 pool the application already has. Lock
+    /// operations use that pool as configured (turn its `test_on_check_out` off to save a round
+    /// trip per operation). Waiters block on connections of their own, made from `client`
+    /// (the client the pool was built from), so they never take the pool's connections.
+    pub fn builder_with_pool(pool: r2d2::Pool<redis::Client>, client: redis::Client) -> Builder {
+        Builder::from_pool(pool, client)
+    }
+
+    /// A client with default settings on an existing r2d2 pool (see
+    /// [`builder_with_pool`](Self::builder_with_pool)).
+    ///
+    /// # Errors
+    ///
+    /// Never fails with the default settings; the `Result` is there for symmetry with
+    /// [`open`](Self::open).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let client = redis::Client::open("redis://127.0.0.1/").unwrap();
+    /// let pool = r2d2::Pool::builder()
+    ///     .test_on_check_out(false)
+    ///     .build_unchecked(client.clone());
+    /// let locks = redis_lock::LockClient::from_pool(pool, client).unwrap();
+    /// # let _ = locks;
+    /// ```
+    pub fn from_pool(pool: r2d2::Pool<redis::Client>, client: redis::Client) -> Result<LockClient> {
+        Builder::from_pool(pool, client).build()
+    }
+
+    /// The key prefix of this client.
+    pub fn namespace(&self) -> &str {
+        &self.inner.config.namespace
+    }
+
+    /// Acquires `key`, waiting up to the client's `default_wait` (60 s unless configured).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Timeout`] when another owner still holds the lock after the wait;
+    /// [`Error::InvalidInput`] for a bad key; [`Error::WrongType`] when the key holds other
+    /// data; Redis and pool errors.
+    pub fn lock(&self, key: &str) -> Result<LockGuard> {
+        self.acquire_with(key, &LockOptions::new())
+    }
+
+    /// Acquires `key` with reentrancy: if this thread already holds `key` through this client,
+    /// the call joins that acquisition (no round trip) and the lock is released when the last
+    /// guard is gone. Otherwise like [`lock`](Self::lock).
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](Self::lock).
+    pub fn lock_reentrant(&self, key: &str) -> Result<LockGuard> {
+        self.acquire_with(key, &LockOptions::new().reentrant(true))
+    }
+
+    /// Makes one attempt to acquire `key`. `Ok(None)` when another owner holds it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidInput`], [`Error::WrongType`], Redis and pool errors.
+    pub fn try_lock(&self, key: &str) -> Result<Option<LockGuard>> {
+        self.try_acquire_with(key, &LockOptions::new().wait(Duration::ZERO))
+    }
+
+    /// Tries to acquire `key`, waiting up to `timeout`. `Ok(None)` when another owner still
+    /// holds it then.
+    ///
+    /// # Errors
+    ///
+    /// As [`try_lock`](Self::try_lock), plus [`Error::InvalidInput`] for a `timeout` that
+    /// overflows the clock.
+    pub fn try_lock_for(&self, key: &str, timeout: Duration) -> Result<Option<LockGuard>> {
+        self.try_acquire_with(key, &LockOptions::new().wait(timeout))
+    }
+
+    /// Tries to acquire `key`, waiting until `deadline`. `Ok(None)` when another owner still
+    /// holds it then.
+    ///
+    /// # Errors
+    ///
+    /// As [`try_lock`](Self::try_lock).
+    pub fn try_lock_until(&self, key: &str, deadline: Instant) -> Result<Option<LockGuard>> {
+        let opts = LockOptions::new();
+        let deadline = Deadline {
+            at: deadline,
+            started: Instant::now(),
+        };
+        Ok(self
+            .inner
+            .acquire(key, &opts, &deadline)?
+            .map(LockGuard::new))
+    }
+
+    /// Builder-style options for one acquisition of `key`.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// # fn main() -> redis_lock::Result<()> {
+    /// # let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+    /// let guard = locks
+    ///     .options("nightly-report")
+    ///     .ttl(Duration::from_secs(10))
+    ///     .wait(Duration::from_secs(2))
+    ///     .metadata("started by cron")
+    ///     .acquire()?;
+    /// # let _ = guard; Ok(()) }
+    /// ```
+    pub fn options(&self, key: &str) -> LockRequest<'_> {
+        LockRequest {
+            client: self,
+            key: key.to_owned(),
+            opts: LockOptions::new(),
+        }
+    }
+
+    /// Acquires `key` with `opts`, waiting up to `opts`' wait budget.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Busy`] when the budget was zero and the lock is held, [`Error::Timeout`] when
+    /// the budget ran out; otherwise as [`lock`](Self::lock).
+    pub fn acquire_with(&self, key: &str, opts: &LockOptions) -> Result<LockGuard> {
+        let started = Instant::now();
+        match self.try_acquire_with(key, opts)? {
+            Some(guard) => Ok(guard),
+            None => {
+                let wait = opts.wait.unwrap_or(self.inner.config.default_wait);
+                let none = opts.retry.as_ref() == Some(&RetryStrategy::none());
+                if wait.is_zero() || none {
+                    Err(Error::Busy {
+                        key: key.to_owned(),
+                    })
+                } else {
+                    Err(Error::Timeout {
+                        key: key.to_owned(),
+                        waited: started.elapsed(),
+                    })
+                }
+            }
+        }
+    }
+
+    /// Tries to acquire `key` with `opts`. `Ok(None)` when another owner still holds it at the
+    /// end of the wait budget.
+    ///
+    /// # Errors
+    ///
+    /// As [`try_lock`](Self::try_lock).
+    pub fn try_acquire_with(&self, key: &str, opts: &LockOptions) -> Result<Option<LockGuard>> {
+        let started = Instant::now();
+        let wait = opts.wait.unwrap_or(self.inner.config.default_wait);
+        let at = started
+            .checked_add(wait)
+            .ok_or_else(|| Error::invalid("wait", format!("{wait:?} overflows the clock")))?;
+        let deadline = Deadline { at, started };
+        Ok(self
+            .inner
+            .acquire(key, opts, &deadline)?
+            .map(LockGuard::new))
+    }
+
+    /// Who holds `key`, since when, and for how much longer; `Ok(None)` when it is free.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidInput`] for a bad key, [`Error::WrongType`], Redis and pool errors.
+    pub fn inspect(&self, key: &str) -> Result<Option<LockInfo>> {
+        self.inner.inspect(key)
+    }
+
+    /// Breaks `key` whoever holds it, as an operator would, and wakes a waiter. Returns the
+    /// host and pid of the holder whose lock was broken, `None` when it was free. The holder
+    /// finds out at its next renewal or release ("lost").
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidInput`] for a bad key, [`Error::WrongType`], Redis and pool errors.
+    pub fn force_release(&self, key: &str) -> Result<Option<(String, u32)>> {
+        self.inner.force_release(key)
+    }
+
+    /// Releases every lock this client (any of its clones) still holds, and returns how many
+    /// it released. Their guards stay valid; dropping them later does nothing more. For
+    /// orderly shutdown.
+    ///
+    /// # Errors
+    ///
+    /// The first Redis or pool error; the locks it could not release expire with their TTL.
+    pub fn release_all(&self) -> Result<usize> {
+        let mut released = 0;
+        let mut first_error = None;
+        for lease in self.inner.held_leases() {
+            match lease.release() {
+                Ok(ReleaseOutcome::Released) => released += 1,
+                Ok(_) => {}
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        first_error.map_or(Ok(released), Err)
+    }
+
+    /// How many Redis requests this client (all clones) has sent so far: one per script call
+    /// or command, including renewals and blocking waits. For benchmarks and diagnostics.
+    pub fn request_count(&self) -> u64 {
+        self.inner.requests.load(Ordering::Relaxed)
+    }
+
+    /// Sends `PING`: checks that Redis is reachable with the client's settings.
+    ///
+    /// # Errors
+    ///
+    /// A pool error when Redis cannot be reached within the connect timeout; a Redis error
+    /// (for example, authentication failed).
+    pub fn ping(&self) -> Result<()> {
+        let mut conn = self.inner.conn()?;
+        redis::cmd("PING").query::<()>(conn.con())?;
+        Ok(())
+    }
+}
+
+/// One acquisition being configured; made by [`LockClient::options`].
+#[derive(Debug)]
+#[must_use = "nothing is acquired until `acquire` or `try_acquire` is called"]
+pub struct LockRequest<'a> {
+    client: &'a LockClient,
+    key: String,
+    opts: LockOptions,
+}
+
+macro_rules! forward {
+    ($($(#[$doc:meta])* $name:ident($($arg:ident: $ty:ty),*);)*) => {
+        $(
+            $(#[$doc])*
+            pub fn $name(mut self, $($arg: $ty),*) -> Self {
+                self.opts = self.opts.$name($($arg),*);
+                self
+            }
+        )*
+    };
+}
+
+impl LockRequest<'_> {
+    forward! {
+        /// See [`LockOptions::ttl`].
+        ttl(ttl: Duration);
+        /// See [`LockOptions::wait`].
+        wait(wait: Duration);
+        /// See [`LockOptions::retry`].
+        retry(retry: RetryStrategy);
+        /// See [`LockOptions::watchdog`].
+        watchdog(on: bool);
+        /// See [`LockOptions::hold_at_least`].
+        hold_at_least(min: Duration);
+        /// See [`LockOptions::max_hold`].
+        max_hold(max: Duration);
+        /// See [`LockOptions::reentrant`].
+        reentrant(yes: bool);
+        /// See [`LockOptions::replicas`].
+        replicas(replicas: u32, timeout: Duration);
+    }
+
+    /// See [`LockOptions::metadata`].
+    pub fn metadata(mut self, metadata: impl Into<String>) -> Self {
+        self.opts = self.opts.metadata(metadata);
+        self
+    }
+
+    /// See [`LockOptions::on_lost`].
+    pub fn on_lost(mut self, callback: impl Fn(&crate::LostEvent) + Send + Sync + 'static) -> Self {
+        self.opts = self.opts.on_lost(callback);
+        self
+    }
+
+    /// Acquires the lock; see [`LockClient::acquire_with`].
+    ///
+    /// # Errors
+    ///
+    /// As [`LockClient::acquire_with`].
+    pub fn acquire(self) -> Result<LockGuard> {
+        self.client.acquire_with(&self.key, &self.opts)
+    }
+
+    /// Tries to acquire the lock; see [`LockClient::try_acquire_with`].
+    ///
+    /// # Errors
+    ///
+    /// As [`LockClient::try_acquire_with`].
+    pub fn try_acquire(self) -> Result<Option<LockGuard>> {
+        self.client.try_acquire_with(&self.key, &self.opts)
+    }
+}

@@ -1,0 +1,131 @@
+//! The one error type of the crate.
+
+use std::time::Duration;
+
+/// Everything that can go wrong when taking, keeping or giving back a lock.
+///
+/// Each variant is a case a caller handles differently: a busy lock is retried later, a lost
+/// lock means side effects must not be committed, an invalid argument is a bug in the caller,
+/// and a Redis or pool error is an outage.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Another owner holds `key` and the call was not allowed to wait.
+    #[error("lock {key:?} is held by another owner")]
+    Busy {
+        /// The lock name as the caller gave it (without namespace).
+        key: String,
+    },
+    /// Another owner still held `key` when the wait budget ran out.
+    #[error("timed out after {waited:?} waiting for lock {key:?}")]
+    Timeout {
+        /// The lock name as the caller gave it (without namespace).
+        key: String,
+        /// How long the call waited before giving up.
+        waited: Duration,
+    },
+    /// The lock expired or was taken by someone else while this holder thought it held it.
+    #[error("lock {key:?} was lost: {reason}")]
+    Lost {
+        /// The lock name as the caller gave it (without namespace).
+        key: String,
+        /// What the library saw: expired, owned by another holder, renewal failing.
+        reason: LostReason,
+    },
+    /// The Redis key of this lock holds a value of another type (not written by redis-lock).
+    #[error("redis key {redis_key:?} holds a value of another type; it is not a redis-lock lock")]
+    WrongType {
+        /// The full Redis key, namespace included.
+        redis_key: String,
+    },
+    /// An argument was rejected before anything was sent to Redis.
+    #[error("invalid {what}: {reason}")]
+    InvalidInput {
+        /// Which argument: `key`, `ttl`, `wait`, `url`, `namespace`, ...
+        what: &'static str,
+        /// Why it was rejected.
+        reason: String,
+    },
+    /// Fewer replicas acknowledged the acquisition than were required; the lock was released.
+    #[error("lock {key:?}: {acked} of {required} replicas acknowledged the write in time")]
+    ReplicaAck {
+        /// The lock name as the caller gave it.
+        key: String,
+        /// How many replicas had to acknowledge.
+        required: u32,
+        /// How many did.
+        acked: u32,
+    },
+    /// A Redis command failed (I/O, protocol or server error).
+    #[error("redis error: {0}")]
+    Redis(#[from] redis::RedisError),
+    /// No pooled connection became available in time (Redis unreachable or pool exhausted).
+    #[error("connection pool: {0}")]
+    Pool(#[from] r2d2::Error),
+}
+
+/// Why a lock counts as lost. Carried by [`Error::Lost`] and by the loss callback.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LostReason {
+    /// The key was gone: the lock expired (or was deleted) and nobody holds it now.
+    Expired,
+    /// Another owner's token is under the key now.
+    TakenOver,
+    /// Renewal kept failing (Redis unreachable) until the lock's TTL had run out.
+    RenewalFailed,
+    /// The watchdog stopped renewing after `max_hold` and the TTL ran out.
+    MaxHoldReached,
+}
+
+impl std::fmt::Display for LostReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LostReason::Expired => "it expired",
+            LostReason::TakenOver => "another owner holds it now",
+            LostReason::RenewalFailed => "renewal failed until the ttl ran out",
+            LostReason::MaxHoldReached => "max_hold was reached and the ttl ran out",
+        })
+    }
+}
+
+impl Error {
+    /// `true` for [`Error::Busy`] and [`Error::Timeout`]: somebody else holds the lock.
+    pub fn is_busy(&self) -> bool {
+        matches!(self, Error::Busy { .. } | Error::Timeout { .. })
+    }
+
+    /// `true` for [`Error::Timeout`].
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, Error::Timeout { .. })
+    }
+
+    /// `true` for [`Error::Lost`].
+    pub fn is_lost(&self) -> bool {
+        matches!(self, Error::Lost { .. })
+    }
+
+    /// `true` when Redis could not be reached or a connection broke: retrying later may help.
+    pub fn is_connection_error(&self) -> bool {
+        match self {
+            Error::Pool(_) => true,
+            Error::Redis(e) => {
+                e.is_io_error()
+                    || e.is_connection_refusal()
+                    || e.is_timeout()
+                    || e.is_connection_dropped()
+            }
+            _ => false,
+        }
+    }
+
+    pub(crate) fn invalid(what: &'static str, reason: impl Into<String>) -> Error {
+        Error::InvalidInput {
+            what,
+            reason: reason.into(),
+        }
+    }
+}
+
+/// `Result` with [`Error`] as the default error type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

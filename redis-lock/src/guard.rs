@@ -1,0 +1,178 @@
+//! The RAII guard of a held lock.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+use crate::lease::{Lease, ReleaseOutcome};
+use crate::ops::validate_ttl;
+
+/// A held lock. The lock is released when the guard is dropped.
+///
+/// This structure is created by [`LockClient::lock`](crate::LockClient::lock),
+/// [`try_lock`](crate::LockClient::try_lock) and their siblings. While it lives, a watchdog
+/// thread renews the lock every `ttl / 3` (unless the watchdog was turned off). If the lock is
+/// lost anyway (the holder paused past its TTL, Redis lost the key, someone broke the lock),
+/// [`is_lost`](Self::is_lost) turns `true` and [`ensure_held`](Self::ensure_held) fails: check
+/// one of them before committing side effects, or better, pass the
+/// [`fencing_token`](Self::fencing_token) to the resource you write to.
+///
+/// Dropping the guard releases the lock best-effort and logs a failure;
+/// [`release`](Self::release) tells what happened.
+///
+/// # Examples
+///
+/// ```no_run
+/// # fn main() -> redis_lock::Result<()> {
+/// let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+/// let guard = locks.lock("report")?;
+/// // ... work ...
+/// guard.ensure_held()?; // still ours? then commit
+/// let outcome = guard.release()?;
+/// assert!(outcome.is_clean());
+/// # Ok(()) }
+/// ```
+#[must_use = "if unused the lock is released immediately"]
+#[clippy::has_significant_drop]
+pub struct LockGuard {
+    lease: Arc<Lease>,
+    /// Taken by `release`, so `Drop` knows there is nothing left to do.
+    live: bool,
+}
+
+impl std::fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The token is left out on purpose: it is what allows renewing and releasing.
+        f.debug_struct("LockGuard")
+            .field("key", &self.lease.name)
+            .field("fencing_token", &self.lease.fence)
+            .field("lost", &self.lease.lost_reason())
+            .finish_non_exhaustive()
+    }
+}
+
+impl LockGuard {
+    pub(crate) fn new(lease: Arc<Lease>) -> LockGuard {
+        LockGuard { lease, live: true }
+    }
+
+    /// The lock name, as given to the call that acquired it (without namespace).
+    pub fn key(&self) -> &str {
+        &self.lease.name
+    }
+
+    /// The owner token: 128 random bits, hex-encoded. Whoever knows it can renew and release
+    /// the lock, so do not log it.
+    pub fn token(&self) -> &str {
+        &self.lease.token
+    }
+
+    /// The fencing token of this acquisition: strictly greater than the token of every earlier
+    /// acquisition of the same lock (as long as Redis keeps its data). Pass it to the resource
+    /// you write to, and have the resource reject tokens lower than the highest it has seen:
+    /// that stops a holder that paused past its TTL from overwriting its successor's work.
+    pub fn fencing_token(&self) -> u64 {
+        self.lease.fence
+    }
+
+    /// How long ago the lock was acquired.
+    pub fn held_for(&self) -> Duration {
+        self.lease.acquired_at.elapsed()
+    }
+
+    /// `true` once the lock is known to be lost: the watchdog found it gone or re-owned, or its
+    /// TTL has run out by the local clock without a renewal getting through. No round trip.
+    pub fn is_lost(&self) -> bool {
+        self.lease.lost_reason().is_some()
+    }
+
+    /// `Ok(())` while the lock is held as far as this process knows; [`Error::Lost`] once it
+    /// is not (see [`is_lost`](Self::is_lost)). Call it before committing side effects. No
+    /// round trip: use [`remaining_ttl`](Self::remaining_ttl) to ask Redis.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Lost`] when the lock is lost.
+    pub fn ensure_held(&self) -> Result<()> {
+        match self.lease.lost_reason() {
+            None => Ok(()),
+            Some(reason) => Err(Error::Lost {
+                key: self.lease.name.clone(),
+                reason,
+            }),
+        }
+    }
+
+    /// Asks Redis how long the lock has left; `None` if it has no expiry.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Lost`] when the lock is gone or owned by someone else (the guard is then marked
+    /// lost); a Redis or pool error when Redis cannot be asked.
+    pub fn remaining_ttl(&self) -> Result<Option<Duration>> {
+        self.lease.inner.owned_ttl(&self.lease)
+    }
+
+    /// Makes the lock expire `ttl` from now, and makes `ttl` the TTL the watchdog renews to
+    /// from now on.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidInput`] for a zero or too long `ttl`; [`Error::Lost`] when the lock is
+    /// gone or owned by someone else; a Redis or pool error.
+    pub fn extend(&self, ttl: Duration) -> Result<()> {
+        validate_ttl(ttl)?;
+        let lease = &self.lease;
+        let sent = Instant::now();
+        match lease.inner.renew(&lease.keys, &lease.token, ttl)? {
+            crate::ops::Renewal::Renewed => {
+                {
+                    let mut st = lease.state.lock();
+                    st.ttl = ttl;
+                    st.expires_at = sent + ttl;
+                    st.next_renew = sent + ttl / 3;
+                }
+                lease.cond.notify_all();
+                tracing::debug!(target: "redis_lock", key = %lease.name, ?ttl, "lock extended");
+                Ok(())
+            }
+            other => {
+                let reason = if matches!(other, crate::ops::Renewal::Gone) {
+                    crate::LostReason::Expired
+                } else {
+                    crate::LostReason::TakenOver
+                };
+                lease.mark_lost(reason);
+                Err(Error::Lost {
+                    key: lease.name.clone(),
+                    reason,
+                })
+            }
+        }
+    }
+
+    /// Releases the lock now and tells what happened (see [`ReleaseOutcome`]). A lock that
+    /// somebody else holds now is left untouched.
+    ///
+    /// # Errors
+    ///
+    /// A Redis or pool error: the lock then expires by itself after its TTL (the watchdog has
+    /// already stopped).
+    pub fn release(mut self) -> Result<ReleaseOutcome> {
+        self.live = false;
+        if self.lease.drop_hold() {
+            self.lease.release()
+        } else {
+            Ok(ReleaseOutcome::StillHeld)
+        }
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if self.live && self.lease.drop_hold() {
+            // Errors are logged by `Lease::release`; there is nobody to return them to.
+            let _ = self.lease.release();
+        }
+    }
+}

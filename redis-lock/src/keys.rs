@@ -1,0 +1,114 @@
+//! How a lock name becomes Redis keys, and which names are accepted.
+
+use crate::error::{Error, Result};
+
+/// Longest accepted lock name, in bytes. Redis allows 512 MiB keys; a lock name longer than
+/// this is almost certainly a bug (a serialized payload used as a key).
+pub const MAX_KEY_LEN: usize = 1024;
+
+/// Longest accepted namespace, in bytes.
+pub const MAX_NAMESPACE_LEN: usize = 256;
+
+/// The Redis keys that belong to one lock. They all start with `<namespace>{<name>}`, so the
+/// first `{`…`}` pair (the Redis Cluster hash tag) is the same for all of them and they live
+/// in one hash slot: the scripts may touch all of them at once on a cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct LockKeys {
+    /// The hash that holds owner token and holder information; its TTL is the lock's.
+    pub(crate) lock: String,
+    /// Fencing counter: INCR'd by every successful acquisition, never expires.
+    pub(crate) fence: String,
+    /// Wake-up list: a release pushes one element, a waiter BLPOPs it.
+    pub(crate) signal: String,
+    /// Fair mode: waiters in arrival order (a sorted set scored by arrival).
+    pub(crate) queue: String,
+}
+
+impl LockKeys {
+    pub(crate) fn new(namespace: &str, name: &str) -> Result<LockKeys> {
+        validate_name(name)?;
+        let lock = format!("{namespace}{{{name}}}");
+        Ok(LockKeys {
+            fence: format!("{lock}:fence"),
+            signal: format!("{lock}:signal"),
+            queue: format!("{lock}:queue"),
+            lock,
+        })
+    }
+}
+
+pub(crate) fn validate_name(name: &str) -> Result<()> {
+    if name.is_empty() {
+        return Err(Error::invalid("key", "the lock name is empty"));
+    }
+    if name.len() > MAX_KEY_LEN {
+        return Err(Error::invalid(
+            "key",
+            format!(
+                "the lock name is {} bytes long; the limit is {MAX_KEY_LEN}",
+                name.len()
+            ),
+        ));
+    }
+    // `lock:{}x}` has an empty hash tag, so Redis Cluster would hash the whole key and the
+    // lock's keys would land in different slots.
+    if name.starts_with('}') {
+        return Err(Error::invalid(
+            "key",
+            "the lock name must not start with '}' (it would break the hash tag)",
+        ));
+    }
+    Ok(())
+}
+
+pub(crate) fn validate_namespace(namespace: &str) -> Result<()> {
+    if namespace.len() > MAX_NAMESPACE_LEN {
+        return Err(Error::invalid(
+            "namespace",
+            format!(
+                "it is {} bytes long; the limit is {MAX_NAMESPACE_LEN}",
+                namespace.len()
+            ),
+        ));
+    }
+    // A brace in the namespace would become the hash tag and put every lock in one slot, or
+    // split one lock's keys over several slots.
+    if namespace.contains(['{', '}']) {
+        return Err(Error::invalid(
+            "namespace",
+            format!("{namespace:?} contains '{{' or '}}', which would break the key layout"),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_share_the_hash_tag() {
+        let k = LockKeys::new("lock:", "report").unwrap();
+        assert_eq!(k.lock, "lock:{report}");
+        assert_eq!(k.fence, "lock:{report}:fence");
+        assert_eq!(k.signal, "lock:{report}:signal");
+        assert_eq!(k.queue, "lock:{report}:queue");
+    }
+
+    #[test]
+    fn names_with_braces_keep_one_tag() {
+        // The tag is cut at the first '}', which is inside the shared prefix of every key.
+        let k = LockKeys::new("lock:", "a}b{c").unwrap();
+        assert!(k.fence.starts_with("lock:{a}b{c}"));
+    }
+
+    #[test]
+    fn bad_names_are_rejected() {
+        assert!(LockKeys::new("lock:", "").is_err());
+        assert!(LockKeys::new("lock:", &"x".repeat(MAX_KEY_LEN + 1)).is_err());
+        assert!(LockKeys::new("lock:", &"x".repeat(MAX_KEY_LEN)).is_ok());
+        assert!(LockKeys::new("lock:", "}x").is_err());
+        assert!(validate_namespace("a{b:").is_err());
+        assert!(validate_namespace("").is_ok());
+    }
+}

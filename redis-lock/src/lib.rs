@@ -1,0 +1,99 @@
+//! A blocking distributed lock on Redis, for programs without an async runtime.
+//!
+//! `redis-lock` gives threads in different processes (and on different machines) a
+//! `Mutex`-like lock through one Redis server: a pooled connection, an RAII guard that
+//! releases on drop, and a watchdog thread per held lock that keeps the lock alive while the
+//! guard lives and tells the holder when the lock was lost anyway.
+//!
+//! # Quick start
+//!
+//! ```no_run
+//! use std::time::Duration;
+//!
+//! fn main() -> redis_lock::Result<()> {
+//!     let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+//!
+//!     // Waits for the lock (up to 60 s by default), like `Mutex::lock`.
+//!     let guard = locks.lock("nightly-report")?;
+//!     // ... do the work; the watchdog renews the lock meanwhile ...
+//!     guard.ensure_held()?; // still ours? then commit
+//!     drop(guard); // released
+//!
+//!     // One attempt only: `None` means somebody else holds it.
+//!     match locks.try_lock("nightly-report")? {
+//!         Some(_guard) => println!("got it"),
+//!         None => println!("busy"),
+//!     }
+//!
+//!     // Everything else goes through per-call options.
+//!     let guard = locks
+//!         .options("invoice:42")
+//!         .ttl(Duration::from_secs(5))
+//!         .wait(Duration::from_secs(1))
+//!         .metadata("settling")
+//!         .acquire()?;
+//!     println!("fencing token {}", guard.fencing_token());
+//!     Ok(())
+//! }
+//! ```
+//!
+//! # Semantics & limits
+//!
+//! - **Lease, not a mutex.** A lock is a Redis key with a TTL. The watchdog renews it every
+//!   `ttl / 3`; if the holder process dies, the lock frees up within one TTL. A transient
+//!   Redis error during renewal is retried until the lock would have expired; then the guard
+//!   counts as lost.
+//! - **A lock can be lost while held**: a process paused (GC, swap, `SIGSTOP`) past the TTL,
+//!   a Redis restart without persistence, an operator breaking the lock. The guard finds out
+//!   (watchdog, [`LockGuard::is_lost`], [`LockGuard::ensure_held`], the `on_lost` callback),
+//!   but only after the fact. For writes that must never come from a stale holder, pass
+//!   [`LockGuard::fencing_token`] to the resource and have it reject lower tokens.
+//! - **Release tells the truth**: [`LockGuard::release`] reports
+//!   [`ReleaseOutcome::Released`], [`Late`](ReleaseOutcome::Late) (it had expired) or
+//!   [`Lost`](ReleaseOutcome::Lost) (someone else holds it; their lock is untouched).
+//! - **Waiting** blocks on a per-lock wake-up list (`BLPOP`) that each release pushes to, so
+//!   a freed lock is handed to one waiter within a round trip or two. A waiter never sleeps
+//!   longer than the holder's remaining TTL, so a crashed holder is noticed when its lock
+//!   expires.
+//! - **Clocks**: expiry is measured by Redis; the holder's own estimate starts before its
+//!   request is sent, so it errs on the side of "lost".
+//! - **One Redis** is a single point of truth: if it fails over to a replica that had not
+//!   received the lock, two holders can exist. [`LockOptions::replicas`] makes acquisition wait
+//!   for replica acknowledgement.
+//!
+//! # Cargo features
+//!
+//! - `macros` (default): the `#[distributed_lock]` attribute.
+//! - `testing`: [`testing::RedisServer`], throwaway `redis-server` processes for your tests.
+
+#![warn(missing_docs)]
+#![cfg_attr(not(test), deny(clippy::panic))]
+
+mod builder;
+mod client;
+mod connection;
+mod error;
+mod guard;
+mod info;
+mod keys;
+mod lease;
+mod ops;
+mod options;
+mod reentrant;
+mod retry;
+mod scripts;
+mod token;
+mod watchdog;
+
+#[cfg(feature = "testing")]
+pub mod testing;
+
+pub use builder::Builder;
+pub use client::{LockClient, LockRequest};
+pub use error::{Error, LostReason, Result};
+pub use guard::LockGuard;
+pub use info::LockInfo;
+pub use keys::{MAX_KEY_LEN, MAX_NAMESPACE_LEN};
+pub use lease::ReleaseOutcome;
+pub use options::{LockOptions, LostEvent, MAX_METADATA_LEN, MAX_TTL};
+pub use retry::RetryStrategy;

@@ -1,0 +1,413 @@
+//! What the client shares between its clones: pools, settings, the registry of held locks;
+//! and the Redis operations, one script call each.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::connection::{Manager, Pool, PooledConn};
+use crate::error::{Error, Result};
+use crate::info::LockInfo;
+use crate::keys::LockKeys;
+use crate::lease::{Lease, LeaseState, ReleaseOutcome};
+use crate::options::{LockOptions, MAX_METADATA_LEN, MAX_TTL};
+use crate::retry::{RetryStrategy, Step};
+use crate::{reentrant, scripts, token, watchdog};
+
+/// Settings resolved by the builder.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub(crate) namespace: String,
+    pub(crate) default_ttl: Duration,
+    pub(crate) default_wait: Duration,
+    pub(crate) default_retry: RetryStrategy,
+    pub(crate) watchdog: bool,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) pool_timeout: Duration,
+    /// `host` stored with every lock.
+    pub(crate) host: String,
+    /// Redis URL with the password replaced, for `Debug` and logs.
+    pub(crate) redacted_url: String,
+}
+
+pub(crate) struct Inner {
+    pub(crate) pool: Pool,
+    /// Waiters block in `BLPOP` on connections of their own, so that a crowd of waiters can
+    /// never take the connections holders need to renew and release.
+    pub(crate) waiters: r2d2::Pool<Manager>,
+    pub(crate) config: Config,
+    /// Locks held through this client, for `release_all`.
+    held: Mutex<HashMap<u64, Weak<Lease>>>,
+    next_lease: AtomicU64,
+    /// Redis requests sent by this client (all clones), for benchmarks and diagnostics.
+    pub(crate) requests: AtomicU64,
+}
+
+/// Result of one acquisition attempt.
+enum Attempt {
+    Acquired { fence: u64 },
+    Busy { holder_ttl: Option<Duration> },
+}
+
+/// Result of one renewal.
+pub(crate) enum Renewal {
+    Renewed,
+    Gone,
+    Taken,
+}
+
+/// What the acquire loop needs to know beyond the options.
+pub(crate) struct Deadline {
+    pub(crate) at: Instant,
+    pub(crate) started: Instant,
+}
+
+fn ms(d: Duration) -> u64 {
+    // Callers validated d <= MAX_TTL, so this cannot truncate.
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+pub(crate) fn validate_ttl(ttl: Duration) -> Result<()> {
+    if ttl < Duration::from_millis(1) {
+        return Err(Error::invalid(
+            "ttl",
+            format!("{ttl:?} is shorter than 1 ms (Redis expiry has millisecond resolution)"),
+        ));
+    }
+    if ttl > MAX_TTL {
+        return Err(Error::invalid(
+            "ttl",
+            format!("{ttl:?} is longer than the limit of {MAX_TTL:?}"),
+        ));
+    }
+    Ok(())
+}
+
+impl Inner {
+    pub(crate) fn new(pool: Pool, waiters: r2d2::Pool<Manager>, config: Config) -> Inner {
+        Inner {
+            pool,
+            waiters,
+            config,
+            held: Mutex::new(HashMap::new()),
+            next_lease: AtomicU64::new(0),
+            requests: AtomicU64::new(0),
+        }
+    }
+
+    /// A pooled connection. With no connection open at all the question is whether Redis is
+    /// reachable, and that is bounded by the connect timeout; otherwise the pool is busy and
+    /// we wait up to the pool timeout for a connection to come back.
+    pub(crate) fn conn(&self) -> Result<PooledConn> {
+        let timeout = if self.pool.state().connections == 0 {
+            self.config.connect_timeout
+        } else {
+            self.config.pool_timeout
+        };
+        let conn = self.pool.get_timeout(timeout)?;
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        Ok(conn)
+    }
+
+    fn attempt(
+        &self,
+        keys: &LockKeys,
+        token: &str,
+        ttl: Duration,
+        opts: &LockOptions,
+    ) -> Result<Attempt> {
+        let mut conn = self.conn()?;
+        let (status, value): (i64, i64) = scripts::ACQUIRE
+            .key(&keys.lock)
+            .key(&keys.fence)
+            .key(&keys.signal)
+            .arg(token)
+            .arg(ms(ttl))
+            .arg(&self.config.host)
+            .arg(std::process::id())
+            .arg(opts.metadata.as_deref().unwrap_or(""))
+            .arg(ms(opts.hold_at_least))
+            .invoke(conn.con())?;
+        match status {
+            1 => {
+                let fence = u64::try_from(value).unwrap_or(0);
+                if let Some((replicas, timeout)) = opts.replicas {
+                    self.await_replicas(&mut conn, keys, token, replicas, timeout)?;
+                }
+                Ok(Attempt::Acquired { fence })
+            }
+            -2 => Err(Error::WrongType {
+                redis_key: keys.lock.clone(),
+            }),
+            _ => Ok(Attempt::Busy {
+                holder_ttl: u64::try_from(value).ok().map(Duration::from_millis),
+            }),
+        }
+    }
+
+    /// `WAIT` on the connection that wrote the lock: it counts the replicas that have
+    /// processed everything this connection wrote. Not enough of them: release and fail.
+    fn await_replicas(
+        &self,
+        conn: &mut PooledConn,
+        keys: &LockKeys,
+        token: &str,
+        required: u32,
+        timeout: Duration,
+    ) -> Result<()> {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        let acked: i64 = redis::cmd("WAIT")
+            .arg(required)
+            .arg(ms(timeout).max(1))
+            .query(conn.con())?;
+        let acked = u32::try_from(acked).unwrap_or(0);
+        if acked >= required {
+            return Ok(());
+        }
+        let _ = self.release(keys, token);
+        Err(Error::ReplicaAck {
+            key: keys.lock.clone(),
+            required,
+            acked,
+        })
+    }
+
+    pub(crate) fn renew(&self, keys: &LockKeys, token: &str, ttl: Duration) -> Result<Renewal> {
+        let mut conn = self.conn()?;
+        let r: i64 = scripts::RENEW
+            .key(&keys.lock)
+            .arg(token)
+            .arg(ms(ttl))
+            .invoke(conn.con())?;
+        Ok(match r {
+            1 => Renewal::Renewed,
+            0 => Renewal::Gone,
+            _ => Renewal::Taken,
+        })
+    }
+
+    pub(crate) fn release(&self, keys: &LockKeys, token: &str) -> Result<ReleaseOutcome> {
+        let mut conn = self.conn()?;
+        let r: i64 = scripts::RELEASE
+            .key(&keys.lock)
+            .key(&keys.signal)
+            .arg(token)
+            .invoke(conn.con())?;
+        Ok(match r {
+            1 | 2 => ReleaseOutcome::Released,
+            0 => ReleaseOutcome::Late,
+            _ => ReleaseOutcome::Lost,
+        })
+    }
+
+    /// Remaining TTL of a lock we hold: `Ok(None)` when it has no expiry, `Err(Lost)` when it
+    /// is not ours any more.
+    pub(crate) fn owned_ttl(&self, lease: &Lease) -> Result<Option<Duration>> {
+        let mut conn = self.conn()?;
+        let r: i64 = scripts::OWNED_TTL
+            .key(&lease.keys.lock)
+            .arg(&lease.token)
+            .invoke(conn.con())?;
+        match r {
+            -1 => Ok(None),
+            -2 | -3 => {
+                let reason = if r == -2 {
+                    crate::LostReason::Expired
+                } else {
+                    crate::LostReason::TakenOver
+                };
+                lease.mark_lost(reason);
+                Err(Error::Lost {
+                    key: lease.name.clone(),
+                    reason,
+                })
+            }
+            ms => Ok(Some(Duration::from_millis(u64::try_from(ms).unwrap_or(0)))),
+        }
+    }
+
+    pub(crate) fn inspect(&self, name: &str) -> Result<Option<LockInfo>> {
+        let keys = LockKeys::new(&self.config.namespace, name)?;
+        let mut conn = self.conn()?;
+        let v: Vec<redis::Value> = scripts::INSPECT.key(&keys.lock).invoke(conn.con())?;
+        if v.is_empty() {
+            return Ok(None);
+        }
+        if v.len() == 1 {
+            return Err(Error::WrongType {
+                redis_key: keys.lock,
+            });
+        }
+        LockInfo::from_reply(name, &v).map(Some)
+    }
+
+    pub(crate) fn force_release(&self, name: &str) -> Result<Option<(String, u32)>> {
+        let keys = LockKeys::new(&self.config.namespace, name)?;
+        let mut conn = self.conn()?;
+        let v: Vec<String> = scripts::FORCE_RELEASE
+            .key(&keys.lock)
+            .key(&keys.signal)
+            .invoke(conn.con())?;
+        match v.as_slice() {
+            [] => Ok(None),
+            [host, pid] => Ok(Some((host.clone(), pid.parse().unwrap_or(0)))),
+            _ => Err(Error::WrongType {
+                redis_key: keys.lock,
+            }),
+        }
+    }
+
+    /// Blocks until a release pushes to the lock's wake-up list, or `timeout` passes. Waiters
+    /// use their own pool; when it is exhausted they fall back to sleeping.
+    fn wait_for_release(&self, keys: &LockKeys, timeout: Duration) {
+        let conn = match self.waiters.try_get() {
+            Some(c) => Some(c),
+            None if self.waiters.state().connections < self.waiters.max_size() => self
+                .waiters
+                .get_timeout(self.config.connect_timeout.min(timeout))
+                .ok(),
+            None => None,
+        };
+        let Some(mut conn) = conn else {
+            std::thread::sleep(timeout.min(Duration::from_millis(10)));
+            return;
+        };
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        // BLPOP takes seconds as a decimal; 0 would mean "forever".
+        let secs = timeout.as_secs_f64().max(0.001);
+        let r: redis::RedisResult<Option<(String, String)>> =
+            conn.blocking_query(redis::cmd("BLPOP").arg(&keys.signal).arg(secs), timeout);
+        if let Err(error) = r {
+            tracing::debug!(target: "redis_lock", %error, "waiting for a release failed");
+            // Do not spin against a Redis that fails at once.
+            std::thread::sleep(timeout.min(Duration::from_millis(10)));
+        }
+    }
+
+    /// The acquire loop: attempt, then wait as the retry strategy says, until acquired, the
+    /// wait budget is spent, or the strategy gives up. `Ok(None)`: busy until the end.
+    pub(crate) fn acquire(
+        self: &Arc<Self>,
+        name: &str,
+        opts: &LockOptions,
+        deadline: &Deadline,
+    ) -> Result<Option<Arc<Lease>>> {
+        let keys = LockKeys::new(&self.config.namespace, name)?;
+        let ttl = opts.ttl.unwrap_or(self.config.default_ttl);
+        validate_ttl(ttl)?;
+        if opts.hold_at_least > MAX_TTL {
+            return Err(Error::invalid(
+                "hold_at_least",
+                format!("longer than {MAX_TTL:?}"),
+            ));
+        }
+        if opts
+            .metadata
+            .as_ref()
+            .is_some_and(|m| m.len() > MAX_METADATA_LEN)
+        {
+            return Err(Error::invalid(
+                "metadata",
+                format!("longer than {MAX_METADATA_LEN} bytes"),
+            ));
+        }
+        if opts.reentrant
+            && let Some(lease) = reentrant::find(self, name)
+        {
+            lease.add_hold();
+            tracing::debug!(target: "redis_lock", key = name, "lock re-entered");
+            return Ok(Some(lease));
+        }
+        let retry = opts.retry.as_ref().unwrap_or(&self.config.default_retry);
+        let token = token::new_token()?;
+        let mut attempt = 0u32;
+        loop {
+            attempt += 1;
+            let sent = Instant::now();
+            match self.attempt(&keys, &token, ttl, opts)? {
+                Attempt::Acquired { fence } => {
+                    let lease = self.hold(name, keys, token, fence, ttl, sent, opts)?;
+                    tracing::debug!(
+                        target: "redis_lock",
+                        key = name,
+                        fence,
+                        attempts = attempt,
+                        waited = ?deadline.started.elapsed(),
+                        "lock acquired"
+                    );
+                    return Ok(Some(lease));
+                }
+                Attempt::Busy { holder_ttl } => {
+                    let left = deadline.at.saturating_duration_since(Instant::now());
+                    match retry.next(attempt, left, holder_ttl) {
+                        Step::Stop => return Ok(None),
+                        Step::Sleep(d) => std::thread::sleep(d),
+                        Step::WaitSignal(d) => self.wait_for_release(&keys, d),
+                    }
+                }
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn hold(
+        self: &Arc<Self>,
+        name: &str,
+        keys: LockKeys,
+        token: String,
+        fence: u64,
+        ttl: Duration,
+        sent: Instant,
+        opts: &LockOptions,
+    ) -> Result<Arc<Lease>> {
+        let watchdog = opts.watchdog.unwrap_or(self.config.watchdog);
+        let id = self.next_lease.fetch_add(1, Ordering::Relaxed);
+        let lease = Arc::new(Lease {
+            id,
+            inner: Arc::clone(self),
+            name: name.to_owned(),
+            keys,
+            token,
+            fence,
+            acquired_at: sent,
+            holds: 1.into(),
+            state: Mutex::new(LeaseState {
+                ttl,
+                expires_at: sent + ttl,
+                next_renew: sent + ttl / 3,
+                lost: None,
+                stop: false,
+                released: None,
+                renew_until: opts.max_hold.and_then(|m| sent.checked_add(m)),
+            }),
+            cond: Condvar::new(),
+            on_lost: opts.on_lost.clone(),
+        });
+        if watchdog && let Err(e) = watchdog::start(Arc::clone(&lease)) {
+            let _ = lease.release();
+            return Err(Error::Redis(redis::RedisError::from(e)));
+        }
+        self.held.lock().insert(id, Arc::downgrade(&lease));
+        reentrant::remember(self, &lease);
+        Ok(lease)
+    }
+
+    pub(crate) fn forget(&self, lease: &Lease) {
+        self.held.lock().remove(&lease.id);
+    }
+
+    pub(crate) fn held_leases(&self) -> Vec<Arc<Lease>> {
+        self.held
+            .lock()
+            .values()
+            .filter_map(Weak::upgrade)
+            .collect()
+    }
+}
+
+pub(crate) fn unix_ms(t: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(t)
+}

@@ -1,0 +1,160 @@
+//! Per-call options: TTL, wait budget, retry strategy, metadata, watchdog, hold times.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::LostReason;
+use crate::retry::RetryStrategy;
+
+/// Longest accepted TTL. Redis would take more, but a lease this long is a bug, and the bound
+/// keeps every millisecond figure far from integer overflow.
+pub const MAX_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// Longest accepted metadata string, in bytes.
+pub const MAX_METADATA_LEN: usize = 64 * 1024;
+
+/// What a loss callback is told.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct LostEvent {
+    /// The lock name (without namespace).
+    pub key: String,
+    /// Why the lock counts as lost.
+    pub reason: LostReason,
+}
+
+pub(crate) type LostCallback = Arc<dyn Fn(&LostEvent) + Send + Sync>;
+
+/// Options for one acquisition. Unset options take the client's defaults.
+///
+/// Use it directly with [`LockClient::acquire_with`](crate::LockClient::acquire_with), or
+/// through the builder-style [`LockClient::options`](crate::LockClient::options).
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use redis_lock::{LockOptions, RetryStrategy};
+///
+/// let opts = LockOptions::new()
+///     .ttl(Duration::from_secs(5))
+///     .wait(Duration::from_secs(2))
+///     .retry(RetryStrategy::fixed(Duration::from_millis(50)))
+///     .metadata("nightly-report")
+///     .hold_at_least(Duration::from_secs(60));
+/// # let _ = opts;
+/// ```
+#[derive(Clone, Default)]
+pub struct LockOptions {
+    pub(crate) ttl: Option<Duration>,
+    pub(crate) wait: Option<Duration>,
+    pub(crate) retry: Option<RetryStrategy>,
+    pub(crate) metadata: Option<String>,
+    pub(crate) watchdog: Option<bool>,
+    pub(crate) hold_at_least: Duration,
+    pub(crate) max_hold: Option<Duration>,
+    pub(crate) on_lost: Option<LostCallback>,
+    pub(crate) reentrant: bool,
+    pub(crate) replicas: Option<(u32, Duration)>,
+}
+
+impl std::fmt::Debug for LockOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockOptions")
+            .field("ttl", &self.ttl)
+            .field("wait", &self.wait)
+            .field("retry", &self.retry)
+            .field("metadata", &self.metadata)
+            .field("watchdog", &self.watchdog)
+            .field("hold_at_least", &self.hold_at_least)
+            .field("max_hold", &self.max_hold)
+            .field("on_lost", &self.on_lost.as_ref().map(|_| "Fn(&LostEvent)"))
+            .field("reentrant", &self.reentrant)
+            .field("replicas", &self.replicas)
+            .finish()
+    }
+}
+
+impl LockOptions {
+    /// Options with every value taken from the client's defaults.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// How long the lock lives without renewal. The watchdog renews it every `ttl / 3`, so
+    /// `ttl` is also how quickly a crashed holder's lock frees up. Defaults to the client's
+    /// `default_ttl` (30 s).
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
+
+    /// How long to wait for a busy lock. `Duration::ZERO` makes one attempt. Defaults to the
+    /// client's `default_wait` (60 s).
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = Some(wait);
+        self
+    }
+
+    /// How to wait between attempts. Defaults to the client's `default_retry`
+    /// ([`RetryStrategy::notify`]).
+    pub fn retry(mut self, retry: RetryStrategy) -> Self {
+        self.retry = Some(retry);
+        self
+    }
+
+    /// A string stored with the lock and shown by `inspect` and `redis-lock status`, at most
+    /// [`MAX_METADATA_LEN`] bytes. Not secret: anyone who can read Redis can read it.
+    pub fn metadata(mut self, metadata: impl Into<String>) -> Self {
+        self.metadata = Some(metadata.into());
+        self
+    }
+
+    /// Whether a watchdog thread renews the lock while the guard lives. Without it the lock
+    /// expires after `ttl` whatever the holder does. Defaults to the client's setting (on).
+    pub fn watchdog(mut self, on: bool) -> Self {
+        self.watchdog = Some(on);
+        self
+    }
+
+    /// Keep the lock taken for at least `min` after acquisition, even if it is released earlier
+    /// (ShedLock's `lockAtLeastFor`). A release before then gives up ownership, nobody can renew
+    /// the lock, and the key expires when `min` has passed. Defaults to zero.
+    pub fn hold_at_least(mut self, min: Duration) -> Self {
+        self.hold_at_least = min;
+        self
+    }
+
+    /// Stop renewing after the lock has been held for `max`, so a hung holder cannot keep the
+    /// lock forever: it then expires one TTL later and the guard reports it lost. Defaults to
+    /// no cap.
+    pub fn max_hold(mut self, max: Duration) -> Self {
+        self.max_hold = Some(max);
+        self
+    }
+
+    /// Called once, from the watchdog thread, when the watchdog finds the lock lost. Keep it
+    /// short: it delays nothing else, but it runs on the renewal thread.
+    pub fn on_lost(mut self, callback: impl Fn(&LostEvent) + Send + Sync + 'static) -> Self {
+        self.on_lost = Some(Arc::new(callback));
+        self
+    }
+
+    /// If this thread already holds the same lock through the same client, join that
+    /// acquisition instead of waiting for it (a hold count; nothing is sent to Redis). The lock
+    /// is released when the last guard of the acquisition is gone. Another thread is never an
+    /// owner. Defaults to off.
+    pub fn reentrant(mut self, yes: bool) -> Self {
+        self.reentrant = yes;
+        self
+    }
+
+    /// Require `replicas` replicas to acknowledge the acquisition within `timeout` (Redis
+    /// `WAIT`), so that a failover right after acquiring does not hand the lock to a second
+    /// holder. Without the acknowledgement the lock is released and the call fails with
+    /// [`Error::ReplicaAck`](crate::Error::ReplicaAck). Defaults to no acknowledgement.
+    pub fn replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.replicas = (replicas > 0).then_some((replicas, timeout));
+        self
+    }
+}

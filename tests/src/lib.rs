@@ -1,0 +1,78 @@
+//! Test support shared by the end-to-end tests: throwaway Redis servers (re-exported from
+//! `redis_lock::testing`), clients with short timeouts, and the `lock-holder` helper process.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use redis_lock::LockClient;
+pub use redis_lock::testing::{RedisServer, free_port};
+
+/// A lock client for `server` with timeouts short enough for tests.
+pub fn client(server: &RedisServer) -> LockClient {
+    client_for(&server.url())
+}
+
+/// A lock client for `url` with timeouts short enough for tests.
+pub fn client_for(url: &str) -> LockClient {
+    LockClient::builder(url)
+        .connect_timeout(Duration::from_millis(500))
+        .pool_timeout(Duration::from_secs(2))
+        .io_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap()
+}
+
+/// Polls `condition` every 5 ms until it holds or `limit` passes; returns whether it held.
+pub fn wait_until(limit: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    loop {
+        if condition() {
+            return true;
+        }
+        if start.elapsed() >= limit {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Starts the `lock-holder` helper (`bin` is `env!("CARGO_BIN_EXE_lock-holder")`, which only
+/// integration tests can see) with `args`. Its stdin and stdout are piped: the test sends
+/// commands (`check`, `release`, `exit`) and waits for its lines.
+pub fn spawn_holder(bin: impl Into<PathBuf>, args: &[&str]) -> Child {
+    Command::new(bin.into())
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap()
+}
+
+/// Reads lines of `child`'s stdout until one starts with `prefix` (bounded by `limit`).
+pub fn read_line_starting(child: &mut Child, prefix: &str, limit: Duration) -> Option<String> {
+    use std::io::BufRead;
+    let stdout = child.stdout.take()?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let prefix = prefix.to_owned();
+    std::thread::spawn(move || {
+        let reader = std::io::BufReader::new(stdout);
+        for line in reader.lines().map_while(Result::ok) {
+            if line.starts_with(&prefix) {
+                let _ = tx.send(line);
+                return;
+            }
+        }
+    });
+    rx.recv_timeout(limit).ok()
+}
+
+/// Sends `signal` to `child`.
+pub fn signal(child: &Child, signal: libc::c_int) {
+    let pid = libc::pid_t::try_from(child.id()).unwrap();
+    // SAFETY: no memory-safety preconditions; the child has not been reaped.
+    unsafe {
+        libc::kill(pid, signal);
+    }
+}

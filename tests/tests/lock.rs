@@ -1,0 +1,550 @@
+//! Core behaviour of the lock against real redis-server processes: mutual exclusion across
+//! threads and processes, the watchdog, release outcomes, inspection and housekeeping.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use redis_lock::{Error, LockOptions, LostReason, ReleaseOutcome, RetryStrategy};
+use redis_lock_tests::{RedisServer, client, read_line_starting, signal, spawn_holder, wait_until};
+
+const HOLDER: &str = env!("CARGO_BIN_EXE_lock-holder");
+
+fn get_counter(server: &RedisServer, key: &str) -> i64 {
+    redis::cmd("GET")
+        .arg(key)
+        .query::<Option<i64>>(&mut server.connection())
+        .unwrap()
+        .unwrap_or(0)
+}
+
+#[test]
+fn eight_threads_count_exactly_under_the_lock() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let threads: Vec<_> = (0..8)
+        .map(|_| {
+            let locks = locks.clone();
+            let mut redis = server.connection();
+            std::thread::spawn(move || {
+                for _ in 0..200 {
+                    let guard = locks.lock("counter").unwrap();
+                    let n: Option<i64> = redis::cmd("GET").arg("n").query(&mut redis).unwrap();
+                    std::thread::yield_now();
+                    redis::cmd("SET")
+                        .arg("n")
+                        .arg(n.unwrap_or(0) + 1)
+                        .query::<()>(&mut redis)
+                        .unwrap();
+                    drop(guard);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(get_counter(&server, "n"), 1600);
+}
+
+#[test]
+fn three_processes_count_exactly_under_the_lock() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut children: Vec<_> = (0..3)
+        .map(|_| {
+            std::process::Command::new(HOLDER)
+                .args(["count", &url, "shared", "150"])
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for child in &mut children {
+        assert!(read_line_starting(child, "DONE", Duration::from_secs(60)).is_some());
+        assert!(child.wait().unwrap().success());
+    }
+    assert_eq!(get_counter(&server, "shared:counter"), 450);
+}
+
+#[test]
+fn watchdog_keeps_a_short_ttl_lock_alive() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let guard = locks
+        .options("long-job")
+        .ttl(Duration::from_secs(1))
+        .acquire()
+        .unwrap();
+    let other = client(&server);
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(4) {
+        assert!(
+            other.try_lock("long-job").unwrap().is_none(),
+            "lock was free after {:?}",
+            start.elapsed()
+        );
+        assert!(!guard.is_lost());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(guard.release().unwrap(), ReleaseOutcome::Released);
+}
+
+#[test]
+fn without_watchdog_the_lock_expires() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let guard = locks
+        .options("short-job")
+        .ttl(Duration::from_millis(300))
+        .watchdog(false)
+        .acquire()
+        .unwrap();
+    let other = client(&server);
+    assert!(other.try_lock("short-job").unwrap().is_none());
+    // Waiting is bounded by the holder's TTL: this returns once it expires.
+    let second = other
+        .try_lock_for("short-job", Duration::from_secs(5))
+        .unwrap();
+    assert!(second.is_some());
+    assert!(guard.is_lost());
+    assert!(matches!(guard.ensure_held(), Err(Error::Lost { .. })));
+    assert_eq!(guard.release().unwrap(), ReleaseOutcome::Lost);
+}
+
+#[test]
+fn killed_holder_process_frees_the_lock_within_its_ttl() {
+    let server = RedisServer::start();
+    let mut holder = spawn_holder(HOLDER, &["hold", &server.url(), "crash", "1000", "on"]);
+    assert!(read_line_starting(&mut holder, "ACQUIRED", Duration::from_secs(10)).is_some());
+    let locks = client(&server);
+    assert!(locks.try_lock("crash").unwrap().is_none());
+    signal(&holder, libc::SIGKILL);
+    let killed = Instant::now();
+    holder.wait().unwrap();
+    let guard = locks.try_lock_for("crash", Duration::from_secs(5)).unwrap();
+    assert!(guard.is_some());
+    let took = killed.elapsed();
+    assert!(
+        took < Duration::from_millis(1500),
+        "took {took:?} for a 1 s TTL"
+    );
+}
+
+#[test]
+fn late_release_after_expiry() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let guard = locks
+        .options("late")
+        .ttl(Duration::from_millis(100))
+        .watchdog(false)
+        .acquire()
+        .unwrap();
+    assert!(wait_until(Duration::from_secs(2), || locks
+        .inspect("late")
+        .unwrap()
+        .is_none()));
+    assert_eq!(guard.release().unwrap(), ReleaseOutcome::Late);
+}
+
+#[test]
+fn lost_release_leaves_the_new_holders_lock_alone() {
+    let server = RedisServer::start();
+    let a = client(&server);
+    let b = client(&server);
+    let first = a
+        .options("taken")
+        .ttl(Duration::from_millis(100))
+        .watchdog(false)
+        .acquire()
+        .unwrap();
+    let second = b
+        .try_lock_for("taken", Duration::from_secs(2))
+        .unwrap()
+        .unwrap();
+    assert!(second.fencing_token() > first.fencing_token());
+    assert_eq!(first.release().unwrap(), ReleaseOutcome::Lost);
+    // The second holder still holds it.
+    assert!(second.remaining_ttl().unwrap().is_some());
+    assert!(a.try_lock("taken").unwrap().is_none());
+    assert_eq!(second.release().unwrap(), ReleaseOutcome::Released);
+}
+
+#[test]
+fn another_client_cannot_renew_or_release_what_it_does_not_hold() {
+    let server = RedisServer::start();
+    let a = client(&server);
+    let guard = a
+        .options("mine")
+        .ttl(Duration::from_secs(5))
+        .acquire()
+        .unwrap();
+    let mut redis = server.connection();
+    // A second party that knows the key but not the token, talking to Redis directly.
+    let deleted: i64 = redis::Script::new(
+        "if redis.call('HGET', KEYS[1], 'token') == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
+    )
+    .key("lock:{mine}")
+    .arg("00000000000000000000000000000000")
+    .invoke(&mut redis)
+    .unwrap();
+    assert_eq!(deleted, 0);
+    // And through the library: a second guard cannot be had, a force-less release is not possible.
+    let b = client(&server);
+    assert!(b.try_lock("mine").unwrap().is_none());
+    assert!(guard.remaining_ttl().unwrap().unwrap() > Duration::from_secs(4));
+    guard.extend(Duration::from_secs(9)).unwrap();
+    assert!(guard.remaining_ttl().unwrap().unwrap() > Duration::from_secs(8));
+}
+
+#[test]
+fn extend_and_remaining_ttl_report_loss() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let guard = locks
+        .options("ext")
+        .ttl(Duration::from_secs(5))
+        .acquire()
+        .unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg("lock:{ext}")
+        .query(&mut server.connection())
+        .unwrap();
+    assert!(matches!(
+        guard.remaining_ttl(),
+        Err(Error::Lost {
+            reason: LostReason::Expired,
+            ..
+        })
+    ));
+    assert!(guard.is_lost());
+    assert!(matches!(
+        guard.extend(Duration::from_secs(5)),
+        Err(Error::Lost { .. })
+    ));
+}
+
+#[test]
+fn watchdog_reports_a_deleted_lock_through_the_callback() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let calls = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::clone(&calls);
+    let guard = locks
+        .options("watched")
+        .ttl(Duration::from_millis(300))
+        .on_lost(move |e| {
+            assert_eq!(e.key, "watched");
+            seen.fetch_add(1, Ordering::SeqCst);
+        })
+        .acquire()
+        .unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg("lock:{watched}")
+        .query(&mut server.connection())
+        .unwrap();
+    assert!(wait_until(Duration::from_secs(2), || guard.is_lost()));
+    assert!(wait_until(Duration::from_secs(1), || calls
+        .load(Ordering::SeqCst)
+        == 1));
+    assert_eq!(guard.release().unwrap(), ReleaseOutcome::Late);
+}
+
+#[test]
+fn max_hold_stops_renewing() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let guard = locks
+        .options("capped")
+        .ttl(Duration::from_millis(300))
+        .max_hold(Duration::from_millis(400))
+        .acquire()
+        .unwrap();
+    let other = client(&server);
+    let got = other
+        .try_lock_for("capped", Duration::from_secs(5))
+        .unwrap();
+    assert!(got.is_some());
+    let err = guard.ensure_held().unwrap_err();
+    assert!(err.is_lost(), "{err}");
+}
+
+#[test]
+fn busy_and_timeout_are_told_apart_from_redis_errors() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let _held = locks.lock("busy").unwrap();
+    let other = client(&server);
+    assert!(other.try_lock("busy").unwrap().is_none());
+    let err = other
+        .acquire_with("busy", &LockOptions::new().wait(Duration::ZERO))
+        .unwrap_err();
+    assert!(matches!(err, Error::Busy { .. }), "{err}");
+    let start = Instant::now();
+    let err = other
+        .acquire_with("busy", &LockOptions::new().wait(Duration::from_millis(300)))
+        .unwrap_err();
+    assert!(matches!(err, Error::Timeout { .. }), "{err}");
+    let waited = start.elapsed();
+    assert!(
+        waited >= Duration::from_millis(300) && waited < Duration::from_millis(800),
+        "{waited:?}"
+    );
+    assert!(err.is_busy() && !err.is_connection_error());
+}
+
+#[test]
+fn retry_strategies_give_up_as_configured() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let _held = locks
+        .options("r")
+        .ttl(Duration::from_secs(10))
+        .acquire()
+        .unwrap();
+    let other = client(&server);
+    let before = other.request_count();
+    let r = other
+        .options("r")
+        .wait(Duration::from_secs(5))
+        .retry(RetryStrategy::fixed(Duration::from_millis(10)).max_attempts(3))
+        .try_acquire()
+        .unwrap();
+    assert!(r.is_none());
+    assert_eq!(other.request_count() - before, 3);
+    // Fail fast: the holder's 10 s TTL exceeds the 1 s budget, so no waiting at all.
+    let start = Instant::now();
+    let r = other
+        .options("r")
+        .wait(Duration::from_secs(1))
+        .retry(RetryStrategy::notify().fail_fast(true))
+        .try_acquire()
+        .unwrap();
+    assert!(r.is_none());
+    assert!(start.elapsed() < Duration::from_millis(500));
+}
+
+#[test]
+fn a_waiter_is_woken_by_the_release() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let held = locks
+        .options("wake")
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .unwrap();
+    let other = client(&server);
+    let waiter = std::thread::spawn(move || {
+        let start = Instant::now();
+        let g = other.try_lock_for("wake", Duration::from_secs(20)).unwrap();
+        (g.is_some(), start.elapsed())
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    drop(held);
+    let (got, waited) = waiter.join().unwrap();
+    assert!(got);
+    // Woken by the release, not by the 30 s TTL or the 20 s budget.
+    assert!(waited < Duration::from_secs(2), "{waited:?}");
+}
+
+#[test]
+fn inspect_shows_holder_and_metadata() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    assert!(locks.inspect("job").unwrap().is_none());
+    let guard = locks
+        .options("job")
+        .ttl(Duration::from_secs(10))
+        .metadata("nightly")
+        .acquire()
+        .unwrap();
+    let info = locks.inspect("job").unwrap().unwrap();
+    assert_eq!(info.pid, std::process::id());
+    assert_eq!(info.metadata.as_deref(), Some("nightly"));
+    assert_eq!(info.fencing_token, guard.fencing_token());
+    assert!(info.owned);
+    assert!(info.remaining_ttl.unwrap() > Duration::from_secs(9));
+    assert!(!info.host.is_empty());
+    let age = std::time::SystemTime::now()
+        .duration_since(info.acquired_at)
+        .unwrap_or_default();
+    assert!(age < Duration::from_secs(5));
+}
+
+#[test]
+fn release_all_frees_every_held_lock() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let guards: Vec<_> = (0..5)
+        .map(|i| locks.lock(&format!("k{i}")).unwrap())
+        .collect();
+    assert_eq!(locks.release_all().unwrap(), 5);
+    for i in 0..5 {
+        assert!(locks.inspect(&format!("k{i}")).unwrap().is_none());
+    }
+    for g in guards {
+        assert_eq!(g.release().unwrap(), ReleaseOutcome::Released);
+    }
+    assert_eq!(locks.release_all().unwrap(), 0);
+}
+
+#[test]
+fn reentrant_acquisition_joins_on_the_same_thread_only() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let outer = locks.lock_reentrant("re").unwrap();
+    let before = locks.request_count();
+    let inner = locks.lock_reentrant("re").unwrap();
+    assert_eq!(
+        locks.request_count(),
+        before,
+        "re-entering must not talk to Redis"
+    );
+    assert_eq!(inner.fencing_token(), outer.fencing_token());
+    assert_eq!(inner.release().unwrap(), ReleaseOutcome::StillHeld);
+    assert!(locks.inspect("re").unwrap().is_some());
+    // Another thread is not an owner.
+    let other = locks.clone();
+    let t = std::thread::spawn(move || {
+        other
+            .options("re")
+            .reentrant(true)
+            .wait(Duration::ZERO)
+            .try_acquire()
+            .unwrap()
+            .is_none()
+    });
+    assert!(t.join().unwrap());
+    assert_eq!(outer.release().unwrap(), ReleaseOutcome::Released);
+    assert!(locks.inspect("re").unwrap().is_none());
+}
+
+#[test]
+fn hold_at_least_keeps_the_lock_after_release() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let guard = locks
+        .options("cron")
+        .hold_at_least(Duration::from_millis(800))
+        .acquire()
+        .unwrap();
+    assert_eq!(guard.release().unwrap(), ReleaseOutcome::Released);
+    let info = locks
+        .inspect("cron")
+        .unwrap()
+        .expect("still taken during the minimum hold");
+    assert!(!info.owned);
+    assert!(locks.try_lock("cron").unwrap().is_none());
+    assert!(
+        locks
+            .try_lock_for("cron", Duration::from_secs(3))
+            .unwrap()
+            .is_some()
+    );
+}
+
+#[test]
+fn bad_input_gets_clear_errors() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let invalid = |r: redis_lock::Result<_>, what: &str| match r {
+        Err(Error::InvalidInput { what: w, .. }) => assert_eq!(w, what),
+        Err(e) => panic!("expected invalid {what}, got {e}"),
+        Ok(_) => panic!("expected invalid {what}, got Ok"),
+    };
+    invalid(locks.try_lock("").map(|_| ()), "key");
+    invalid(
+        locks
+            .try_lock(&"k".repeat(redis_lock::MAX_KEY_LEN + 1))
+            .map(|_| ()),
+        "key",
+    );
+    invalid(
+        locks
+            .options("k")
+            .ttl(Duration::ZERO)
+            .try_acquire()
+            .map(|_| ()),
+        "ttl",
+    );
+    invalid(
+        locks
+            .options("k")
+            .ttl(Duration::MAX)
+            .try_acquire()
+            .map(|_| ()),
+        "ttl",
+    );
+    invalid(locks.try_lock_for("k", Duration::MAX).map(|_| ()), "wait");
+    invalid(
+        redis_lock::LockClient::open("http://nope").map(|_| ()),
+        "url",
+    );
+    invalid(
+        redis_lock::LockClient::open("redis://:hunter2@[::1").map(|_| ()),
+        "url",
+    );
+    invalid(
+        redis_lock::LockClient::builder(&server.url())
+            .namespace("a{b}")
+            .build()
+            .map(|_| ()),
+        "namespace",
+    );
+    // A key of another type: a clear error, and the value left as it was.
+    let mut redis = server.connection();
+    let _: () = redis::cmd("SET")
+        .arg("lock:{str}")
+        .arg("user data")
+        .query(&mut redis)
+        .unwrap();
+    assert!(matches!(
+        locks.try_lock("str"),
+        Err(Error::WrongType { .. })
+    ));
+    assert!(matches!(locks.inspect("str"), Err(Error::WrongType { .. })));
+    let v: String = redis::cmd("GET")
+        .arg("lock:{str}")
+        .query(&mut redis)
+        .unwrap();
+    assert_eq!(v, "user data");
+    // Nothing was written for the rejected calls.
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut redis).unwrap();
+    assert_eq!(keys, vec!["lock:{str}".to_owned()]);
+}
+
+#[test]
+fn unreachable_redis_fails_within_the_connect_timeout() {
+    let port = redis_lock_tests::free_port().unwrap();
+    let locks = redis_lock::LockClient::builder(&format!("redis://127.0.0.1:{port}/"))
+        .connect_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    let err = locks.try_lock("x").unwrap_err();
+    assert!(err.is_connection_error(), "{err}");
+    assert!(
+        start.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+#[test]
+fn passwords_stay_out_of_debug_and_errors() {
+    let server = RedisServer::start_with(&["--requirepass", "hunter2-secret"]);
+    let url = format!("redis://:hunter2-secret@127.0.0.1:{}/", server.port());
+    let locks = redis_lock_tests::client_for(&url);
+    let guard = locks.lock("secret").unwrap();
+    for text in [format!("{locks:?}"), format!("{guard:?}")] {
+        assert!(!text.contains("hunter2"), "{text}");
+    }
+    assert!(!format!("{guard:?}").contains(guard.token()));
+    let wrong =
+        redis_lock_tests::client_for(&format!("redis://:wrong-pass@127.0.0.1:{}/", server.port()));
+    let err = wrong.try_lock("secret").unwrap_err();
+    assert!(!format!("{err} {err:?}").contains("wrong-pass"), "{err:?}");
+    let bad = redis_lock::LockClient::open("redis://:hunter2-secret@[::1").unwrap_err();
+    assert!(!format!("{bad} {bad:?}").contains("hunter2"), "{bad:?}");
+}

@@ -1,21 +1,4 @@
-//! Throwaway `redis-server` processes for tests (feature `testing`).
-//!
-//! Each [`RedisServer`] runs its own `redis-server` on a free port on 127.0.0.1, in a
-//! temporary directory, with persistence off, and is killed when dropped. Tests can kill,
-//! pause (`SIGSTOP`), resume and restart it to exercise failures. The binary is
-//! `$REDIS_LOCK_SERVER_BIN` if set, else `redis-server` from `PATH`.
-//!
-//! ```no_run
-//! use redis_lock::testing::RedisServer;
-//!
-//! let server = RedisServer::start();
-//! let locks = redis_lock::LockClient::open(&server.url()).unwrap();
-//! let guard = locks.lock("job").unwrap();
-//! # drop(guard);
-//! ```
-
-// Test support panics with a clear message instead of making every test unwrap.
-#![allow(clippy::panic)]
+//! One throwaway `redis-server` process.
 
 use std::io;
 use std::net::TcpListener;

@@ -348,6 +348,8 @@ impl LockRequest<'_> {
         reentrant(yes: bool);
         /// See [`LockOptions::replicas`].
         replicas(replicas: u32, timeout: Duration);
+        /// See [`LockOptions::replicas_fsynced`].
+        replicas_fsynced(replicas: u32, timeout: Duration);
     }
 
     /// See [`LockOptions::metadata`].

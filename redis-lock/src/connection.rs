@@ -161,6 +161,19 @@ impl PooledConn {
             PooledConn::External(c) => &mut **c,
         }
     }
+
+    /// A command the server may hold for up to `block` before replying (`WAIT`). On an
+    /// application's pool the connection's own timeouts apply.
+    pub(crate) fn blocking_query<T: redis::FromRedisValue>(
+        &mut self,
+        cmd: &redis::Cmd,
+        block: Duration,
+    ) -> RedisResult<T> {
+        match self {
+            PooledConn::Managed(c) => c.blocking_query(cmd, block),
+            PooledConn::External(c) => cmd.query(&mut **c),
+        }
+    }
 }
 
 impl std::fmt::Debug for Pool {

@@ -2,7 +2,7 @@
 //! and the Redis operations, one script call each.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::info::LockInfo;
 use crate::keys::LockKeys;
 use crate::lease::{Lease, LeaseState, ReleaseOutcome};
-use crate::options::{LockOptions, MAX_METADATA_LEN, MAX_TTL};
+use crate::options::{LockOptions, MAX_METADATA_LEN, MAX_TTL, ReplicaAck};
 use crate::retry::{RetryStrategy, Step};
 use crate::{reentrant, scripts, token, watchdog};
 
@@ -44,6 +44,17 @@ pub(crate) struct Inner {
     next_lease: AtomicU64,
     /// Redis requests sent by this client (all clones), for benchmarks and diagnostics.
     pub(crate) requests: AtomicU64,
+    /// Whether the server has `WAITAOF` (Redis 7.2+): `WAITAOF_UNKNOWN` until the first
+    /// fsynced replica acknowledgement finds out.
+    waitaof: AtomicU8,
+}
+
+const WAITAOF_UNKNOWN: u8 = 0;
+const WAITAOF_YES: u8 = 1;
+const WAITAOF_NO: u8 = 2;
+
+fn is_unknown_command(e: &redis::RedisError) -> bool {
+    e.to_string().to_ascii_lowercase().contains("unknown command")
 }
 
 /// Result of one acquisition attempt.
@@ -95,6 +106,7 @@ impl Inner {
             held: Mutex::new(HashMap::new()),
             next_lease: AtomicU64::new(0),
             requests: AtomicU64::new(0),
+            waitaof: AtomicU8::new(WAITAOF_UNKNOWN),
         }
     }
 
@@ -114,6 +126,7 @@ impl Inner {
 
     fn attempt(
         &self,
+        name: &str,
         keys: &LockKeys,
         token: &str,
         ttl: Duration,
@@ -134,8 +147,11 @@ impl Inner {
         match status {
             1 => {
                 let fence = u64::try_from(value).unwrap_or(0);
-                if let Some((replicas, timeout)) = opts.replicas {
-                    self.await_replicas(&mut conn, keys, token, replicas, timeout)?;
+                if let Some(ack) = opts.replicas
+                    && let Err(e) = self.await_replicas(&mut conn, name, ack)
+                {
+                    self.undo_acquire(conn, name, keys, token);
+                    return Err(e);
                 }
                 Ok(Attempt::Acquired { fence })
             }
@@ -148,31 +164,78 @@ impl Inner {
         }
     }
 
-    /// `WAIT` on the connection that wrote the lock: it counts the replicas that have
-    /// processed everything this connection wrote. Not enough of them: release and fail.
-    fn await_replicas(
-        &self,
-        conn: &mut PooledConn,
-        keys: &LockKeys,
-        token: &str,
-        required: u32,
-        timeout: Duration,
-    ) -> Result<()> {
-        self.requests.fetch_add(1, Ordering::Relaxed);
-        let acked: i64 = redis::cmd("WAIT")
-            .arg(required)
-            .arg(ms(timeout).max(1))
-            .query(conn.con())?;
+    /// `WAIT` (or `WAITAOF`) on the connection that wrote the lock: it counts the replicas
+    /// that have processed (or fsynced) everything this connection wrote. The reply may take
+    /// the whole `timeout`, so the connection's reply timeout is raised for it.
+    fn await_replicas(&self, conn: &mut PooledConn, name: &str, ack: ReplicaAck) -> Result<()> {
+        let timeout_ms = ms(ack.timeout).max(1);
+        let mut acked = None;
+        if ack.fsync && self.waitaof.load(Ordering::Relaxed) != WAITAOF_NO {
+            self.requests.fetch_add(1, Ordering::Relaxed);
+            let cmd = redis::cmd("WAITAOF")
+                .arg(0)
+                .arg(ack.count)
+                .arg(timeout_ms)
+                .to_owned();
+            match conn.blocking_query::<(i64, i64)>(&cmd, ack.timeout) {
+                Ok((_local, replicas)) => {
+                    self.waitaof.store(WAITAOF_YES, Ordering::Relaxed);
+                    acked = Some(replicas);
+                }
+                Err(e) if is_unknown_command(&e) => {
+                    if self.waitaof.swap(WAITAOF_NO, Ordering::Relaxed) != WAITAOF_NO {
+                        tracing::warn!(
+                            target: "redis_lock",
+                            "the redis server has no WAITAOF (it needs redis 7.2); replica acknowledgement falls back to WAIT: replicas hold the lock in memory, not necessarily on disk"
+                        );
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let acked = match acked {
+            Some(n) => n,
+            None => {
+                self.requests.fetch_add(1, Ordering::Relaxed);
+                let cmd = redis::cmd("WAIT").arg(ack.count).arg(timeout_ms).to_owned();
+                conn.blocking_query::<i64>(&cmd, ack.timeout)?
+            }
+        };
         let acked = u32::try_from(acked).unwrap_or(0);
-        if acked >= required {
+        if acked >= ack.count {
             return Ok(());
         }
-        let _ = self.release(keys, token);
         Err(Error::ReplicaAck {
-            key: keys.lock.clone(),
-            required,
+            key: name.to_owned(),
+            required: ack.count,
             acked,
         })
+    }
+
+    /// Deletes a lock this call wrote but cannot hand out (replicas did not acknowledge it),
+    /// ignoring any minimum hold. Uses the same connection when it still works, so a pool of
+    /// one does not wait for a second connection.
+    fn undo_acquire(&self, mut conn: PooledConn, name: &str, keys: &LockKeys, token: &str) {
+        let run = |conn: &mut PooledConn| -> Result<i64> {
+            Ok(scripts::RELEASE
+                .key(&keys.lock)
+                .key(&keys.signal)
+                .arg(token)
+                .arg(1)
+                .invoke(conn.con())?)
+        };
+        let result = if conn.con().is_open() {
+            self.requests.fetch_add(1, Ordering::Relaxed);
+            run(&mut conn)
+        } else {
+            // The connection broke (the WAIT timed out or was cut): it goes back to be dropped.
+            drop(conn);
+            self.conn().and_then(|mut fresh| run(&mut fresh))
+        };
+        match result {
+            Ok(_) => tracing::debug!(target: "redis_lock", key = name, "acquisition undone: replicas did not acknowledge it"),
+            Err(error) => tracing::warn!(target: "redis_lock", key = name, %error, "undoing an unacknowledged acquisition failed; the lock expires with its ttl"),
+        }
     }
 
     pub(crate) fn renew(&self, keys: &LockKeys, token: &str, ttl: Duration) -> Result<Renewal> {
@@ -304,6 +367,14 @@ impl Inner {
                 format!("longer than {MAX_TTL:?}"),
             ));
         }
+        if let Some(ack) = opts.replicas
+            && ack.timeout > MAX_TTL
+        {
+            return Err(Error::invalid(
+                "replicas",
+                format!("the acknowledgement timeout is longer than {MAX_TTL:?}"),
+            ));
+        }
         if opts
             .metadata
             .as_ref()
@@ -327,7 +398,7 @@ impl Inner {
         loop {
             attempt += 1;
             let sent = Instant::now();
-            match self.attempt(&keys, &token, ttl, opts)? {
+            match self.attempt(name, &keys, &token, ttl, opts)? {
                 Attempt::Acquired { fence } => {
                     let lease = self.hold(name, keys, token, fence, ttl, sent, opts)?;
                     tracing::debug!(

@@ -55,7 +55,16 @@ pub struct LockOptions {
     pub(crate) max_hold: Option<Duration>,
     pub(crate) on_lost: Option<LostCallback>,
     pub(crate) reentrant: bool,
-    pub(crate) replicas: Option<(u32, Duration)>,
+    pub(crate) replicas: Option<ReplicaAck>,
+}
+
+/// What an acquisition waits for after writing the lock (see [`LockOptions::replicas`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ReplicaAck {
+    pub(crate) count: u32,
+    pub(crate) timeout: Duration,
+    /// `WAITAOF` (written to the replicas' append-only files) instead of `WAIT` (in memory).
+    pub(crate) fsync: bool,
 }
 
 impl std::fmt::Debug for LockOptions {
@@ -150,11 +159,38 @@ impl LockOptions {
     }
 
     /// Require `replicas` replicas to acknowledge the acquisition within `timeout` (Redis
-    /// `WAIT`), so that a failover right after acquiring does not hand the lock to a second
-    /// holder. Without the acknowledgement the lock is released and the call fails with
-    /// [`Error::ReplicaAck`](crate::Error::ReplicaAck). Defaults to no acknowledgement.
+    /// `WAIT`, on the connection that wrote the lock), so that a failover right after acquiring
+    /// does not hand the lock to a second holder. Without the acknowledgement the lock is
+    /// deleted (a minimum hold does not apply: the caller never held it) and the call fails
+    /// with [`Error::ReplicaAck`](crate::Error::ReplicaAck). `timeout` is at most
+    /// [`MAX_TTL`]. Zero replicas turns the option off. Defaults to no acknowledgement.
+    ///
+    /// This narrows the failover window; it does not close it: Redis replication stays
+    /// asynchronous, and a replica that acknowledged can still lose the lock if it restarts
+    /// without persistence. See `SAFETY.md`.
     pub fn replicas(mut self, replicas: u32, timeout: Duration) -> Self {
-        self.replicas = (replicas > 0).then_some((replicas, timeout));
+        self.replicas = (replicas > 0).then_some(ReplicaAck {
+            count: replicas,
+            timeout,
+            fsync: false,
+        });
+        self
+    }
+
+    /// Like [`replicas`](Self::replicas), but the replicas must have written the acquisition to
+    /// their append-only file and fsynced it (`WAITAOF 0 <replicas> <timeout>`), so the lock
+    /// (and its fencing counter) also survives a replica that restarts. Only replicas running
+    /// with `appendonly yes` count.
+    ///
+    /// `WAITAOF` exists from Redis 7.2 on. Each client finds out once, from the first reply,
+    /// whether its server has it; on an older server it falls back to `WAIT` (the replicas
+    /// hold the lock in memory, not necessarily on disk) and logs a warning once.
+    pub fn replicas_fsynced(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.replicas = (replicas > 0).then_some(ReplicaAck {
+            count: replicas,
+            timeout,
+            fsync: true,
+        });
         self
     }
 }

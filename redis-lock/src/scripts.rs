@@ -66,7 +66,8 @@ pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| {
 
 /// Release (compare token, then delete and wake one waiter; or, inside the minimum hold, give
 /// up ownership but keep the key until `hold_until`).
-/// KEYS: lock, signal. ARGV: token.
+/// KEYS: lock, signal. ARGV: token, and optionally `1` to delete even inside the minimum hold
+/// (an acquisition undone because replicas did not acknowledge it was never held).
 /// Returns `1` released, `2` released but kept until the minimum hold has passed, `0` late
 /// (the key was already gone), `-1` lost (another owner, or another type, is there now).
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
@@ -78,7 +79,7 @@ pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
         "if h[1] ~= ARGV[1] then return -1 end\n",
         now_ms!(),
         "local left = (tonumber(h[2]) or 0) - now_ms\n",
-        "if left > 0 then\n",
+        "if left > 0 and ARGV[2] ~= '1' then\n",
         "  redis.call('HSET', KEYS[1], 'token', '')\n",
         "  redis.call('PEXPIRE', KEYS[1], left)\n",
         "  return 2\n",

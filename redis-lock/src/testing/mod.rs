@@ -2,8 +2,10 @@
 //!
 //! Each [`RedisServer`] runs its own `redis-server` on a free port on 127.0.0.1, in a
 //! temporary directory, with persistence off, and is killed when dropped. Tests can kill,
-//! pause (`SIGSTOP`), resume and restart it to exercise failures. The binary is
-//! `$REDIS_LOCK_SERVER_BIN` if set, else `redis-server` from `PATH`.
+//! pause (`SIGSTOP`), resume and restart it to exercise failures, start replicas of it
+//! ([`RedisServer::start_replica_of`]), and put a [`TcpProxy`] in front of it to slow down,
+//! stall or cut connections. The binary is `$REDIS_LOCK_SERVER_BIN` if set, else
+//! `redis-server` from `PATH`.
 //!
 //! ```no_run
 //! use redis_lock::testing::RedisServer;
@@ -17,6 +19,9 @@
 // Test support panics with a clear message instead of making every test unwrap.
 #![allow(clippy::panic)]
 
+mod proxy;
+mod replica;
 mod server;
 
+pub use proxy::TcpProxy;
 pub use server::{RedisServer, free_port, server_binary};

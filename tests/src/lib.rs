@@ -6,7 +6,10 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use redis_lock::LockClient;
-pub use redis_lock::testing::{RedisServer, free_port};
+pub use redis_lock::testing::{RedisServer, TcpProxy, free_port};
+
+pub mod fenced;
+pub mod holder;
 
 /// A lock client for `server` with timeouts short enough for tests.
 pub fn client(server: &RedisServer) -> LockClient {

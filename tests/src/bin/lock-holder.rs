@@ -3,15 +3,23 @@
 //! ```text
 //! lock-holder hold URL KEY TTL_MS WATCHDOG(on|off)
 //!     acquires KEY, prints "ACQUIRED <fencing token>", then obeys stdin lines:
-//!     "check" -> "HELD" | "LOST <reason>";  "release" -> "RELEASED <outcome>";  EOF -> exit
+//!     "check" -> "HELD" | "LOST <reason>";  "release" -> "RELEASED <outcome>";
+//!     "write PATH ENTRY" -> "WRITTEN" | "REJECTED <highest>" (a `FencedStore` write with the
+//!     guard's fencing token);  EOF -> exit
 //! lock-holder count URL KEY ITERATIONS
 //!     ITERATIONS times: lock KEY, GET counter, SET counter+1, unlock; then prints "DONE"
+//! lock-holder churn URL KEY DIR THREADS ITERATIONS TTL_MS
+//!     THREADS threads, ITERATIONS times each: lock KEY; append "enter T PID TID" to
+//!     DIR/raw.log; two writes with token T to the fenced store DIR/store.log; append
+//!     "exit T PID TID"; release. Prints "UNCLEAN T <outcome>" for a release that was not
+//!     clean, then "DONE".
 //! ```
 
 use std::io::{BufRead, Write};
 use std::time::Duration;
 
-use redis_lock::{LockClient, LockOptions};
+use redis_lock::{LockClient, LockOptions, ReleaseOutcome};
+use redis_lock_tests::fenced::FencedStore;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -21,6 +29,14 @@ fn main() {
             hold(url, key, ttl_ms.parse().unwrap(), *watchdog == "on")
         }
         ["count", url, key, iterations] => count(url, key, iterations.parse().unwrap()),
+        ["churn", url, key, dir, threads, iterations, ttl_ms] => churn(
+            url,
+            key,
+            dir,
+            threads.parse().unwrap(),
+            iterations.parse().unwrap(),
+            ttl_ms.parse().unwrap(),
+        ),
         _ => {
             eprintln!("usage: lock-holder hold URL KEY TTL_MS on|off | count URL KEY N");
             std::process::exit(2);
@@ -42,6 +58,7 @@ fn hold(url: &str, key: &str, ttl_ms: u64, watchdog: bool) {
         .wait(Duration::from_secs(30));
     let guard = locks.acquire_with(key, &opts).unwrap();
     say(&format!("ACQUIRED {}", guard.fencing_token()));
+    let guard_token = Some(guard.fencing_token());
     let mut guard = Some(guard);
     for line in std::io::stdin().lock().lines().map_while(Result::ok) {
         match line.trim() {
@@ -55,6 +72,20 @@ fn hold(url: &str, key: &str, ttl_ms: u64, watchdog: bool) {
                 Some(Err(e)) => say(&format!("ERROR {e}")),
                 None => say("RELEASED already"),
             },
+            cmd if cmd.starts_with("write ") => {
+                let mut parts = cmd.splitn(3, ' ').skip(1);
+                let (Some(path), entry) = (parts.next(), parts.next().unwrap_or("")) else {
+                    say("?");
+                    continue;
+                };
+                // A stale writer does not check first: the store has to stop it.
+                let token = guard_token.unwrap_or(0);
+                match FencedStore::new(path).write(token, entry) {
+                    Ok(Ok(())) => say("WRITTEN"),
+                    Ok(Err(rejected)) => say(&format!("REJECTED {}", rejected.highest)),
+                    Err(e) => say(&format!("ERROR {e}")),
+                }
+            }
             "exit" => break,
             _ => say("?"),
         }
@@ -79,6 +110,51 @@ fn count(url: &str, key: &str, iterations: u32) {
             .query::<()>(&mut redis)
             .unwrap();
         drop(guard);
+    }
+    say("DONE");
+}
+
+fn churn(url: &str, key: &str, dir: &str, threads: u32, iterations: u32, ttl_ms: u64) {
+    let locks: LockClient = redis_lock_tests::client_for(url);
+    let dir = std::path::PathBuf::from(dir);
+    let store = FencedStore::new(dir.join("store.log"));
+    let raw = std::sync::Arc::new(
+        std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(dir.join("raw.log"))
+            .unwrap(),
+    );
+    let pid = std::process::id();
+    let workers: Vec<_> = (0..threads)
+        .map(|tid| {
+            let (locks, store, raw, key) = (locks.clone(), store.clone(), raw.clone(), key.to_owned());
+            std::thread::spawn(move || {
+                let log = |line: String| (&*raw).write_all(line.as_bytes()).unwrap();
+                let opts = LockOptions::new()
+                    .ttl(Duration::from_millis(ttl_ms))
+                    .wait(Duration::from_secs(60));
+                for i in 0..iterations {
+                    let guard = locks.acquire_with(&key, &opts).unwrap();
+                    let t = guard.fencing_token();
+                    log(format!("enter {t} {pid} {tid}\n"));
+                    let a = store.write(t, &format!("{pid} {tid} {i} a")).unwrap();
+                    std::thread::sleep(Duration::from_millis(1));
+                    let b = store.write(t, &format!("{pid} {tid} {i} b")).unwrap();
+                    if a.is_err() || b.is_err() {
+                        say(&format!("REJECTED {t}"));
+                    }
+                    log(format!("exit {t} {pid} {tid}\n"));
+                    match guard.release() {
+                        Ok(ReleaseOutcome::Released) => {}
+                        other => say(&format!("UNCLEAN {t} {other:?}")),
+                    }
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
     }
     say("DONE");
 }

@@ -1,0 +1,502 @@
+//! Fault injection against real redis-server processes and real OS processes: paused holders
+//! fenced off, Redis killed / paused / restarted, connections cut, the pool exhausted, and a
+//! multi-process mutual-exclusion checker with holders killed at random.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use redis_lock::{Error, LockClient, LostReason, ReleaseOutcome};
+use redis_lock_tests::fenced::{FencedStore, Rejected};
+use redis_lock_tests::holder::Holder;
+use redis_lock_tests::{RedisServer, TcpProxy, client, client_for, wait_until};
+
+const HOLDER: &str = env!("CARGO_BIN_EXE_lock-holder");
+const LINE: Duration = Duration::from_secs(10);
+
+fn token_of(line: &str) -> u64 {
+    line.rsplit(' ').next().unwrap().parse().unwrap()
+}
+
+#[test]
+fn paused_holder_is_fenced_off_and_its_release_leaves_the_new_lock_alone() {
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let store_path = dir.path().join("store.log");
+    let store = FencedStore::new(&store_path);
+    let store_arg = store_path.to_str().unwrap();
+
+    let mut first = Holder::spawn(HOLDER, &["hold", &server.url(), "job", "600", "on"]);
+    let t1 = token_of(&first.expect("ACQUIRED", LINE).unwrap());
+    first.send(&format!("write {store_arg} first-holder"));
+    first.expect("WRITTEN", LINE).unwrap();
+
+    // The holder freezes (GC pause, swap, SIGSTOP) past its TTL: its watchdog cannot renew.
+    first.signal(libc::SIGSTOP);
+    let locks = client(&server);
+    let second = locks
+        .try_lock_for("job", Duration::from_secs(5))
+        .unwrap()
+        .expect("the paused holder's lock expires after its TTL");
+    let t2 = second.fencing_token();
+    assert!(t2 > t1, "{t2} > {t1}");
+    assert_eq!(store.write(t2, "second-holder").unwrap(), Ok(()));
+
+    // It wakes up and, not having looked at the lock, writes: the store rejects it.
+    first.signal(libc::SIGCONT);
+    first.send(&format!("write {store_arg} stale"));
+    assert_eq!(
+        first.expect("REJECTED", LINE).unwrap(),
+        format!("REJECTED {t2}")
+    );
+    // Its next check reports the loss, and its release says "lost" ...
+    first.send("check");
+    assert!(first.expect("", LINE).unwrap().starts_with("LOST"));
+    first.send("release");
+    assert_eq!(first.expect("RELEASED", LINE).unwrap(), "RELEASED Lost");
+    assert!(first.finish(LINE));
+    // ... without touching the second holder's lock.
+    let info = locks.inspect("job").unwrap().unwrap();
+    assert_eq!(info.fencing_token, t2);
+    assert!(info.owned);
+    assert!(second.remaining_ttl().unwrap().is_some());
+    assert_eq!(second.release().unwrap(), ReleaseOutcome::Released);
+
+    let entries: Vec<_> = store.entries().unwrap();
+    assert_eq!(
+        entries,
+        vec![
+            (t1, "first-holder".to_owned()),
+            (t2, "second-holder".to_owned())
+        ]
+    );
+    assert_eq!(
+        store.write(t1, "again").unwrap(),
+        Err(Rejected { highest: t2 })
+    );
+}
+
+#[test]
+fn redis_killed_while_held_then_restarted() {
+    let mut server = RedisServer::start();
+    let locks = client(&server);
+    let losses = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::clone(&losses);
+    let guard = locks
+        .options("outage")
+        .ttl(Duration::from_millis(800))
+        .on_lost(move |e| {
+            assert_eq!(e.reason, LostReason::RenewalFailed);
+            seen.fetch_add(1, Ordering::SeqCst);
+        })
+        .acquire()
+        .unwrap();
+    let killed = Instant::now();
+    server.kill();
+    // The watchdog keeps retrying until the lock would have expired, then reports the loss.
+    assert!(wait_until(Duration::from_secs(5), || guard.is_lost()));
+    let noticed = killed.elapsed();
+    assert!(noticed < Duration::from_secs(3), "{noticed:?}");
+    assert!(wait_until(Duration::from_secs(1), || losses
+        .load(Ordering::SeqCst)
+        == 1));
+    assert!(matches!(
+        guard.ensure_held(),
+        Err(Error::Lost {
+            reason: LostReason::RenewalFailed,
+            ..
+        })
+    ));
+    // While Redis is down, calls fail with a connection error (not a hang, not a panic).
+    let start = Instant::now();
+    let err = locks.try_lock("outage").unwrap_err();
+    assert!(err.is_connection_error(), "{err}");
+    assert!(start.elapsed() < Duration::from_secs(3));
+
+    server.restart();
+    // The pool reconnects: the lock (gone with the restart) can be taken again.
+    let next = locks.try_lock("outage").unwrap().expect("free after the restart");
+    assert!(!next.is_lost());
+    assert_eq!(guard.release().unwrap(), ReleaseOutcome::Lost);
+    assert_eq!(next.release().unwrap(), ReleaseOutcome::Released);
+    assert_eq!(losses.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn paused_redis_fails_operations_within_the_io_timeout() {
+    let server = RedisServer::start();
+    let io_timeout = Duration::from_millis(300);
+    let locks = LockClient::builder(&server.url())
+        .io_timeout(io_timeout)
+        .connect_timeout(io_timeout)
+        .build()
+        .unwrap();
+    locks.ping().unwrap(); // one pooled connection
+    let cold = LockClient::builder(&server.url())
+        .io_timeout(io_timeout)
+        .connect_timeout(io_timeout)
+        .build()
+        .unwrap();
+    server.pause();
+    for (name, client) in [("warm", &locks), ("cold", &cold)] {
+        let start = Instant::now();
+        let err = client
+            .options("frozen")
+            .ttl(Duration::from_millis(500))
+            .try_acquire()
+            .unwrap_err();
+        let took = start.elapsed();
+        assert!(err.is_connection_error(), "{name}: {err}");
+        assert!(took < io_timeout * 5, "{name}: {took:?}");
+    }
+    server.resume();
+    // The timed-out connection was dropped, not reused: its late reply (to the acquisition
+    // sent while Redis was frozen) is not read as the answer to the next command.
+    let other = locks.try_lock("other").unwrap().unwrap();
+    assert_eq!(other.key(), "other");
+    let info = locks.inspect("other").unwrap().unwrap();
+    assert_eq!(info.fencing_token, other.fencing_token());
+}
+
+#[test]
+fn acquisition_whose_reply_timed_out_may_still_hold_the_lock_until_its_ttl() {
+    let server = RedisServer::start();
+    let proxy = TcpProxy::start(server.port()).unwrap();
+    let locks = LockClient::builder(&proxy.url())
+        .io_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    // Warm the connection and Redis's script cache (a NOSCRIPT reply would stop the attempt).
+    assert_eq!(cycles(&locks, 1), 0);
+    // The request reaches Redis after 200 ms and runs; the reply would come back after 400 ms,
+    // past the 300 ms reply timeout.
+    proxy.set_latency(Duration::from_millis(200));
+    let err = locks
+        .options("phantom")
+        .ttl(Duration::from_millis(700))
+        .try_acquire()
+        .unwrap_err();
+    assert!(err.is_connection_error(), "{err}");
+    proxy.set_latency(Duration::ZERO);
+    let direct = client(&server);
+    let info = direct.inspect("phantom").unwrap().expect("Redis ran it");
+    assert_eq!(info.pid, std::process::id());
+    // Nobody knows its token, so nobody renews it: it frees up when its TTL runs out.
+    let start = Instant::now();
+    let next = direct
+        .try_lock_for("phantom", Duration::from_secs(3))
+        .unwrap()
+        .expect("free after the TTL");
+    assert!(start.elapsed() < Duration::from_secs(2));
+    assert!(next.fencing_token() > info.fencing_token);
+}
+
+/// Client ids of the server's `normal` connections, except the one asking.
+fn client_ids(probe: &mut redis::Connection) -> HashSet<u64> {
+    let me: u64 = redis::cmd("CLIENT").arg("ID").query(probe).unwrap();
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .arg("TYPE")
+        .arg("normal")
+        .query(probe)
+        .unwrap();
+    list.lines()
+        .filter_map(|l| l.strip_prefix("id="))
+        .filter_map(|l| l.split(' ').next()?.parse().ok())
+        .filter(|id| *id != me)
+        .collect()
+}
+
+/// Runs `n` short lock cycles one after another; returns how many failed and whether every
+/// failure was a connection error.
+fn cycles(locks: &LockClient, n: usize) -> usize {
+    let mut failed = 0;
+    for i in 0..n {
+        match locks.try_lock(&format!("cycle{i}")) {
+            Ok(Some(g)) => assert_eq!(g.release().unwrap(), ReleaseOutcome::Released),
+            Ok(None) => panic!("cycle{i} was busy"),
+            Err(e) => {
+                assert!(e.is_connection_error(), "{e}");
+                failed += 1;
+            }
+        }
+    }
+    failed
+}
+
+#[test]
+fn client_kill_leaves_no_broken_connection_in_the_pool() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    // Several connections open at once: three guards held by three threads.
+    let guards: Vec<_> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..3)
+            .map(|i| {
+                let locks = &locks;
+                s.spawn(move || {
+                    locks
+                        .options(&format!("held{i}"))
+                        .ttl(Duration::from_secs(1))
+                        .acquire()
+                        .unwrap()
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut probe = server.connection();
+    let before = client_ids(&mut probe);
+    assert!(!before.is_empty());
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("normal")
+        .query(&mut probe)
+        .unwrap();
+    assert_eq!(usize::try_from(killed).unwrap(), before.len());
+
+    // Each cut connection fails at most once, then is dropped; after that everything works.
+    let failed = cycles(&locks, 10);
+    assert!(
+        (1..=before.len()).contains(&failed),
+        "{failed} failures for {} cut connections",
+        before.len()
+    );
+    assert_eq!(cycles(&locks, 10), 0);
+    // The watchdogs got through too (a failed renewal is retried on a new connection):
+    // the guards were not lost.
+    std::thread::sleep(Duration::from_millis(1200));
+    for g in &guards {
+        assert!(!g.is_lost(), "{g:?}");
+    }
+    // No connection from before the cut is left.
+    let after = client_ids(&mut probe);
+    assert!(!after.is_empty());
+    assert!(after.is_disjoint(&before), "{before:?} {after:?}");
+    for g in guards {
+        assert_eq!(g.release().unwrap(), ReleaseOutcome::Released);
+    }
+}
+
+#[test]
+fn connections_cut_mid_operation_by_a_proxy_are_replaced() {
+    let server = RedisServer::start();
+    let proxy = TcpProxy::start(server.port()).unwrap();
+    let locks = client_for(&proxy.url());
+    assert_eq!(cycles(&locks, 3), 0);
+    let accepted = proxy.accepted();
+    // Slow every packet down so that the next acquisition is in flight when the cut comes.
+    proxy.set_latency(Duration::from_millis(300));
+    let cutter = std::thread::scope(|s| {
+        let op = s.spawn(|| {
+            let start = Instant::now();
+            (locks.try_lock("mid"), start.elapsed())
+        });
+        assert!(wait_until(Duration::from_secs(2), || proxy.open_connections() > 0));
+        std::thread::sleep(Duration::from_millis(100));
+        let cut = proxy.drop_connections();
+        let (result, took) = op.join().unwrap();
+        let err = result.expect_err("the connection was cut mid-operation");
+        assert!(err.is_connection_error(), "{err}");
+        assert!(took < Duration::from_secs(2), "{took:?}");
+        cut
+    });
+    assert!(cutter >= 1);
+    proxy.set_latency(Duration::ZERO);
+    assert_eq!(cycles(&locks, 10), 0);
+    assert!(proxy.accepted() > accepted, "a new connection was made");
+}
+
+#[test]
+fn exhausted_pool_fails_with_a_pool_error_instead_of_hanging() {
+    let server = RedisServer::start();
+    let proxy = TcpProxy::start(server.port()).unwrap();
+    let locks = LockClient::builder(&proxy.url())
+        .pool_size(1)
+        .pool_timeout(Duration::from_millis(300))
+        .io_timeout(Duration::from_secs(3))
+        .build()
+        .unwrap();
+    locks.ping().unwrap();
+    // The proxy stalls: the only connection is taken by a call that waits for its reply.
+    proxy.stall(true);
+    std::thread::scope(|s| {
+        let stuck = s.spawn(|| locks.try_lock("a"));
+        assert!(wait_until(Duration::from_secs(2), || locks
+            .request_count()
+            >= 2));
+        let start = Instant::now();
+        let err = locks.try_lock("b").unwrap_err();
+        let took = start.elapsed();
+        assert!(matches!(err, Error::Pool(_)), "{err}");
+        assert!(
+            took >= Duration::from_millis(300) && took < Duration::from_secs(2),
+            "{took:?}"
+        );
+        proxy.stall(false);
+        // The stuck call completes once the proxy forwards again.
+        assert!(stuck.join().unwrap().unwrap().is_some());
+    });
+}
+
+/// A small deterministic generator for the fault schedule; the seed is printed so a failing
+/// schedule can be replayed with `REDIS_LOCK_FAULT_SEED`.
+struct Schedule(u64);
+
+impl Schedule {
+    fn new() -> Schedule {
+        let seed = std::env::var("REDIS_LOCK_FAULT_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .subsec_nanos()
+                    .into()
+            });
+        eprintln!("fault schedule seed: REDIS_LOCK_FAULT_SEED={seed}");
+        Schedule(seed)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (self.0 >> 33) % n
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Event {
+    Enter(u64, u32, u32),
+    Exit(u64, u32, u32),
+}
+
+fn parse_raw(line: &str) -> Event {
+    let f: Vec<&str> = line.split(' ').collect();
+    let (t, p, d) = (
+        f[1].parse().unwrap(),
+        f[2].parse().unwrap(),
+        f[3].parse().unwrap(),
+    );
+    match f[0] {
+        "enter" => Event::Enter(t, p, d),
+        "exit" => Event::Exit(t, p, d),
+        other => panic!("bad log line {other:?}"),
+    }
+}
+
+#[test]
+fn mutual_exclusion_holds_while_holders_are_killed_and_paused_at_random() {
+    const PROCESSES: usize = 4;
+    const THREADS: &str = "3";
+    const ITERATIONS: &str = "15";
+    const TTL_MS: u64 = 300;
+    const KILLS: usize = 3;
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let (url, dir_arg) = (server.url(), dir.path().to_str().unwrap().to_owned());
+    let ttl_arg = TTL_MS.to_string();
+    let spawn = || {
+        Holder::spawn(
+            HOLDER,
+            &[
+                "churn", &url, "shared", &dir_arg, THREADS, ITERATIONS, &ttl_arg,
+            ],
+        )
+    };
+    let mut rng = Schedule::new();
+    let mut running: Vec<Holder> = (0..PROCESSES).map(|_| spawn()).collect();
+    let mut killed = HashSet::new();
+    let mut paused = None;
+    let started = Instant::now();
+    // KILLS holders killed (each replaced by a fresh process) and one paused past its TTL,
+    // at random moments and in random order.
+    let pause_at = rng.below(KILLS as u64 + 1);
+    for step in 0..=KILLS as u64 {
+        std::thread::sleep(Duration::from_millis(50 + rng.below(250)));
+        let i = usize::try_from(rng.below(running.len() as u64)).unwrap();
+        if step == pause_at {
+            running[i].signal(libc::SIGSTOP);
+            paused = Some(running[i].pid());
+            std::thread::sleep(Duration::from_millis(TTL_MS * 2));
+            running[i].signal(libc::SIGCONT);
+        } else {
+            running[i].kill();
+            killed.insert(running[i].pid());
+            running.swap_remove(i);
+            running.push(spawn());
+        }
+    }
+    for holder in &mut running {
+        let lines = holder
+            .lines_until("DONE", Duration::from_secs(90))
+            .expect("holder finished");
+        if Some(holder.pid()) != paused {
+            // A holder that was never paused always released a lock it still held.
+            let unclean: Vec<_> = lines.iter().filter(|l| !l.starts_with("DONE")).collect();
+            assert!(unclean.is_empty(), "pid {}: {unclean:?}", holder.pid());
+        }
+        assert!(holder.finish(LINE));
+    }
+    let elapsed = started.elapsed();
+
+    // 1. The raw log (written without fencing): among holders that were never paused, every
+    // "enter" is followed by its own "exit", unless its process was killed while holding.
+    let raw = std::fs::read_to_string(dir.path().join("raw.log")).unwrap();
+    let mut open: Option<(u64, u32, u32)> = None;
+    let mut exits = 0;
+    let mut killed_holding = 0;
+    for event in raw.lines().map(parse_raw) {
+        let pid = match event {
+            Event::Enter(_, p, _) | Event::Exit(_, p, _) => p,
+        };
+        if Some(pid) == paused {
+            continue;
+        }
+        match event {
+            Event::Enter(t, p, d) => {
+                if let Some((ot, op, _)) = open {
+                    assert!(
+                        killed.contains(&op),
+                        "overlap: token {t} (pid {p}) entered while {ot} (pid {op}) held the lock"
+                    );
+                    assert!(t > ot);
+                    killed_holding += 1;
+                }
+                open = Some((t, p, d));
+            }
+            Event::Exit(t, p, d) => {
+                assert_eq!(open, Some((t, p, d)), "exit without its enter");
+                open = None;
+                exits += 1;
+            }
+        }
+    }
+    // Every process still running at the end did all its cycles.
+    assert!(exits >= PROCESSES * 3 * 15 - 3 * 15, "{exits} cycles");
+
+    // 2. The fenced store: tokens never go down, and each token belongs to one holder.
+    let entries = FencedStore::new(dir.path().join("store.log"))
+        .entries()
+        .unwrap();
+    assert!(entries.len() >= exits * 2);
+    eprintln!(
+        "checker: {} processes, {} killed, pid {paused:?} paused, {exits} clean cycles, {killed_holding} killed while holding, {} fenced writes, {elapsed:?}",
+        PROCESSES + KILLS,
+        killed.len(),
+        entries.len()
+    );
+    let mut owner = std::collections::HashMap::new();
+    for pair in entries.windows(2) {
+        assert!(pair[0].0 <= pair[1].0, "{pair:?}");
+    }
+    for (token, entry) in &entries {
+        let who: Vec<&str> = entry.split(' ').take(2).collect();
+        let first = owner.entry(*token).or_insert_with(|| who.clone());
+        assert_eq!(*first, who, "token {token} used by two holders");
+    }
+}

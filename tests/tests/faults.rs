@@ -418,7 +418,15 @@ fn mutual_exclusion_holds_while_holders_are_killed_and_paused_at_random() {
     let pause_at = rng.below(KILLS as u64 + 1);
     for step in 0..=KILLS as u64 {
         std::thread::sleep(Duration::from_millis(50 + rng.below(250)));
-        let i = usize::try_from(rng.below(running.len() as u64)).unwrap();
+        // Prefer the process holding the lock right now, so kills and the pause hit holders.
+        let holder_pid = client(&server)
+            .inspect("shared")
+            .unwrap()
+            .map(|info| info.pid);
+        let i = running
+            .iter()
+            .position(|h| Some(h.pid()) == holder_pid)
+            .unwrap_or_else(|| usize::try_from(rng.below(running.len() as u64)).unwrap());
         if step == pause_at {
             running[i].signal(libc::SIGSTOP);
             paused = Some(running[i].pid());

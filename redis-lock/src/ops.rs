@@ -158,6 +158,12 @@ impl Inner {
             -2 => Err(Error::WrongType {
                 redis_key: keys.lock.clone(),
             }),
+            -3 => Err(Error::WrongType {
+                redis_key: keys.fence.clone(),
+            }),
+            -4 => Err(Error::WrongType {
+                redis_key: keys.signal.clone(),
+            }),
             _ => Ok(Attempt::Busy {
                 holder_ttl: u64::try_from(value).ok().map(Duration::from_millis),
             }),
@@ -262,6 +268,11 @@ impl Inner {
         Ok(match r {
             1 | 2 => ReleaseOutcome::Released,
             0 => ReleaseOutcome::Late,
+            -4 => {
+                return Err(Error::WrongType {
+                    redis_key: keys.signal.clone(),
+                });
+            }
             _ => ReleaseOutcome::Lost,
         })
     }
@@ -317,6 +328,9 @@ impl Inner {
         match v.as_slice() {
             [] => Ok(None),
             [host, pid] => Ok(Some((host.clone(), pid.parse().unwrap_or(0)))),
+            [code] if code == "-4" => Err(Error::WrongType {
+                redis_key: keys.signal,
+            }),
             _ => Err(Error::WrongType {
                 redis_key: keys.lock,
             }),

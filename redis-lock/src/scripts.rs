@@ -31,9 +31,15 @@ macro_rules! now_ms {
 /// Acquire.
 /// KEYS: lock, fence, signal. ARGV: token, ttl_ms, host, pid, meta, min_hold_ms.
 /// Returns `{1, fence}` when acquired, `{0, pttl}` when held by someone else (pttl is `-1` for a
-/// lock without expiry), `{-2, 0}` when the lock key holds another type.
+/// lock without expiry), `{-2, 0}` when the lock key holds another type, `{-3, 0}` when the
+/// fence key does, `{-4, 0}` when the signal key does. The types are checked before anything
+/// is written: a script that fails half-way keeps what it wrote.
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
+        "local fk = redis.call('TYPE', KEYS[2])['ok']\n",
+        "if fk ~= 'none' and fk ~= 'string' then return {-3, 0} end\n",
+        "local sk = redis.call('TYPE', KEYS[3])['ok']\n",
+        "if sk ~= 'none' and sk ~= 'list' then return {-4, 0} end\n",
         "local kind = redis.call('TYPE', KEYS[1])['ok']\n",
         "if kind == 'none' then\n",
         now_ms!(),
@@ -69,7 +75,8 @@ pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| {
 /// KEYS: lock, signal. ARGV: token, and optionally `1` to delete even inside the minimum hold
 /// (an acquisition undone because replicas did not acknowledge it was never held).
 /// Returns `1` released, `2` released but kept until the minimum hold has passed, `0` late
-/// (the key was already gone), `-1` lost (another owner, or another type, is there now).
+/// (the key was already gone), `-1` lost (another owner, or another type, is there now), `-4`
+/// the signal key holds another type (nothing was changed).
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         "local kind = redis.call('TYPE', KEYS[1])['ok']\n",
@@ -77,6 +84,8 @@ pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
         "if kind ~= 'hash' then return -1 end\n",
         "local h = redis.call('HMGET', KEYS[1], 'token', 'hold_until', 'ttl')\n",
         "if h[1] ~= ARGV[1] then return -1 end\n",
+        "local sk = redis.call('TYPE', KEYS[2])['ok']\n",
+        "if sk ~= 'none' and sk ~= 'list' then return -4 end\n",
         now_ms!(),
         "local left = (tonumber(h[2]) or 0) - now_ms\n",
         "if left > 0 and ARGV[2] ~= '1' then\n",
@@ -119,12 +128,15 @@ pub(crate) static OWNED_TTL: LazyLock<Script> = LazyLock::new(|| {
 });
 
 /// Operator's release: delete whatever lock is there and wake a waiter, returning who held it.
-/// KEYS: lock, signal. Returns `{}` when free, `{-2}` for another type, else `{host, pid}`.
+/// KEYS: lock, signal. Returns `{}` when free, `{-2}` when the lock key holds another type,
+/// `{-4}` when the signal key does (nothing changed), else `{host, pid}`.
 pub(crate) static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         "local kind = redis.call('TYPE', KEYS[1])['ok']\n",
         "if kind == 'none' then return {} end\n",
         "if kind ~= 'hash' then return {-2} end\n",
+        "local sk = redis.call('TYPE', KEYS[2])['ok']\n",
+        "if sk ~= 'none' and sk ~= 'list' then return {-4} end\n",
         "local h = redis.call('HMGET', KEYS[1], 'host', 'pid', 'ttl')\n",
         "redis.call('DEL', KEYS[1])\n",
         "if redis.call('LLEN', KEYS[2]) == 0 then redis.call('RPUSH', KEYS[2], 1) end\n",

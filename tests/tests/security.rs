@@ -1,0 +1,344 @@
+//! Security: owner tokens, nobody but the holder can renew or release, the minimal Redis ACL
+//! rule, and credentials kept out of `Debug`, `Display`, errors and log events.
+
+use std::collections::HashSet;
+use std::sync::{LazyLock, Mutex};
+use std::time::Duration;
+
+use redis_lock::{Error, LockClient, LostReason, ReleaseOutcome};
+use redis_lock_tests::{RedisServer, client, client_for, wait_until};
+
+// --- owner tokens ---------------------------------------------------------------------------
+
+#[test]
+fn owner_tokens_are_128_random_bits_and_never_repeat() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    const N: usize = 2000;
+    let tokens: Vec<String> = (0..N)
+        .map(|i| {
+            let guard = locks.try_lock(&format!("t{}", i % 4)).unwrap().unwrap();
+            guard.token().to_owned()
+        })
+        .collect();
+    let distinct: HashSet<&String> = tokens.iter().collect();
+    assert_eq!(distinct.len(), N);
+    let mut ones = [0usize; 128];
+    for t in &tokens {
+        assert_eq!(t.len(), 32, "{t}");
+        let bits = u128::from_str_radix(t, 16).unwrap();
+        for (i, count) in ones.iter_mut().enumerate() {
+            *count += usize::from(bits >> i & 1 == 1);
+        }
+    }
+    // Every one of the 128 bits varies like a coin (expected N/2 = 1000, standard deviation
+    // about 22): a counter, a timestamp or a short random part would leave bits stuck.
+    for (i, count) in ones.iter().enumerate() {
+        assert!((800..=1200).contains(count), "bit {i} set {count} times of {N}");
+    }
+    // The token is what the lock stores.
+    let guard = locks.try_lock("stored").unwrap().unwrap();
+    let stored: String = redis::cmd("HGET")
+        .arg("lock:{stored}")
+        .arg("token")
+        .query(&mut server.connection())
+        .unwrap();
+    assert_eq!(stored, guard.token());
+}
+
+#[test]
+fn a_client_with_a_stale_token_cannot_renew_or_release_the_current_lock() {
+    let server = RedisServer::start();
+    let stale_client = client(&server);
+    let stale = stale_client
+        .options("shared")
+        .ttl(Duration::from_millis(200))
+        .watchdog(false)
+        .acquire()
+        .unwrap();
+    let owner = client(&server);
+    let current = owner
+        .try_lock_for("shared", Duration::from_secs(5))
+        .unwrap()
+        .unwrap();
+    let hash = |s: &RedisServer| -> Vec<String> {
+        redis::cmd("HGETALL")
+            .arg("lock:{shared}")
+            .query(&mut s.connection())
+            .unwrap()
+    };
+    let before = hash(&server);
+    let ttl_before = current.remaining_ttl().unwrap().unwrap();
+    // The stale holder knows the key and has a real (old) token: the library's own renew and
+    // release scripts refuse it.
+    assert!(matches!(
+        stale.extend(Duration::from_secs(60)),
+        Err(Error::Lost {
+            reason: LostReason::TakenOver,
+            ..
+        })
+    ));
+    assert!(matches!(stale.remaining_ttl(), Err(Error::Lost { .. })));
+    assert_eq!(stale.release().unwrap(), ReleaseOutcome::Lost);
+    assert_eq!(hash(&server), before);
+    let ttl_after = current.remaining_ttl().unwrap().unwrap();
+    assert!(ttl_after <= ttl_before, "the stale extend did not extend it");
+    assert!(!current.is_lost());
+    assert_eq!(current.release().unwrap(), ReleaseOutcome::Released);
+}
+
+// --- ACL --------------------------------------------------------------------------------------
+
+/// The commands redis-lock sends: `EVALSHA` (and `SCRIPT LOAD` when the script cache is
+/// cold), `BLPOP` to wait, `WAIT` for replica acknowledgement, `PING` for `LockClient::ping`;
+/// and the commands its scripts run (scripts run with the caller's permissions).
+const COMMANDS: &[&str] = &[
+    "evalsha",
+    "script|load",
+    "blpop",
+    "wait",
+    "ping",
+    "type",
+    "time",
+    "incr",
+    "hset",
+    "hget",
+    "hmget",
+    "pexpire",
+    "pttl",
+    "del",
+    "llen",
+    "rpush",
+];
+
+fn acl_rule(commands: &[&str]) -> Vec<String> {
+    let mut rule: Vec<String> = ["on", ">locker-pass", "resetkeys", "~lock:*", "resetchannels", "-@all"]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+    rule.extend(commands.iter().map(|c| format!("+{c}")));
+    rule
+}
+
+fn admin(server: &RedisServer, args: &[&str]) -> redis::Value {
+    let mut c = redis::cmd(args[0]);
+    for a in &args[1..] {
+        c.arg(*a);
+    }
+    c.query(&mut server.connection()).unwrap()
+}
+
+/// Commands denied to `locker` since the last `ACL LOG RESET`.
+fn denied(server: &RedisServer) -> HashSet<String> {
+    let log: Vec<Vec<redis::Value>> = redis::cmd("ACL")
+        .arg("LOG")
+        .query(&mut server.connection())
+        .unwrap();
+    let text = |v: &redis::Value| match v {
+        redis::Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+        redis::Value::SimpleString(s) => s.clone(),
+        _ => String::new(),
+    };
+    log.iter()
+        .filter_map(|entry| {
+            let i = entry.iter().position(|v| text(v) == "object")?;
+            Some(text(&entry[i + 1]))
+        })
+        .collect()
+}
+
+/// Every operation of the library once: ping, acquire, extend, remaining TTL, inspect, a
+/// waiter woken by the release (BLOP), release, replica acknowledgement (WAIT), force release.
+fn workload(server: &RedisServer, url: &str) -> redis_lock::Result<()> {
+    let locks = client_for(url);
+    locks.ping()?;
+    let guard = locks
+        .options("acl")
+        .ttl(Duration::from_secs(5))
+        .wait(Duration::from_secs(1))
+        .acquire()?;
+    guard.extend(Duration::from_secs(6))?;
+    guard.remaining_ttl()?;
+    locks.inspect("acl")?;
+    let waiter = {
+        let other = client_for(url);
+        std::thread::spawn(move || {
+            other
+                .try_lock_for("acl", Duration::from_secs(2))
+                .map(|g| g.is_some())
+        })
+    };
+    // Release once the waiter blocks in BLPOP (or after a bounded wait if it cannot).
+    wait_until(Duration::from_secs(2), || {
+        server.info_field("clients", "blocked_clients").unwrap() == "1"
+    });
+    guard.release()?;
+    if !waiter.join().unwrap()? {
+        return Err(Error::Busy { key: "acl".into() });
+    }
+    match locks
+        .options("acked")
+        .replicas(1, Duration::from_millis(10))
+        .wait(Duration::ZERO)
+        .acquire()
+    {
+        Err(Error::ReplicaAck { .. }) => {}
+        Err(e) => return Err(e),
+        Ok(_) => panic!("no replica can acknowledge"),
+    }
+    locks.force_release("acl")?;
+    Ok(())
+}
+
+#[test]
+fn minimal_acl_rule_is_enough_and_every_command_in_it_is_needed() {
+    let server = RedisServer::start();
+    let url = format!("redis://locker:locker-pass@127.0.0.1:{}/", server.port());
+    let setuser = |commands: &[&str]| {
+        admin(&server, &["ACL", "DELUSER", "locker"]);
+        let rule = acl_rule(commands);
+        let mut args = vec!["ACL", "SETUSER", "locker"];
+        args.extend(rule.iter().map(String::as_str));
+        admin(&server, &args);
+        // A cold script cache (so SCRIPT LOAD is needed) and no leftovers: a script stopped
+        // half-way by a missing permission keeps what it wrote (say, a lock without TTL).
+        admin(&server, &["SCRIPT", "FLUSH"]);
+        admin(&server, &["FLUSHALL"]);
+        admin(&server, &["ACL", "LOG", "RESET"]);
+    };
+
+    setuser(COMMANDS);
+    workload(&server, &url).unwrap();
+    assert_eq!(denied(&server), HashSet::new());
+
+    // Keys outside `~lock:*` are refused by Redis, and the library reports it.
+    let other_ns = LockClient::builder(&url).namespace("other:").build().unwrap();
+    let err = other_ns.try_lock("x").unwrap_err();
+    assert!(matches!(err, Error::Redis(_)), "{err}");
+    assert!(err.to_string().contains("no permissions"), "{err}");
+
+    // Take any one command away and the workload runs into it.
+    for missing in COMMANDS {
+        let fewer: Vec<&str> = COMMANDS.iter().copied().filter(|c| c != missing).collect();
+        setuser(&fewer);
+        let _ = workload(&server, &url);
+        let seen = denied(&server);
+        assert!(seen.contains(*missing), "without {missing}: denied {seen:?}");
+    }
+}
+
+// --- credentials ------------------------------------------------------------------------------
+
+/// Every tracing event of this test binary, as text (all threads: the watchdog logs too).
+static EVENTS: LazyLock<Mutex<Vec<String>>> = LazyLock::new(|| Mutex::new(Vec::new()));
+
+struct Capture;
+
+struct Fields<'a>(&'a mut String);
+
+impl tracing::field::Visit for Fields<'_> {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        use std::fmt::Write;
+        let _ = write!(self.0, " {}={value:?}", field.name());
+    }
+}
+
+impl tracing::Subscriber for Capture {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, span: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        let mut text = format!("span {}", span.metadata().name());
+        span.record(&mut Fields(&mut text));
+        EVENTS.lock().unwrap().push(text);
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, values: &tracing::span::Record<'_>) {
+        let mut text = String::from("record");
+        values.record(&mut Fields(&mut text));
+        EVENTS.lock().unwrap().push(text);
+    }
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        let mut text = format!("{} {}", event.metadata().level(), event.metadata().target());
+        event.record(&mut Fields(&mut text));
+        EVENTS.lock().unwrap().push(text);
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+fn install_capture() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| tracing::subscriber::set_global_default(Capture).unwrap());
+}
+
+#[test]
+fn credentials_never_appear_in_debug_display_errors_or_log_events() {
+    install_capture();
+    const SECRET: &str = "s3cret-Pass-4-tests";
+    let server = RedisServer::start_with(&["--requirepass", SECRET]);
+    let port = server.port();
+    let url = format!("redis://:{SECRET}@127.0.0.1:{port}/");
+    let mut texts: Vec<String> = Vec::new();
+
+    // Connecting and acquiring.
+    let builder = LockClient::builder(&url).io_timeout(Duration::from_millis(500));
+    texts.push(format!("{builder:?}"));
+    let locks = builder.build().unwrap();
+    texts.push(format!("{locks:?}"));
+    let guard = locks
+        .options("secret")
+        .ttl(Duration::from_millis(300))
+        .acquire()
+        .unwrap();
+    texts.push(format!("{guard:?}"));
+    let token = guard.token().to_owned();
+
+    // Losing: the key disappears, the watchdog notices and logs.
+    let mut admin = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let _: () = redis::cmd("DEL").arg("lock:{secret}").query(&mut admin).unwrap();
+    assert!(wait_until(Duration::from_secs(3), || guard.is_lost()));
+    let lost = guard.ensure_held().unwrap_err();
+    texts.push(format!("{lost} {lost:?}"));
+    texts.push(format!("{:?}", guard.release()));
+
+    // Failing authentication, with a user name and a wrong password.
+    for wrong in [
+        format!("redis://:{SECRET}-wrong@127.0.0.1:{port}/"),
+        format!("redis://someone:{SECRET}-wrong@127.0.0.1:{port}/"),
+    ] {
+        let bad = client_for(&wrong);
+        texts.push(format!("{bad:?}"));
+        let err = bad.try_lock("secret").unwrap_err();
+        texts.push(format!("{err} {err:?}"));
+        let err = bad.ping().unwrap_err();
+        texts.push(format!("{err} {err:?}"));
+    }
+    // Unreachable server; malformed URL.
+    let free = redis_lock_tests::free_port().unwrap();
+    let gone = LockClient::builder(&format!("redis://:{SECRET}@127.0.0.1:{free}/"))
+        .connect_timeout(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    let err = gone.try_lock("secret").unwrap_err();
+    texts.push(format!("{err} {err:?}"));
+    let err = LockClient::open(&format!("redis://:{SECRET}@[::1")).unwrap_err();
+    texts.push(format!("{err} {err:?}"));
+
+    let events = EVENTS.lock().unwrap().clone();
+    // The capture works: the events this test provoked are there.
+    for expected in ["lock acquired", "lock lost", "connecting to redis failed"] {
+        assert!(
+            events.iter().any(|e| e.contains(expected)),
+            "no {expected:?} event in {events:#?}"
+        );
+    }
+    for text in texts.iter().chain(&events) {
+        assert!(!text.contains(SECRET), "password in {text:?}");
+        assert!(!text.contains(&token), "owner token in {text:?}");
+    }
+}

@@ -4,7 +4,8 @@
 //! temporary directory, with persistence off, and is killed when dropped. Tests can kill,
 //! pause (`SIGSTOP`), resume and restart it to exercise failures, start replicas of it
 //! ([`RedisServer::start_replica_of`]), and put a [`TcpProxy`] in front of it to slow down,
-//! stall or cut connections. The binary is `$REDIS_LOCK_SERVER_BIN` if set, else
+//! stall or cut connections; [`TlsRedisServer`] serves TLS with certificates made for the
+//! test. The binary is `$REDIS_LOCK_SERVER_BIN` if set, else
 //! `redis-server` from `PATH`.
 //!
 //! ```no_run
@@ -22,6 +23,8 @@
 mod proxy;
 mod replica;
 mod server;
+mod tls;
 
 pub use proxy::TcpProxy;
 pub use server::{RedisServer, free_port, server_binary};
+pub use tls::{TlsCerts, TlsRedisServer};

@@ -58,13 +58,23 @@
 //! - **Clocks**: expiry is measured by Redis; the holder's own estimate starts before its
 //!   request is sent, so it errs on the side of "lost".
 //! - **One Redis** is a single point of truth: if it fails over to a replica that had not
-//!   received the lock, two holders can exist. [`LockOptions::replicas`] makes acquisition wait
-//!   for replica acknowledgement.
+//!   received the lock, two holders can exist. [`LockOptions::replicas`] (`WAIT`) and
+//!   [`LockOptions::replicas_fsynced`] (`WAITAOF`) make acquisition wait for replica
+//!   acknowledgement.
+//! - **Fencing tokens live in Redis too**: a Redis that loses its data (restart without
+//!   persistence) starts the counter again, so tokens repeat. Run Redis with `appendonly yes`
+//!   and `appendfsync always` if tokens must never repeat. `SAFETY.md` in the repository lists
+//!   every guarantee and limit with the test that exercises it.
 //!
 //! # Cargo features
 //!
 //! - `macros` (default): the `#[distributed_lock]` attribute.
-//! - `testing`: [`testing::RedisServer`], throwaway `redis-server` processes for your tests.
+//! - `testing`: [`testing::RedisServer`], throwaway `redis-server` processes for your tests
+//!   (with replicas, a fault-injecting TCP proxy and TLS servers).
+//! - `tls`: `rediss://` URLs, through rustls with the ring crypto provider (builds with a C
+//!   compiler only, no OpenSSL). `rediss://host/#insecure` skips certificate verification; to
+//!   verify against your own CA, build a `redis::Client` with `redis::Client::build_with_tls`
+//!   and pass it to [`LockClient::from_pool`].
 
 #![warn(missing_docs)]
 #![cfg_attr(not(test), deny(clippy::panic))]

@@ -224,6 +224,15 @@ fn minimal_acl_rule_is_enough_and_every_command_in_it_is_needed() {
         let _ = workload(&server, &url);
         let seen = denied(&server);
         assert!(seen.contains(*missing), "without {missing}: denied {seen:?}");
+        if *missing == "pexpire" {
+            // Redis does not roll a script back: the acquisition stopped after HSET and left
+            // a lock without expiry. Test an ACL rule before relying on it.
+            let pttl: i64 = redis::cmd("PTTL")
+                .arg("lock:{acl}")
+                .query(&mut server.connection())
+                .unwrap();
+            assert_eq!(pttl, -1);
+        }
     }
 }
 

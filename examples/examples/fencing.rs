@@ -50,7 +50,9 @@ fn main() -> redis_lock::Result<()> {
         .ttl(Duration::from_millis(300))
         .watchdog(false)
         .acquire()?;
-    store.write(a.fencing_token(), "A: first entry").expect("A holds the lock");
+    store
+        .write(a.fencing_token(), "A: first entry")
+        .expect("A holds the lock");
     println!("A holds the lock with token {}", a.fencing_token());
 
     // A "freezes"; meanwhile its lease runs out and B takes the lock and writes.
@@ -59,7 +61,9 @@ fn main() -> redis_lock::Result<()> {
         .try_lock_for("ledger", Duration::from_secs(5))?
         .expect("free once A's lease expired");
     println!("B holds the lock with token {}", b.fencing_token());
-    store.write(b.fencing_token(), "B: entry").expect("B holds the lock");
+    store
+        .write(b.fencing_token(), "B: entry")
+        .expect("B holds the lock");
 
     // A wakes up and writes without looking: the store refuses it.
     match store.write(a.fencing_token(), "A: stale entry") {
@@ -69,7 +73,10 @@ fn main() -> redis_lock::Result<()> {
     // A's release reports that somebody else holds the lock now, and leaves it alone.
     let outcome = a.release()?;
     assert_eq!(outcome, ReleaseOutcome::Lost);
-    println!("A's release: {outcome:?}; B still holds it: {}", !b.is_lost());
+    println!(
+        "A's release: {outcome:?}; B still holds it: {}",
+        !b.is_lost()
+    );
     b.release()?;
 
     let (_, log) = &*store.state.lock().expect("not poisoned");

@@ -54,7 +54,9 @@ const WAITAOF_YES: u8 = 1;
 const WAITAOF_NO: u8 = 2;
 
 fn is_unknown_command(e: &redis::RedisError) -> bool {
-    e.to_string().to_ascii_lowercase().contains("unknown command")
+    e.to_string()
+        .to_ascii_lowercase()
+        .contains("unknown command")
 }
 
 /// Result of one acquisition attempt.
@@ -239,8 +241,12 @@ impl Inner {
             self.conn().and_then(|mut fresh| run(&mut fresh))
         };
         match result {
-            Ok(_) => tracing::debug!(target: "redis_lock", key = name, "acquisition undone: replicas did not acknowledge it"),
-            Err(error) => tracing::warn!(target: "redis_lock", key = name, %error, "undoing an unacknowledged acquisition failed; the lock expires with its ttl"),
+            Ok(_) => {
+                tracing::debug!(target: "redis_lock", key = name, "acquisition undone: replicas did not acknowledge it")
+            }
+            Err(error) => {
+                tracing::warn!(target: "redis_lock", key = name, %error, "undoing an unacknowledged acquisition failed; the lock expires with its ttl")
+            }
         }
     }
 

@@ -71,7 +71,9 @@ impl FencedStore {
         {
             return Ok(Err(Rejected { highest }));
         }
-        locked.0.write_all(format!("{token} {entry}\n").as_bytes())?;
+        locked
+            .0
+            .write_all(format!("{token} {entry}\n").as_bytes())?;
         Ok(Ok(()))
     }
 

@@ -39,7 +39,10 @@ fn assert_same(before: &Dump, after: &Dump, slack: i64) {
         if *pttl < 0 || *pttl2 < 0 {
             assert_eq!(pttl, pttl2, "expiry of {name}");
         } else {
-            assert!((pttl - pttl2).abs() <= slack, "ttl of {name}: {pttl} vs {pttl2}");
+            assert!(
+                (pttl - pttl2).abs() <= slack,
+                "ttl of {name}: {pttl} vs {pttl2}"
+            );
         }
     }
 }
@@ -104,46 +107,238 @@ fn bad_input_table() {
     let build = |b: redis_lock::Builder| b.build().map(drop);
 
     let cases: Vec<(&str, redis_lock::Result<()>, Expect)> = vec![
-        ("empty key", locks.try_lock("").map(drop), Expect::Invalid("key")),
-        ("oversized key", locks.try_lock(&long_key).map(drop), Expect::Invalid("key")),
-        ("key breaking the hash tag", locks.try_lock("}x").map(drop), Expect::Invalid("key")),
-        ("empty key to inspect", locks.inspect("").map(drop), Expect::Invalid("key")),
-        ("empty key to force_release", locks.force_release("").map(drop), Expect::Invalid("key")),
-        ("zero ttl", locks.options("k").ttl(Duration::ZERO).try_acquire().map(drop), Expect::Invalid("ttl")),
-        ("sub-millisecond ttl", locks.options("k").ttl(Duration::from_micros(999)).try_acquire().map(drop), Expect::Invalid("ttl")),
-        ("ttl over the limit", locks.options("k").ttl(MAX_TTL + Duration::from_millis(1)).try_acquire().map(drop), Expect::Invalid("ttl")),
-        ("overflowing ttl", locks.options("k").ttl(Duration::MAX).try_acquire().map(drop), Expect::Invalid("ttl")),
-        ("overflowing wait", locks.try_lock_for("k", Duration::MAX).map(drop), Expect::Invalid("wait")),
-        ("overflowing wait in options", locks.options("k").wait(Duration::MAX).try_acquire().map(drop), Expect::Invalid("wait")),
-        ("overflowing minimum hold", locks.options("k").hold_at_least(Duration::MAX).try_acquire().map(drop), Expect::Invalid("hold_at_least")),
-        ("overflowing replica timeout", locks.options("k").replicas(1, Duration::MAX).try_acquire().map(drop), Expect::Invalid("replicas")),
-        ("oversized metadata", locks.options("k").metadata(long_meta).try_acquire().map(drop), Expect::Invalid("metadata")),
-        ("extend by zero", held.extend(Duration::ZERO), Expect::Invalid("ttl")),
-        ("overflowing extend", held.extend(Duration::MAX), Expect::Invalid("ttl")),
-        ("empty url", LockClient::open("").map(drop), Expect::Invalid("url")),
-        ("not a url", LockClient::open("not a url").map(drop), Expect::Invalid("url")),
-        ("wrong scheme", LockClient::open("http://127.0.0.1/").map(drop), Expect::Invalid("url")),
-        ("unclosed ipv6 host", LockClient::open("redis://:pw@[::1").map(drop), Expect::Invalid("url")),
-        ("port out of range", LockClient::open("redis://127.0.0.1:99999/").map(drop), Expect::Invalid("url")),
-        ("database not a number", LockClient::open("redis://127.0.0.1/zero").map(drop), Expect::Invalid("url")),
-        ("namespace with an opening brace", build(LockClient::builder(&url).namespace("a{")), Expect::Invalid("namespace")),
-        ("namespace with a closing brace", build(LockClient::builder(&url).namespace("}a")), Expect::Invalid("namespace")),
-        ("oversized namespace", build(LockClient::builder(&url).namespace(long_ns)), Expect::Invalid("namespace")),
-        ("zero default ttl", build(LockClient::builder(&url).default_ttl(Duration::ZERO)), Expect::Invalid("ttl")),
-        ("zero pool size", build(LockClient::builder(&url).pool_size(0)), Expect::Invalid("pool_size")),
-        ("zero waiter pool size", build(LockClient::builder(&url).waiter_pool_size(0)), Expect::Invalid("waiter_pool_size")),
-        ("zero connect timeout", build(LockClient::builder(&url).connect_timeout(Duration::ZERO)), Expect::Invalid("connect_timeout")),
-        ("zero pool timeout", build(LockClient::builder(&url).pool_timeout(Duration::ZERO)), Expect::Invalid("pool_timeout")),
-        ("zero io timeout", build(LockClient::builder(&url).io_timeout(Duration::ZERO)), Expect::Invalid("io_timeout")),
-        ("lock key is a string", locks.try_lock("string").map(drop), Expect::WrongType("lock:{string}")),
-        ("lock key is a list", locks.lock("list").map(drop), Expect::WrongType("lock:{list}")),
-        ("lock key is a set", locks.try_lock_for("set", Duration::from_secs(1)).map(drop), Expect::WrongType("lock:{set}")),
-        ("lock key is a sorted set", locks.try_lock("zset").map(drop), Expect::WrongType("lock:{zset}")),
-        ("lock key is a stream", locks.try_lock("stream").map(drop), Expect::WrongType("lock:{stream}")),
-        ("inspect a string", locks.inspect("string").map(drop), Expect::WrongType("lock:{string}")),
-        ("force_release a list", locks.force_release("list").map(drop), Expect::WrongType("lock:{list}")),
-        ("fence key is a list", locks.try_lock("fence-list").map(drop), Expect::WrongType("lock:{fence-list}:fence")),
-        ("signal key is a string", locks.try_lock("signal-string").map(drop), Expect::WrongType("lock:{signal-string}:signal")),
+        (
+            "empty key",
+            locks.try_lock("").map(drop),
+            Expect::Invalid("key"),
+        ),
+        (
+            "oversized key",
+            locks.try_lock(&long_key).map(drop),
+            Expect::Invalid("key"),
+        ),
+        (
+            "key breaking the hash tag",
+            locks.try_lock("}x").map(drop),
+            Expect::Invalid("key"),
+        ),
+        (
+            "empty key to inspect",
+            locks.inspect("").map(drop),
+            Expect::Invalid("key"),
+        ),
+        (
+            "empty key to force_release",
+            locks.force_release("").map(drop),
+            Expect::Invalid("key"),
+        ),
+        (
+            "zero ttl",
+            locks
+                .options("k")
+                .ttl(Duration::ZERO)
+                .try_acquire()
+                .map(drop),
+            Expect::Invalid("ttl"),
+        ),
+        (
+            "sub-millisecond ttl",
+            locks
+                .options("k")
+                .ttl(Duration::from_micros(999))
+                .try_acquire()
+                .map(drop),
+            Expect::Invalid("ttl"),
+        ),
+        (
+            "ttl over the limit",
+            locks
+                .options("k")
+                .ttl(MAX_TTL + Duration::from_millis(1))
+                .try_acquire()
+                .map(drop),
+            Expect::Invalid("ttl"),
+        ),
+        (
+            "overflowing ttl",
+            locks
+                .options("k")
+                .ttl(Duration::MAX)
+                .try_acquire()
+                .map(drop),
+            Expect::Invalid("ttl"),
+        ),
+        (
+            "overflowing wait",
+            locks.try_lock_for("k", Duration::MAX).map(drop),
+            Expect::Invalid("wait"),
+        ),
+        (
+            "overflowing wait in options",
+            locks
+                .options("k")
+                .wait(Duration::MAX)
+                .try_acquire()
+                .map(drop),
+            Expect::Invalid("wait"),
+        ),
+        (
+            "overflowing minimum hold",
+            locks
+                .options("k")
+                .hold_at_least(Duration::MAX)
+                .try_acquire()
+                .map(drop),
+            Expect::Invalid("hold_at_least"),
+        ),
+        (
+            "overflowing replica timeout",
+            locks
+                .options("k")
+                .replicas(1, Duration::MAX)
+                .try_acquire()
+                .map(drop),
+            Expect::Invalid("replicas"),
+        ),
+        (
+            "oversized metadata",
+            locks
+                .options("k")
+                .metadata(long_meta)
+                .try_acquire()
+                .map(drop),
+            Expect::Invalid("metadata"),
+        ),
+        (
+            "extend by zero",
+            held.extend(Duration::ZERO),
+            Expect::Invalid("ttl"),
+        ),
+        (
+            "overflowing extend",
+            held.extend(Duration::MAX),
+            Expect::Invalid("ttl"),
+        ),
+        (
+            "empty url",
+            LockClient::open("").map(drop),
+            Expect::Invalid("url"),
+        ),
+        (
+            "not a url",
+            LockClient::open("not a url").map(drop),
+            Expect::Invalid("url"),
+        ),
+        (
+            "wrong scheme",
+            LockClient::open("http://127.0.0.1/").map(drop),
+            Expect::Invalid("url"),
+        ),
+        (
+            "unclosed ipv6 host",
+            LockClient::open("redis://:pw@[::1").map(drop),
+            Expect::Invalid("url"),
+        ),
+        (
+            "port out of range",
+            LockClient::open("redis://127.0.0.1:99999/").map(drop),
+            Expect::Invalid("url"),
+        ),
+        (
+            "database not a number",
+            LockClient::open("redis://127.0.0.1/zero").map(drop),
+            Expect::Invalid("url"),
+        ),
+        (
+            "namespace with an opening brace",
+            build(LockClient::builder(&url).namespace("a{")),
+            Expect::Invalid("namespace"),
+        ),
+        (
+            "namespace with a closing brace",
+            build(LockClient::builder(&url).namespace("}a")),
+            Expect::Invalid("namespace"),
+        ),
+        (
+            "oversized namespace",
+            build(LockClient::builder(&url).namespace(long_ns)),
+            Expect::Invalid("namespace"),
+        ),
+        (
+            "zero default ttl",
+            build(LockClient::builder(&url).default_ttl(Duration::ZERO)),
+            Expect::Invalid("ttl"),
+        ),
+        (
+            "zero pool size",
+            build(LockClient::builder(&url).pool_size(0)),
+            Expect::Invalid("pool_size"),
+        ),
+        (
+            "zero waiter pool size",
+            build(LockClient::builder(&url).waiter_pool_size(0)),
+            Expect::Invalid("waiter_pool_size"),
+        ),
+        (
+            "zero connect timeout",
+            build(LockClient::builder(&url).connect_timeout(Duration::ZERO)),
+            Expect::Invalid("connect_timeout"),
+        ),
+        (
+            "zero pool timeout",
+            build(LockClient::builder(&url).pool_timeout(Duration::ZERO)),
+            Expect::Invalid("pool_timeout"),
+        ),
+        (
+            "zero io timeout",
+            build(LockClient::builder(&url).io_timeout(Duration::ZERO)),
+            Expect::Invalid("io_timeout"),
+        ),
+        (
+            "lock key is a string",
+            locks.try_lock("string").map(drop),
+            Expect::WrongType("lock:{string}"),
+        ),
+        (
+            "lock key is a list",
+            locks.lock("list").map(drop),
+            Expect::WrongType("lock:{list}"),
+        ),
+        (
+            "lock key is a set",
+            locks.try_lock_for("set", Duration::from_secs(1)).map(drop),
+            Expect::WrongType("lock:{set}"),
+        ),
+        (
+            "lock key is a sorted set",
+            locks.try_lock("zset").map(drop),
+            Expect::WrongType("lock:{zset}"),
+        ),
+        (
+            "lock key is a stream",
+            locks.try_lock("stream").map(drop),
+            Expect::WrongType("lock:{stream}"),
+        ),
+        (
+            "inspect a string",
+            locks.inspect("string").map(drop),
+            Expect::WrongType("lock:{string}"),
+        ),
+        (
+            "force_release a list",
+            locks.force_release("list").map(drop),
+            Expect::WrongType("lock:{list}"),
+        ),
+        (
+            "fence key is a list",
+            locks.try_lock("fence-list").map(drop),
+            Expect::WrongType("lock:{fence-list}:fence"),
+        ),
+        (
+            "signal key is a string",
+            locks.try_lock("signal-string").map(drop),
+            Expect::WrongType("lock:{signal-string}:signal"),
+        ),
     ];
     assert!(cases.len() >= 40);
     for (case, result, expect) in cases {

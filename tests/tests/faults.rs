@@ -116,7 +116,10 @@ fn redis_killed_while_held_then_restarted() {
 
     server.restart();
     // The pool reconnects: the lock (gone with the restart) can be taken again.
-    let next = locks.try_lock("outage").unwrap().expect("free after the restart");
+    let next = locks
+        .try_lock("outage")
+        .unwrap()
+        .expect("free after the restart");
     assert!(!next.is_lost());
     assert_eq!(guard.release().unwrap(), ReleaseOutcome::Lost);
     assert_eq!(next.release().unwrap(), ReleaseOutcome::Released);
@@ -293,7 +296,9 @@ fn connections_cut_mid_operation_by_a_proxy_are_replaced() {
             let start = Instant::now();
             (locks.try_lock("mid"), start.elapsed())
         });
-        assert!(wait_until(Duration::from_secs(2), || proxy.open_connections() > 0));
+        assert!(wait_until(Duration::from_secs(2), || proxy
+            .open_connections()
+            > 0));
         std::thread::sleep(Duration::from_millis(100));
         let cut = proxy.drop_connections();
         let (result, took) = op.join().unwrap();
@@ -323,9 +328,7 @@ fn exhausted_pool_fails_with_a_pool_error_instead_of_hanging() {
     proxy.stall(true);
     std::thread::scope(|s| {
         let stuck = s.spawn(|| locks.try_lock("a"));
-        assert!(wait_until(Duration::from_secs(2), || locks
-            .request_count()
-            >= 2));
+        assert!(wait_until(Duration::from_secs(2), || locks.request_count() >= 2));
         let start = Instant::now();
         let err = locks.try_lock("b").unwrap_err();
         let took = start.elapsed();

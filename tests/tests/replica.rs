@@ -167,7 +167,10 @@ fn fsynced_acknowledgement_uses_waitaof_or_falls_back_to_wait_once() {
             .replicas_fsynced(1, Duration::from_secs(5))
             .acquire()
             .unwrap();
-        assert_eq!(guard.release().unwrap(), redis_lock::ReleaseOutcome::Released);
+        assert_eq!(
+            guard.release().unwrap(),
+            redis_lock::ReleaseOutcome::Released
+        );
     };
     let before = err_replies(&mut probe);
     acquire();

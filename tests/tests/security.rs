@@ -34,7 +34,10 @@ fn owner_tokens_are_128_random_bits_and_never_repeat() {
     // Every one of the 128 bits varies like a coin (expected N/2 = 1000, standard deviation
     // about 22): a counter, a timestamp or a short random part would leave bits stuck.
     for (i, count) in ones.iter().enumerate() {
-        assert!((800..=1200).contains(count), "bit {i} set {count} times of {N}");
+        assert!(
+            (800..=1200).contains(count),
+            "bit {i} set {count} times of {N}"
+        );
     }
     // The token is what the lock stores.
     let guard = locks.try_lock("stored").unwrap().unwrap();
@@ -82,7 +85,10 @@ fn a_client_with_a_stale_token_cannot_renew_or_release_the_current_lock() {
     assert_eq!(stale.release().unwrap(), ReleaseOutcome::Lost);
     assert_eq!(hash(&server), before);
     let ttl_after = current.remaining_ttl().unwrap().unwrap();
-    assert!(ttl_after <= ttl_before, "the stale extend did not extend it");
+    assert!(
+        ttl_after <= ttl_before,
+        "the stale extend did not extend it"
+    );
     assert!(!current.is_lost());
     assert_eq!(current.release().unwrap(), ReleaseOutcome::Released);
 }
@@ -112,10 +118,17 @@ const COMMANDS: &[&str] = &[
 ];
 
 fn acl_rule(commands: &[&str]) -> Vec<String> {
-    let mut rule: Vec<String> = ["on", ">locker-pass", "resetkeys", "~lock:*", "resetchannels", "-@all"]
-        .iter()
-        .map(|s| (*s).to_owned())
-        .collect();
+    let mut rule: Vec<String> = [
+        "on",
+        ">locker-pass",
+        "resetkeys",
+        "~lock:*",
+        "resetchannels",
+        "-@all",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
     rule.extend(commands.iter().map(|c| format!("+{c}")));
     rule
 }
@@ -212,7 +225,10 @@ fn minimal_acl_rule_is_enough_and_every_command_in_it_is_needed() {
     assert_eq!(denied(&server), HashSet::new());
 
     // Keys outside `~lock:*` are refused by Redis, and the library reports it.
-    let other_ns = LockClient::builder(&url).namespace("other:").build().unwrap();
+    let other_ns = LockClient::builder(&url)
+        .namespace("other:")
+        .build()
+        .unwrap();
     let err = other_ns.try_lock("x").unwrap_err();
     assert!(matches!(err, Error::Redis(_)), "{err}");
     assert!(err.to_string().contains("no permissions"), "{err}");
@@ -223,7 +239,10 @@ fn minimal_acl_rule_is_enough_and_every_command_in_it_is_needed() {
         setuser(&fewer);
         let _ = workload(&server, &url);
         let seen = denied(&server);
-        assert!(seen.contains(*missing), "without {missing}: denied {seen:?}");
+        assert!(
+            seen.contains(*missing),
+            "without {missing}: denied {seen:?}"
+        );
         if *missing == "pexpire" {
             // Redis does not roll a script back: the acquisition stopped after HSET and left
             // a lock without expiry. Test an ACL rule before relying on it.
@@ -309,7 +328,10 @@ fn credentials_never_appear_in_debug_display_errors_or_log_events() {
         .unwrap()
         .get_connection()
         .unwrap();
-    let _: () = redis::cmd("DEL").arg("lock:{secret}").query(&mut admin).unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg("lock:{secret}")
+        .query(&mut admin)
+        .unwrap();
     assert!(wait_until(Duration::from_secs(3), || guard.is_lost()));
     let lost = guard.ensure_held().unwrap_err();
     texts.push(format!("{lost} {lost:?}"));

@@ -28,7 +28,12 @@ fn locks_over_tls_without_verification() {
         .query(&mut tls.server().connection())
         .unwrap();
     assert_eq!(fence, guard.fencing_token());
-    assert!(client_for(&tls.insecure_url()).try_lock("tls").unwrap().is_none());
+    assert!(
+        client_for(&tls.insecure_url())
+            .try_lock("tls")
+            .unwrap()
+            .is_none()
+    );
     assert_eq!(
         guard.release().unwrap(),
         redis_lock::ReleaseOutcome::Released

@@ -39,7 +39,9 @@ impl TlsCerts {
     ///
     /// When `openssl` is missing or fails.
     pub fn generate() -> io::Result<TlsCerts> {
-        let dir = tempfile::Builder::new().prefix("redis-lock-tls").tempdir()?;
+        let dir = tempfile::Builder::new()
+            .prefix("redis-lock-tls")
+            .tempdir()?;
         let d = dir.path();
         std::fs::write(
             d.join("server.ext"),
@@ -48,22 +50,54 @@ impl TlsCerts {
         openssl(
             d,
             &[
-                "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out",
-                "ca.crt", "-days", "1", "-subj", "/CN=redis-lock test CA",
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-keyout",
+                "ca.key",
+                "-out",
+                "ca.crt",
+                "-days",
+                "1",
+                "-subj",
+                "/CN=redis-lock test CA",
             ],
         )?;
         openssl(
             d,
             &[
-                "req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out",
-                "server.csr", "-subj", "/CN=127.0.0.1",
+                "req",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-keyout",
+                "server.key",
+                "-out",
+                "server.csr",
+                "-subj",
+                "/CN=127.0.0.1",
             ],
         )?;
         openssl(
             d,
             &[
-                "x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-                "-CAcreateserial", "-out", "server.crt", "-days", "1", "-extfile", "server.ext",
+                "x509",
+                "-req",
+                "-in",
+                "server.csr",
+                "-CA",
+                "ca.crt",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-out",
+                "server.crt",
+                "-days",
+                "1",
+                "-extfile",
+                "server.ext",
             ],
         )?;
         Ok(TlsCerts { dir })

@@ -128,7 +128,8 @@ fn churn(url: &str, key: &str, dir: &str, threads: u32, iterations: u32, ttl_ms:
     let pid = std::process::id();
     let workers: Vec<_> = (0..threads)
         .map(|tid| {
-            let (locks, store, raw, key) = (locks.clone(), store.clone(), raw.clone(), key.to_owned());
+            let (locks, store, raw, key) =
+                (locks.clone(), store.clone(), raw.clone(), key.to_owned());
             std::thread::spawn(move || {
                 let log = |line: String| (&*raw).write_all(line.as_bytes()).unwrap();
                 let opts = LockOptions::new()

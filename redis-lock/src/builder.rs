@@ -12,7 +12,8 @@ use crate::retry::RetryStrategy;
 
 enum Source {
     Url(String),
-    Pool(r2d2::Pool<redis::Client>, redis::Client),
+    // Boxed: with TLS support a `redis::Client` is a few hundred bytes.
+    Pool(r2d2::Pool<redis::Client>, Box<redis::Client>),
 }
 
 /// Configures and builds a [`LockClient`].
@@ -87,7 +88,7 @@ impl Builder {
     }
 
     pub(crate) fn from_pool(pool: r2d2::Pool<redis::Client>, client: redis::Client) -> Builder {
-        Builder::with(Source::Pool(pool, client))
+        Builder::with(Source::Pool(pool, Box::new(client)))
     }
 
     /// Prefix of every Redis key the client writes. Must not contain `{` or `}` (they would
@@ -192,7 +193,7 @@ impl Builder {
                     .map_err(|e| Error::invalid("url", format!("{} ({e})", redact_url(url))))?;
                 (client, redact_url(url))
             }
-            Source::Pool(_, client) => (client.clone(), "<existing pool>".to_owned()),
+            Source::Pool(_, client) => ((**client).clone(), "<existing pool>".to_owned()),
         };
         // One housekeeping thread for both pools instead of r2d2's three per pool.
         let housekeeping = Arc::new(

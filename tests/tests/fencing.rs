@@ -80,10 +80,11 @@ fn fencing_counter_restarts_when_redis_loses_its_data() {
 fn fencing_counter_survives_a_crash_with_appendfsync_always() {
     let mut server = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
     let locks = client(&server);
-    let last = (0..3)
+    let tokens: Vec<u64> = (0..3)
         .map(|_| locks.try_lock("durable").unwrap().unwrap().fencing_token())
-        .last()
-        .unwrap();
+        .collect();
+    assert_eq!(tokens, vec![1, 2, 3]);
+    let last = tokens[2];
     // SIGKILL, then a new server on the same directory, which replays the append-only file.
     server.restart();
     let after = token_after_restart(&locks, "durable");

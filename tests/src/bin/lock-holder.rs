@@ -58,7 +58,7 @@ fn hold(url: &str, key: &str, ttl_ms: u64, watchdog: bool) {
         .wait(Duration::from_secs(30));
     let guard = locks.acquire_with(key, &opts).unwrap();
     say(&format!("ACQUIRED {}", guard.fencing_token()));
-    let guard_token = Some(guard.fencing_token());
+    let token = guard.fencing_token();
     let mut guard = Some(guard);
     for line in std::io::stdin().lock().lines().map_while(Result::ok) {
         match line.trim() {
@@ -79,7 +79,6 @@ fn hold(url: &str, key: &str, ttl_ms: u64, watchdog: bool) {
                     continue;
                 };
                 // A stale writer does not check first: the store has to stop it.
-                let token = guard_token.unwrap_or(0);
                 match FencedStore::new(path).write(token, entry) {
                     Ok(Ok(())) => say("WRITTEN"),
                     Ok(Err(rejected)) => say(&format!("REJECTED {}", rejected.highest)),

@@ -164,6 +164,8 @@ impl RedisServer {
                 .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c));
             match ready {
                 Ok(_) => return Ok(()),
+                // Still replaying its append-only file: not ready for the test yet.
+                Err(e) if e.code() == Some("LOADING") => {}
                 // A server reply (NOAUTH with --requirepass, for example) means it is up.
                 Err(e) if !(e.is_io_error() || e.is_connection_refusal() || e.is_timeout()) => {
                     return Ok(());

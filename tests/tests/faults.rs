@@ -151,7 +151,8 @@ fn paused_redis_fails_operations_within_the_io_timeout() {
             .unwrap_err();
         let took = start.elapsed();
         assert!(err.is_connection_error(), "{name}: {err}");
-        assert!(took < io_timeout * 5, "{name}: {took:?}");
+        // Bounded by the timeouts (0.3 s), not hanging; generous for a loaded machine.
+        assert!(took < Duration::from_secs(2), "{name}: {took:?}");
     }
     server.resume();
     // The timed-out connection was dropped, not reused: its late reply (to the acquisition
@@ -183,7 +184,13 @@ fn acquisition_whose_reply_timed_out_may_still_hold_the_lock_until_its_ttl() {
     assert!(err.is_connection_error(), "{err}");
     proxy.set_latency(Duration::ZERO);
     let direct = client(&server);
-    let info = direct.inspect("phantom").unwrap().expect("Redis ran it");
+    // The proxy delivers the request whatever the client does meanwhile.
+    let mut seen = None;
+    wait_until(Duration::from_secs(2), || {
+        seen = direct.inspect("phantom").unwrap();
+        seen.is_some()
+    });
+    let info = seen.expect("Redis ran the acquisition");
     assert_eq!(info.pid, std::process::id());
     // Nobody knows its token, so nobody renews it: it frees up when its TTL runs out.
     let start = Instant::now();

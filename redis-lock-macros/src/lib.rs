@@ -1,1 +1,223 @@
-//! Procedural macros for `redis-lock`. Use them through the `redis-lock` crate.
+//! The `#[distributed_lock]` attribute of `redis-lock`. Use it through the `redis-lock` crate
+//! (`redis_lock::distributed_lock`), which this expansion refers to by absolute paths.
+
+#![warn(missing_docs)]
+
+mod args;
+mod duration;
+mod expand;
+mod template;
+mod validate;
+
+use proc_macro::TokenStream;
+
+/// Runs a function under a distributed lock: one lock per key, taken before the body runs
+/// and released after it, whatever way the body exits.
+///
+/// ```no_run
+/// use redis_lock::distributed_lock;
+///
+/// #[derive(Debug)]
+/// enum AppError {
+///     Lock(redis_lock::Error),
+///     // ... the application's own errors ...
+/// }
+///
+/// impl From<redis_lock::Error> for AppError {
+///     fn from(e: redis_lock::Error) -> Self {
+///         AppError::Lock(e)
+///     }
+/// }
+///
+/// struct Invoice {
+///     id: u64,
+/// }
+///
+/// /// Settles one invoice; never twice at once, on any machine.
+/// #[distributed_lock(key = "invoice:{invoice.id}", ttl = 10)]
+/// fn settle(invoice: &Invoice) -> Result<(), AppError> {
+///     // ... runs while this process holds the lock "invoice:<id>" ...
+///     Ok(())
+/// }
+///
+/// fn main() -> Result<(), AppError> {
+///     // Once, at startup (or set REDIS_URL and skip this line).
+///     redis_lock::set_default_client(redis_lock::LockClient::open("redis://127.0.0.1/")?)?;
+///     settle(&Invoice { id: 42 })
+/// }
+/// ```
+///
+/// # Options
+///
+/// | option | value | default |
+/// |---|---|---|
+/// | `key` | the lock name, a template: `"report"`, `"invoice:{invoice.id}"` | required |
+/// | `ttl` | whole seconds (`ttl = 10`) or a duration (`ttl = "500ms"`) | the client's (30 s) |
+/// | `wait` | how long to wait for a busy lock: seconds or a duration; `"0s"` = one attempt | the client's (60 s); one attempt with `on_busy = "skip"` |
+/// | `retry` | `"notify"`, `"none"`, `"fixed:50ms"`, `"exponential:10ms..1s"` | the client's (notify) |
+/// | `on_busy` | `"error"` or `"skip"` | `"error"` |
+/// | `hold_at_least` | seconds or a duration the lock stays taken after the call started | none |
+/// | `client` | an expression yielding `&LockClient` | the process-wide default client |
+/// | `guard` | a name the body can use for the `&LockGuard` | none |
+///
+/// Each option may appear once. Durations are a whole number and a unit: `ms`, `s`, `m` or
+/// `h` (`"500ms"`, `"30s"`, `"2m"`, `"1h"`); a bare integer is whole seconds.
+///
+/// ## `key`
+///
+/// `{name}` is replaced by the parameter `name` written with `Display`, `{name.field}` (any
+/// depth, tuple indexes too) by one of its fields, and `{self.field}` by a field of the
+/// receiver; `{{` and `}}` are literal braces. Different values give independent locks:
+/// `settle` above on invoice 1 and on invoice 2 runs concurrently. A name that is not a
+/// parameter is a compile error. Locks are shared by name, so processes and machines that
+/// use the same key (and namespace) exclude each other.
+///
+/// ## `retry`
+///
+/// How a waiter spends `wait` while the lock is busy (see `redis_lock::RetryStrategy`):
+/// `"notify"` blocks until the holder's release wakes it; `"none"` makes one attempt;
+/// `"fixed:50ms"` polls every 50 ms; `"exponential:10ms..1s"` polls after 10 ms, 20 ms, 40 ms
+/// ... up to 1 s between attempts.
+///
+/// # Lock failures reach the caller
+///
+/// The function must return `Result<T, E>` with `E: From<redis_lock::Error>` (an alias of one
+/// works too): when the lock cannot be taken, the body does not run and the function returns
+/// `Err(E::from(error))`, where `error` is `Error::Timeout` after `wait` (or `Error::Busy`
+/// with a zero wait: `error.is_busy()` is true for both), or a Redis, pool or invalid-key
+/// error. A function that cannot report them (no `Result` and no `on_busy = "skip"`) is a
+/// compile error naming the two ways out.
+///
+/// # `on_busy = "skip"`: run at most once at a time, skip otherwise
+///
+/// For jobs that must not run twice (ShedLock-style): when the lock is busy the call is
+/// skipped, logged with `tracing` at info level (target `redis_lock`), and returns `()` or
+/// `None`. Allowed for functions returning `()`, `Option<T>`, and also `Result<(), E>` or
+/// `Result<Option<T>, E>` (skipped = `Ok(())` / `Ok(None)`). Without an explicit `wait` a
+/// skipping function makes one attempt. Other failures (Redis unreachable) go to the `Err` of
+/// a `Result`; a function returning `()` or `Option<T>` cannot carry them, so they are logged
+/// at error level and the call is skipped.
+///
+/// ```no_run
+/// # use redis_lock::distributed_lock;
+/// /// Runs at most once per hour across all machines, whichever machine ticks first.
+/// #[distributed_lock(key = "hourly-report", on_busy = "skip", hold_at_least = "1h", ttl = 60)]
+/// fn hourly_report() {
+///     // ...
+/// }
+/// ```
+///
+/// `hold_at_least` keeps the lock taken for that long after it was acquired, even when the
+/// body finishes sooner (ShedLock's `lockAtLeastFor`): other machines whose clocks tick a
+/// little later skip instead of running the job again in the same period.
+///
+/// # A lock lost during the call
+///
+/// A lock can be lost while the body runs (the process paused past the TTL, Redis lost the
+/// key, an operator broke it). The release at the end of the call tells (it finds the key
+/// expired or owned by someone else), as does the watchdog if it noticed earlier. Then:
+///
+/// - **`Result` functions**: the body's own `Err` wins; otherwise the function returns
+///   `Err(E::from(Error::Lost { .. }))` instead of the body's `Ok` value, so the caller
+///   knows the work may have overlapped with another holder.
+/// - **`()` and `Option<T>` functions** (only with `on_busy = "skip"`): they cannot carry
+///   the error, so it is logged at error level and the value is returned as is. Use
+///   `Result<(), E>` to be told, or check `guard.ensure_held()` in the body.
+///
+/// Finding out costs no round trip: the check is the outcome of the release that ends every
+/// call anyway. To stop before committing side effects, check inside the body:
+///
+/// ```no_run
+/// # use redis_lock::distributed_lock;
+/// #[distributed_lock(key = "ledger:{account}", ttl = 5, guard = lock)]
+/// fn post(account: u64, amount: i64) -> Result<u64, redis_lock::Error> {
+///     // ... compute ...
+///     lock.ensure_held()?; // still ours? then commit, fenced by the token
+///     Ok(lock.fencing_token())
+/// }
+/// ```
+///
+/// # Release on every exit path
+///
+/// The lock is released when the call ends: normal return, early `return`, `?`, and panic
+/// (the guard is dropped while unwinding). With `hold_at_least`, "released" means "given up":
+/// the key stays until the minimum hold has passed.
+///
+/// # Reentrancy
+///
+/// A locked function that calls another locked function (or itself) with the same key on the
+/// same thread through the same client joins the lock it holds: a hold count, nothing sent to
+/// Redis, and only the outermost call releases. The inner call's options (`ttl`,
+/// `hold_at_least`, ...) do not change the held lock. Another thread is never an owner: it
+/// waits like any other process. Hand-written code gets the same with
+/// `LockClient::lock_reentrant` or `LockOptions::reentrant(true)`.
+///
+/// # The client
+///
+/// Without `client`, the process-wide default client is used: the one given to
+/// `redis_lock::set_default_client` at startup, or else one built from the `REDIS_URL`
+/// environment variable on first use. With neither, calls fail with an
+/// `Error::InvalidInput` that says so. `client = <expr>` names another: any expression that
+/// yields `&LockClient` (or derefs to one), evaluated on every call with the parameters in
+/// scope, such as `client = &self.locks`, `client = &LOCKS` (a `static LazyLock`), or
+/// `client = locks` for a parameter `locks: &LockClient`.
+///
+/// ```no_run
+/// # use redis_lock::{distributed_lock, LockClient};
+/// struct Worker {
+///     locks: LockClient,
+/// }
+///
+/// impl Worker {
+///     #[distributed_lock(key = "queue:{queue}", client = &self.locks, wait = "2s")]
+///     fn drain(&self, queue: &str) -> redis_lock::Result<usize> {
+///         Ok(0)
+///     }
+/// }
+/// ```
+///
+/// # `guard = name`
+///
+/// Binds `name: &redis_lock::LockGuard` in the body: check `name.ensure_held()` or
+/// `name.is_lost()` before committing side effects, pass `name.fencing_token()` to the
+/// resource you write to, or `name.extend(..)` for a long step.
+///
+/// # The function as written
+///
+/// Attributes, doc comments, visibility, generics, `where` clauses, `impl Trait` arguments,
+/// `self` / `&self` / `&mut self` receivers and trait `impl` methods are kept. The body runs
+/// in a closure of its own (so that `return` and `?` come back through the release), with
+/// the function's return type. The expansion costs what the same work written by hand with
+/// a `LockGuard` costs: one round trip to acquire and one to release.
+///
+/// # Compile errors
+///
+/// Rejected with an error at the offending token: `async fn` (redis-lock is blocking),
+/// `const fn`, unknown or repeated options, a missing or empty key, an unknown `{name}` in
+/// the key, `ttl = 0`, a malformed duration or retry, a return type that cannot carry lock
+/// failures without `on_busy = "skip"`, and with it a return type a skipped call cannot
+/// produce. The expansion refers to the crate as `::redis_lock`, so the dependency must keep
+/// that name.
+#[proc_macro_attribute]
+pub fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
+    let item = proc_macro2::TokenStream::from(item);
+    let args = match syn::parse::<args::LockArgs>(args) {
+        Ok(args) => args,
+        Err(error) => return expand::fallback(item, &error).into(),
+    };
+    let func = match syn::parse2::<syn::ItemFn>(item.clone()) {
+        Ok(func) => func,
+        Err(error) => {
+            let error = syn::Error::new(
+                error.span(),
+                format!("`#[distributed_lock]` goes on a function with a body: {error}"),
+            );
+            return expand::fallback(item, &error).into();
+        }
+    };
+    match validate::check(args, &func) {
+        Ok(plan) => expand::wrap(plan, func),
+        Err(error) => expand::fallback(item, &error),
+    }
+    .into()
+}

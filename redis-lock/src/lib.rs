@@ -83,12 +83,16 @@ mod builder;
 mod client;
 mod connection;
 mod error;
+mod global;
 mod guard;
 mod info;
 mod keys;
 mod lease;
 mod ops;
 mod options;
+#[doc(hidden)]
+#[path = "private.rs"]
+pub mod __private;
 mod reentrant;
 mod retry;
 mod scripts;
@@ -101,9 +105,13 @@ pub mod testing;
 pub use builder::Builder;
 pub use client::{LockClient, LockRequest};
 pub use error::{Error, LostReason, Result};
+pub use global::{default_client, set_default_client};
 pub use guard::LockGuard;
 pub use info::LockInfo;
 pub use keys::{MAX_KEY_LEN, MAX_NAMESPACE_LEN};
 pub use lease::ReleaseOutcome;
 pub use options::{LockOptions, LostEvent, MAX_METADATA_LEN, MAX_TTL};
 pub use retry::RetryStrategy;
+
+#[cfg(feature = "macros")]
+pub use redis_lock_macros::distributed_lock;

@@ -1,0 +1,147 @@
+//! Writing the locked function: the signature as written, the lock taken first, the body
+//! run in a closure of its own, the lock released (and checked) last.
+
+use proc_macro2::{Literal, Span, TokenStream, TokenTree};
+use quote::{ToTokens, format_ident, quote, quote_spanned};
+use syn::spanned::Spanned;
+use syn::{AttrStyle, ItemFn, ReturnType};
+
+use crate::duration::Retry;
+use crate::validate::{Key, Plan};
+
+fn millis(ms: u64) -> TokenStream {
+    let ms = Literal::u64_unsuffixed(ms);
+    quote!(::core::time::Duration::from_millis(#ms))
+}
+
+fn options(plan: &Plan) -> TokenStream {
+    let mut options = quote!(::redis_lock::LockOptions::new());
+    if let Some(ms) = plan.ttl_ms {
+        let d = millis(ms);
+        options.extend(quote!(.ttl(#d)));
+    }
+    if let Some(ms) = plan.wait_ms {
+        let d = millis(ms);
+        options.extend(quote!(.wait(#d)));
+    }
+    if let Some(retry) = &plan.retry {
+        let strategy = match retry {
+            Retry::Notify => quote!(::redis_lock::RetryStrategy::notify()),
+            Retry::None => quote!(::redis_lock::RetryStrategy::none()),
+            Retry::Fixed(ms) => {
+                let d = millis(*ms);
+                quote!(::redis_lock::RetryStrategy::fixed(#d))
+            }
+            Retry::Exponential { initial, max } => {
+                let (initial, max) = (millis(*initial), millis(*max));
+                quote!(::redis_lock::RetryStrategy::exponential(#initial, #max))
+            }
+        };
+        options.extend(quote!(.retry(#strategy)));
+    }
+    if let Some(ms) = plan.hold_ms {
+        let d = millis(ms);
+        options.extend(quote!(.hold_at_least(#d)));
+    }
+    options
+}
+
+/// `true` when `tokens` mention `impl`: such a type cannot be written outside a signature.
+fn mentions_impl(tokens: TokenStream) -> bool {
+    tokens.into_iter().any(|tt| match tt {
+        TokenTree::Ident(ident) => ident == "impl",
+        TokenTree::Group(group) => mentions_impl(group.stream()),
+        _ => false,
+    })
+}
+
+/// The function with the lock around its body.
+pub(crate) fn wrap(plan: Plan, func: ItemFn) -> TokenStream {
+    let ItemFn {
+        attrs,
+        vis,
+        sig,
+        block,
+        ..
+    } = func;
+    let (outer, inner): (Vec<_>, Vec<_>) = attrs
+        .into_iter()
+        .partition(|attr| matches!(attr.style, AttrStyle::Outer));
+
+    // Hidden from the body (and the key and client expressions) by hygiene.
+    let held = format_ident!("__redis_lock_held", span = Span::mixed_site());
+    let ret = format_ident!("__redis_lock_ret", span = Span::mixed_site());
+
+    // The return type, where it can be written in an expression: it is named as the type
+    // argument of `enter` so that an unmet bound on it (`E: From<redis_lock::Error>`, what a
+    // skipped call returns) is reported on it, and it is the return type of the closure that
+    // runs the body, so the body type-checks as before (coercions, `?` conversions).
+    let ret_ty: Option<TokenStream> = match &sig.output {
+        ReturnType::Default => Some(quote!(())),
+        ReturnType::Type(_, ty) if !mentions_impl(ty.to_token_stream()) => {
+            Some(ty.to_token_stream())
+        }
+        ReturnType::Type(..) => None,
+    };
+    let ret_span = match &sig.output {
+        ReturnType::Type(_, ty) => ty.span(),
+        ReturnType::Default => sig.ident.span(),
+    };
+
+    let key = match &plan.key {
+        Key::Fixed(lit) => lit.to_token_stream(),
+        Key::Formatted { format, values } => {
+            quote_spanned!(format.span()=> &::redis_lock::__private::format!(#format, #(#values),*))
+        }
+    };
+    let client = match &plan.client {
+        Some(expr) => quote_spanned!(expr.span()=> ::redis_lock::__private::client(#expr)),
+        None => quote!(::redis_lock::__private::default_client()),
+    };
+    let function = sig.ident.to_string();
+    let function = quote!(::core::concat!(::core::module_path!(), "::", #function));
+    let options = options(&plan);
+    let enter = if plan.skip {
+        quote_spanned!(ret_span=> enter_or_skip)
+    } else {
+        quote_spanned!(ret_span=> enter)
+    };
+    let turbofish = ret_ty.as_ref().map(|ty| quote_spanned!(ret_span=> ::<#ty>));
+    let take = quote! {
+        let #held = match ::redis_lock::__private::#enter #turbofish(#client, #key, #options, #function) {
+            ::core::ops::ControlFlow::Continue(#held) => #held,
+            ::core::ops::ControlFlow::Break(#ret) => return #ret,
+        };
+    };
+
+    let bind_guard = plan
+        .guard
+        .as_ref()
+        .map(|name| quote!(let #name: &::redis_lock::LockGuard = #held.guard();));
+
+    let closure_ret = ret_ty.map(|ty| quote!(-> #ty));
+    let run = quote! {
+        ::redis_lock::__private::finish(
+            ::redis_lock::__private::call_once(move || #closure_ret #block),
+            #held,
+        )
+    };
+
+    quote! {
+        #(#outer)*
+        #vis #sig {
+            #(#inner)*
+            #take
+            #bind_guard
+            #run
+        }
+    }
+}
+
+/// The compile errors, and the function as written, so that its callers do not get errors
+/// of their own on top.
+pub(crate) fn fallback(item: TokenStream, error: &syn::Error) -> TokenStream {
+    let mut out = error.to_compile_error();
+    out.extend(item);
+    out
+}

@@ -1,0 +1,12 @@
+use redis_lock::distributed_lock;
+
+struct Invoice {
+    id: u64,
+}
+
+#[distributed_lock(key = "invoice:{invoice}")]
+fn settle(invoice: &Invoice) -> redis_lock::Result<u64> {
+    Ok(invoice.id)
+}
+
+fn main() {}

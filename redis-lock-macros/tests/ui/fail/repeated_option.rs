@@ -1,0 +1,8 @@
+use redis_lock::distributed_lock;
+
+#[distributed_lock(key = "job", ttl = 10, ttl = 20)]
+fn job() -> redis_lock::Result<()> {
+    Ok(())
+}
+
+fn main() {}

@@ -1,0 +1,258 @@
+//! What `#[distributed_lock]` expands to. Not public API: no stability promise, may change in
+//! any release.
+//!
+//! The expansion of a locked function is, in outline:
+//!
+//! ```text
+//! let held = match enter(client, key, options, "path::to::function") {
+//!     Continue(held) => held,      // the lock is ours (or joined, when re-entered)
+//!     Break(ret) => return ret,    // Err(lock error) / skipped
+//! };
+//! finish(call_once(move || -> Ret { body }), held)  // release; a lost lock turns Ok into Err
+//! ```
+//!
+//! The traits below decide, per return type, what "failed", "skipped" and "lost" look like.
+//! Whether the function's return type implements them is the one check that needs types, so
+//! their `on_unimplemented` messages are the macro's error messages for it.
+
+use std::ops::ControlFlow;
+use std::time::Duration;
+
+use crate::client::LockClient;
+use crate::error::{Error, LostReason, Result};
+use crate::guard::LockGuard;
+use crate::lease::ReleaseOutcome;
+use crate::options::LockOptions;
+
+pub use crate::global::default_client;
+pub use std::format;
+
+/// Passes a `client = <expr>` through, so `&Arc<LockClient>` or `&LazyLock<LockClient>`
+/// deref-coerce to `&LockClient` here.
+#[inline]
+pub fn client(client: &LockClient) -> Result<&LockClient> {
+    Ok(client)
+}
+
+/// Calls the body. A closure passed here is `FnOnce`, so a body may return a reborrow of a
+/// `&mut` parameter; and the body's `return` and `?` end the closure, not the function, so
+/// `finish` sees every outcome.
+#[inline(always)]
+pub fn call_once<R, F: FnOnce() -> R>(body: F) -> R {
+    body()
+}
+
+/// A lock taken (or joined) for one call of a locked function, and what its return type does
+/// when the lock turns out lost.
+#[must_use]
+pub struct Held<R> {
+    guard: LockGuard,
+    lost: fn(R, Error, &'static str) -> R,
+    function: &'static str,
+}
+
+impl<R> std::fmt::Debug for Held<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Held")
+            .field("guard", &self.guard)
+            .field("function", &self.function)
+            .finish()
+    }
+}
+
+impl<R> Held<R> {
+    /// The guard, for `guard = name`.
+    #[inline]
+    pub fn guard(&self) -> &LockGuard {
+        &self.guard
+    }
+
+}
+
+/// Releases the lock (one round trip, the same one dropping the guard would make; none for a
+/// re-entered lock) and hands back what the body returned, unless the lock was lost during the
+/// call. The body's value comes first so that it is computed before `held` is moved here.
+pub fn finish<R>(ret: R, held: Held<R>) -> R {
+    match lost_during_call(held.guard) {
+        None => ret,
+        Some(lost) => (held.lost)(ret, lost, held.function),
+    }
+}
+
+/// `Some(Error::Lost)` when the lock was not held for the whole call: the watchdog or the
+/// local expiry estimate says so, or the release found the key expired or re-owned.
+fn lost_during_call(guard: LockGuard) -> Option<Error> {
+    let seen = guard.ensure_held().err();
+    let key = guard.key().to_owned();
+    let lost = |reason| Error::Lost { key, reason };
+    match guard.release() {
+        Ok(ReleaseOutcome::Late) => seen.or_else(|| Some(lost(LostReason::Expired))),
+        Ok(ReleaseOutcome::Lost) => seen.or_else(|| Some(lost(LostReason::TakenOver))),
+        // A failed release is logged by the lease and the lock expires with its TTL; as far
+        // as this process can tell it was held for the whole call.
+        Ok(_) | Err(_) => seen,
+    }
+}
+
+/// Takes the lock for a function whose lock failures go through its `Result`.
+pub fn enter<R: Fallible>(
+    client: Result<&LockClient>,
+    key: &str,
+    options: LockOptions,
+    function: &'static str,
+) -> ControlFlow<R, Held<R>> {
+    let options = options.reentrant(true).metadata(function);
+    match client.and_then(|client| client.acquire_with(key, &options)) {
+        Ok(guard) => ControlFlow::Continue(Held {
+            guard,
+            lost: |ret, error, _| R::lost(ret, error),
+            function,
+        }),
+        Err(error) => ControlFlow::Break(R::lock_failed(error)),
+    }
+}
+
+/// Takes the lock for an `on_busy = "skip"` function: a busy lock skips the call. Without an
+/// explicit `wait`, one attempt is made.
+pub fn enter_or_skip<R: Skippable>(
+    client: Result<&LockClient>,
+    key: &str,
+    options: LockOptions,
+    function: &'static str,
+) -> ControlFlow<R, Held<R>> {
+    let mut options = options.reentrant(true).metadata(function);
+    if options.wait.is_none() {
+        options = options.wait(Duration::ZERO);
+    }
+    match client.and_then(|client| client.try_acquire_with(key, &options)) {
+        Ok(Some(guard)) => ControlFlow::Continue(Held {
+            guard,
+            lost: R::lost,
+            function,
+        }),
+        Ok(None) => {
+            tracing::info!(target: "redis_lock", key, function, "call skipped: the lock is busy");
+            ControlFlow::Break(R::skipped())
+        }
+        Err(error) => ControlFlow::Break(R::lock_failed(error, function)),
+    }
+}
+
+/// Return types through which a lock failure reaches the caller: `Result<T, E>` with
+/// `E: From<redis_lock::Error>`.
+#[diagnostic::on_unimplemented(
+    message = "`#[distributed_lock]` cannot report lock failures through `{Self}`",
+    label = "lock failures are returned through this type",
+    note = "return `Result<T, E>` with `E: From<redis_lock::Error>`, or add `on_busy = \"skip\"` \
+            for a function returning `()` or `Option<T>`"
+)]
+pub trait Fallible: Sized {
+    /// The value returned when the lock could not be taken.
+    fn lock_failed(error: Error) -> Self;
+    /// The value returned when the lock was lost during the call: the body's own error wins.
+    fn lost(self, error: Error) -> Self;
+}
+
+impl<T, E: From<Error>> Fallible for Result<T, E> {
+    #[inline]
+    fn lock_failed(error: Error) -> Self {
+        Err(E::from(error))
+    }
+
+    fn lost(self, error: Error) -> Self {
+        match self {
+            Ok(_) => Err(E::from(error)),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// Return types of `on_busy = "skip"` functions: `()`, `Option<T>`, and `Result` of those
+/// with `E: From<redis_lock::Error>`.
+#[diagnostic::on_unimplemented(
+    message = "`on_busy = \"skip\"` cannot skip a function returning `{Self}`",
+    label = "a skipped call must return a value of this type",
+    note = "a skipped call returns `()` or `None`: return `()`, `Option<T>`, `Result<(), E>` or \
+            `Result<Option<T>, E>` (with `E: From<redis_lock::Error>`)"
+)]
+pub trait Skippable: Sized {
+    /// The value of a skipped call.
+    fn skipped() -> Self;
+    /// The value returned when the lock could not be taken for another reason than "busy"
+    /// (Redis unreachable, invalid key): an error where the type can carry one, else logged
+    /// and skipped.
+    fn lock_failed(error: Error, function: &'static str) -> Self;
+    /// The value returned when the lock was lost during the call: an error where the type
+    /// can carry one (the body's own error wins), else logged.
+    fn lost(self, error: Error, function: &'static str) -> Self;
+}
+
+/// What a skipped call returns: `()` or `None`.
+#[diagnostic::on_unimplemented(
+    message = "`on_busy = \"skip\"` cannot make a `{Self}` for a skipped call",
+    label = "a skipped call must return a value of this type",
+    note = "a skipped call returns `()` or `None`: return `()`, `Option<T>`, `Result<(), E>` or \
+            `Result<Option<T>, E>`"
+)]
+pub trait Nothing {
+    /// `()` or `None`.
+    fn nothing() -> Self;
+}
+
+impl Nothing for () {
+    #[inline]
+    fn nothing() -> Self {}
+}
+
+impl<T> Nothing for Option<T> {
+    #[inline]
+    fn nothing() -> Self {
+        None
+    }
+}
+
+fn log_unreported(error: &Error, function: &'static str, what: &str) {
+    tracing::error!(target: "redis_lock", %error, function, "{what}; the return type cannot carry the error");
+}
+
+impl Skippable for () {
+    fn skipped() -> Self {}
+
+    fn lock_failed(error: Error, function: &'static str) -> Self {
+        log_unreported(&error, function, "call skipped: the lock could not be taken");
+    }
+
+    fn lost(self, error: Error, function: &'static str) -> Self {
+        log_unreported(&error, function, "the lock was lost during the call");
+    }
+}
+
+impl<T> Skippable for Option<T> {
+    fn skipped() -> Self {
+        None
+    }
+
+    fn lock_failed(error: Error, function: &'static str) -> Self {
+        log_unreported(&error, function, "call skipped: the lock could not be taken");
+        None
+    }
+
+    fn lost(self, error: Error, function: &'static str) -> Self {
+        log_unreported(&error, function, "the lock was lost during the call");
+        self
+    }
+}
+
+impl<T: Nothing, E: From<Error>> Skippable for Result<T, E> {
+    fn skipped() -> Self {
+        Ok(T::nothing())
+    }
+
+    fn lock_failed(error: Error, _function: &'static str) -> Self {
+        Err(E::from(error))
+    }
+
+    fn lost(self, error: Error, _function: &'static str) -> Self {
+        Fallible::lost(self, error)
+    }
+}

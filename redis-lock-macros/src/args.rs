@@ -134,9 +134,15 @@ mod tests {
     #[test]
     fn repeats_and_unknown_names_are_rejected() {
         let repeated = parse(r#"key = "a", ttl = 1, ttl = 2"#).err().unwrap();
-        assert_eq!(repeated.to_string(), "expected only a single `ttl` argument");
+        assert_eq!(
+            repeated.to_string(),
+            "expected only a single `ttl` argument"
+        );
         let unknown = parse(r#"key = "a", tll = 1"#).err().unwrap();
-        assert!(unknown.to_string().starts_with("expected one of"), "{unknown}");
+        assert!(
+            unknown.to_string().starts_with("expected one of"),
+            "{unknown}"
+        );
         assert!(parse(r#"ttl = x"#).is_err());
         assert!(parse(r#"key "a""#).is_err());
     }

@@ -2,8 +2,7 @@
 //! (`"fixed:50ms"`), read at compile time.
 
 /// What a duration string must look like, for error messages.
-pub(crate) const DURATION_SYNTAX: &str =
-    "expected a whole number followed by `ms`, `s`, `m` or `h`, such as \"500ms\", \"30s\" or \"2m\"";
+pub(crate) const DURATION_SYNTAX: &str = "expected a whole number followed by `ms`, `s`, `m` or `h`, such as \"500ms\", \"30s\" or \"2m\"";
 
 /// Milliseconds in `text`, or why it is not a duration.
 pub(crate) fn parse_ms(text: &str) -> Result<u64, String> {
@@ -79,7 +78,11 @@ mod tests {
         for bad in ["", "5", "s", "5 s", "1.5s", "-1s", "5sec", "5S", "ms5"] {
             assert!(parse_ms(bad).is_err(), "{bad:?}");
         }
-        assert!(parse_ms("99999999999999999999h").unwrap_err().contains("too long"));
+        assert!(
+            parse_ms("99999999999999999999h")
+                .unwrap_err()
+                .contains("too long")
+        );
     }
 
     #[test]

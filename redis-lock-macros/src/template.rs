@@ -17,9 +17,7 @@ pub(crate) enum Piece {
 
 fn is_name(s: &str) -> bool {
     let mut chars = s.chars();
-    chars
-        .next()
-        .is_some_and(|c| c == '_' || c.is_alphabetic())
+    chars.next().is_some_and(|c| c == '_' || c.is_alphabetic())
         && chars.all(|c| c == '_' || c.is_alphanumeric())
 }
 
@@ -65,12 +63,12 @@ pub(crate) fn parse(template: &str) -> Result<Vec<Piece>, String> {
     while let Some(i) = rest.find(['{', '}']) {
         text.push_str(&rest[..i]);
         let brace = &rest[i..];
-        if brace.starts_with("{{") {
+        if let Some(after) = brace.strip_prefix("{{") {
             text.push('{');
-            rest = &brace[2..];
-        } else if brace.starts_with("}}") {
+            rest = after;
+        } else if let Some(after) = brace.strip_prefix("}}") {
             text.push('}');
-            rest = &brace[2..];
+            rest = after;
         } else if brace.starts_with('}') {
             return Err("unmatched `}` in the key: write `}}` for a literal `}`".to_owned());
         } else {
@@ -114,10 +112,7 @@ mod tests {
             ]
         );
         assert_eq!(parse("{pair.0}").unwrap(), vec![value("pair", &["0"])]);
-        assert_eq!(
-            parse("a{{b}}c").unwrap(),
-            vec![Piece::Text("a{b}c".into())]
-        );
+        assert_eq!(parse("a{{b}}c").unwrap(), vec![Piece::Text("a{b}c".into())]);
         assert_eq!(parse("").unwrap(), vec![]);
     }
 

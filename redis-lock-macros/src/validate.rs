@@ -288,7 +288,10 @@ fn key(lit: &LitStr, params: &[Ident], function: &Ident) -> syn::Result<Key> {
         }
     }
     if values.is_empty() {
-        return Ok(Key::Fixed(LitStr::new(&format.replace("{{", "{").replace("}}", "}"), span)));
+        return Ok(Key::Fixed(LitStr::new(
+            &format.replace("{{", "{").replace("}}", "}"),
+            span,
+        )));
     }
     Ok(Key::Formatted {
         format: LitStr::new(&format, span),
@@ -412,7 +415,9 @@ mod tests {
     fn rejections_name_the_problem() {
         let ok = "fn f(id: u32) -> Result<(), E> {}";
         assert!(message(r#"key = "a:{idd}""#, ok).contains("the parameters of `f` are `id`"));
-        assert!(message(r#"key = "a:{x}""#, "fn f() -> Result<(), E> {}").contains("no parameters"));
+        assert!(
+            message(r#"key = "a:{x}""#, "fn f() -> Result<(), E> {}").contains("no parameters")
+        );
         assert!(message(r#"key = """#, ok).contains("empty"));
         assert!(message(r#"ttl = 1"#, ok).contains("missing `key"));
         assert!(message(r#"key = "a", ttl = 0"#, ok).contains("zero"));
@@ -435,7 +440,9 @@ mod tests {
 
     #[test]
     fn all_errors_are_reported_at_once() {
-        let e = plan(r#"key = "", ttl = 0"#, "async fn f() {}").err().unwrap();
+        let e = plan(r#"key = "", ttl = 0"#, "async fn f() {}")
+            .err()
+            .unwrap();
         assert_eq!(e.into_iter().count(), 4);
     }
 }

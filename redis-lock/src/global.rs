@@ -104,7 +104,13 @@ mod tests {
     fn a_bad_url_names_the_variable_without_its_password() {
         let err = from_env(Some("redis://:hunter2@".to_owned() + "\u{0}bad")).unwrap_err();
         assert!(
-            matches!(err, Error::InvalidInput { what: "REDIS_URL", .. }),
+            matches!(
+                err,
+                Error::InvalidInput {
+                    what: "REDIS_URL",
+                    ..
+                }
+            ),
             "{err:?}"
         );
         assert!(!err.to_string().contains("hunter2"), "{err}");

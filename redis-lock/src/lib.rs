@@ -79,6 +79,9 @@
 #![warn(missing_docs)]
 #![cfg_attr(not(test), deny(clippy::panic))]
 
+#[doc(hidden)]
+#[path = "private.rs"]
+pub mod __private;
 mod builder;
 mod client;
 mod connection;
@@ -90,9 +93,6 @@ mod keys;
 mod lease;
 mod ops;
 mod options;
-#[doc(hidden)]
-#[path = "private.rs"]
-pub mod __private;
 mod reentrant;
 mod retry;
 mod scripts;

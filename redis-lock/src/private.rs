@@ -66,7 +66,6 @@ impl<R> Held<R> {
     pub fn guard(&self) -> &LockGuard {
         &self.guard
     }
-
 }
 
 /// Releases the lock (one round trip, the same one dropping the guard would make; none for a
@@ -219,7 +218,11 @@ impl Skippable for () {
     fn skipped() -> Self {}
 
     fn lock_failed(error: Error, function: &'static str) -> Self {
-        log_unreported(&error, function, "call skipped: the lock could not be taken");
+        log_unreported(
+            &error,
+            function,
+            "call skipped: the lock could not be taken",
+        );
     }
 
     fn lost(self, error: Error, function: &'static str) -> Self {
@@ -233,7 +236,11 @@ impl<T> Skippable for Option<T> {
     }
 
     fn lock_failed(error: Error, function: &'static str) -> Self {
-        log_unreported(&error, function, "call skipped: the lock could not be taken");
+        log_unreported(
+            &error,
+            function,
+            "call skipped: the lock could not be taken",
+        );
         None
     }
 

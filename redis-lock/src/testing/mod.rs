@@ -5,7 +5,8 @@
 //! pause (`SIGSTOP`), resume and restart it to exercise failures, start replicas of it
 //! ([`RedisServer::start_replica_of`]), and put a [`TcpProxy`] in front of it to slow down,
 //! stall or cut connections; [`TlsRedisServer`] serves TLS with certificates made for the
-//! test. The binary is `$REDIS_LOCK_SERVER_BIN` if set, else
+//! test. [`RedisCluster`] forms a Redis Cluster of masters (and migrates slots);
+//! [`SentinelGroup`] runs a master, a replica and three sentinels, and fails over. The binary is `$REDIS_LOCK_SERVER_BIN` if set, else
 //! `redis-server` from `PATH`.
 //!
 //! ```no_run
@@ -20,11 +21,15 @@
 // Test support panics with a clear message instead of making every test unwrap.
 #![allow(clippy::panic)]
 
+mod cluster;
 mod proxy;
 mod replica;
+mod sentinel;
 mod server;
 mod tls;
 
+pub use cluster::{RedisCluster, SlotMigration, cli_binary};
 pub use proxy::TcpProxy;
+pub use sentinel::SentinelGroup;
 pub use server::{RedisServer, free_port, server_binary};
 pub use tls::{TlsCerts, TlsRedisServer};

@@ -16,6 +16,25 @@ pub struct RedisServer {
     dir: tempfile::TempDir,
     port: u16,
     args: Vec<String>,
+    mode: Mode,
+}
+
+/// What kind of process a [`RedisServer`] runs: a plain server, a cluster node, or a sentinel.
+#[derive(Debug, Clone)]
+pub(crate) enum Mode {
+    Plain,
+    /// `--cluster-enabled yes` with an explicit cluster bus port (the default, port + 10000,
+    /// can lie above 65535 for ports from the ephemeral range).
+    ClusterNode {
+        bus_port: u16,
+    },
+    /// `redis-server sentinel.conf --sentinel`, monitoring `master` at `master_port`.
+    Sentinel {
+        master: String,
+        master_port: u16,
+        quorum: u32,
+        down_after: Duration,
+    },
 }
 
 /// A free TCP port on 127.0.0.1 (bound, read, released; another process could take it in
@@ -98,6 +117,10 @@ impl RedisServer {
     ///
     /// As [`try_start`](Self::try_start).
     pub fn try_start_with(args: &[&str]) -> io::Result<RedisServer> {
+        Self::try_start_mode(Mode::Plain, args)
+    }
+
+    pub(crate) fn try_start_mode(mode: Mode, args: &[&str]) -> io::Result<RedisServer> {
         let mut server = RedisServer {
             child: None,
             dir: tempfile::Builder::new()
@@ -105,11 +128,15 @@ impl RedisServer {
                 .tempdir()?,
             port: 0,
             args: args.iter().map(|s| (*s).to_owned()).collect(),
+            mode,
         };
         // The port can be taken between `free_port` and the bind of redis-server.
         let mut last = None;
         for _ in 0..5 {
             server.port = free_port()?;
+            if let Mode::ClusterNode { bus_port } = &mut server.mode {
+                *bus_port = free_port()?;
+            }
             match server.spawn() {
                 Ok(()) => return Ok(server),
                 Err(e) => last = Some(e),
@@ -121,7 +148,41 @@ impl RedisServer {
     fn spawn(&mut self) -> io::Result<()> {
         let bin = server_binary()?;
         let port = self.port.to_string();
-        let child = Command::new(bin)
+        let mut cmd = Command::new(bin);
+        match &self.mode {
+            Mode::Plain => {}
+            Mode::ClusterNode { bus_port } => {
+                cmd.args([
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                ])
+                .args(["--cluster-port", &bus_port.to_string()]);
+            }
+            Mode::Sentinel {
+                master,
+                master_port,
+                quorum,
+                down_after,
+            } => {
+                // Sentinel rewrites its config file, so it must be a file of its own.
+                let conf = self.dir.path().join("sentinel.conf");
+                let down_ms = down_after.as_millis();
+                std::fs::write(
+                    &conf,
+                    format!(
+                        "sentinel monitor {master} 127.0.0.1 {master_port} {quorum}\n\
+                         sentinel down-after-milliseconds {master} {down_ms}\n\
+                         sentinel failover-timeout {master} {}\n\
+                         sentinel parallel-syncs {master} 1\n",
+                        down_ms * 5
+                    ),
+                )?;
+                cmd.arg(conf).arg("--sentinel");
+            }
+        }
+        let child = cmd
             .args([
                 "--port",
                 &port,

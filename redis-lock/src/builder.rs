@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::client::LockClient;
-use crate::connection::{LogErrors, Manager, Pool};
+use crate::connection::{LogErrors, Manager, Pool, Target};
 use crate::error::{Error, Result};
 use crate::keys::validate_namespace;
 use crate::ops::{Config, Inner, validate_ttl};
@@ -14,7 +14,45 @@ enum Source {
     Url(String),
     // Boxed: with TLS support a `redis::Client` is a few hundred bytes.
     Pool(r2d2::Pool<redis::Client>, Box<redis::Client>),
+    /// Seed nodes of a Redis Cluster.
+    #[cfg(feature = "cluster")]
+    Cluster(Vec<String>),
+    /// A master found through sentinels.
+    Sentinel {
+        master: String,
+        sentinels: Vec<String>,
+    },
 }
+
+impl Source {
+    fn describe(&self) -> String {
+        let list = |urls: &[String]| {
+            urls.iter()
+                .map(|u| redact_url(u))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        match self {
+            Source::Url(url) => redact_url(url),
+            Source::Pool(..) => "<existing pool>".to_owned(),
+            #[cfg(feature = "cluster")]
+            Source::Cluster(urls) => format!("cluster [{}]", list(urls)),
+            Source::Sentinel { master, sentinels } => {
+                format!("sentinel master {master:?} via [{}]", list(sentinels))
+            }
+        }
+    }
+}
+
+/// How often a cluster client retries a command that was redirected (`MOVED`, `ASK`) or told
+/// to try again (`TRYAGAIN` while a slot migrates, `CLUSTERDOWN`), waiting between 10 ms and
+/// `CLUSTER_MAX_RETRY_WAIT_MS` (growing) before each retry.
+#[cfg(feature = "cluster")]
+pub(crate) const CLUSTER_RETRIES: u32 = 8;
+#[cfg(feature = "cluster")]
+const CLUSTER_MIN_RETRY_WAIT_MS: u64 = 10;
+#[cfg(feature = "cluster")]
+const CLUSTER_MAX_RETRY_WAIT_MS: u64 = 500;
 
 /// Configures and builds a [`LockClient`].
 ///
@@ -42,16 +80,14 @@ pub struct Builder {
     default_wait: Duration,
     default_retry: RetryStrategy,
     watchdog: bool,
+    sentinel_check_interval: Option<Duration>,
+    master_auth: Option<(Option<String>, String)>,
 }
 
 impl std::fmt::Debug for Builder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let source = match &self.source {
-            Source::Url(url) => redact_url(url),
-            Source::Pool(..) => "<existing pool>".to_owned(),
-        };
         f.debug_struct("Builder")
-            .field("source", &source)
+            .field("source", &self.source.describe())
             .field("namespace", &self.namespace)
             .field("pool_size", &self.pool_size)
             .field("waiter_pool_size", &self.waiter_pool_size)
@@ -62,6 +98,8 @@ impl std::fmt::Debug for Builder {
             .field("default_wait", &self.default_wait)
             .field("default_retry", &self.default_retry)
             .field("watchdog", &self.watchdog)
+            .field("sentinel_check_interval", &self.sentinel_check_interval)
+            .field("master_auth", &self.master_auth.as_ref().map(|_| "***"))
             .finish()
     }
 }
@@ -80,7 +118,18 @@ impl Builder {
             default_wait: Duration::from_secs(60),
             default_retry: RetryStrategy::notify(),
             watchdog: true,
+            sentinel_check_interval: None,
+            master_auth: None,
         }
+    }
+
+    #[cfg(feature = "cluster")]
+    pub(crate) fn from_cluster(urls: Vec<String>) -> Builder {
+        Builder::with(Source::Cluster(urls))
+    }
+
+    pub(crate) fn from_sentinels(master: String, sentinels: Vec<String>) -> Builder {
+        Builder::with(Source::Sentinel { master, sentinels })
     }
 
     pub(crate) fn from_url(url: &str) -> Builder {
@@ -160,6 +209,113 @@ impl Builder {
         self
     }
 
+    /// Sentinel clients only: how often the pool's housekeeping thread asks the sentinels
+    /// where the master is. When it has moved, pooled connections to the old master are
+    /// dropped at their next checkout (the old master may keep accepting writes for a few
+    /// seconds after a failover). New connections always ask. Defaults to 1 s.
+    pub fn sentinel_check_interval(mut self, interval: Duration) -> Builder {
+        self.sentinel_check_interval = Some(interval);
+        self
+    }
+
+    /// Sentinel clients only: the username (`None` for the default user) and password of the
+    /// master the sentinels name. Credentials for the sentinels themselves go in their URLs.
+    /// Defaults to none.
+    pub fn master_auth(mut self, username: Option<&str>, password: &str) -> Builder {
+        self.master_auth = Some((username.map(str::to_owned), password.to_owned()));
+        self
+    }
+
+    /// Where connections go, and a description of it for logs and `Debug` (no passwords).
+    fn target(&self) -> Result<(Target, String)> {
+        let description = self.source.describe();
+        let url_error = |what: &'static str, url: &str, e: redis::RedisError| {
+            Error::invalid(what, format!("{} ({e})", redact_url(url)))
+        };
+        let not_sentinel = |what: &'static str| {
+            Error::invalid(
+                what,
+                "only applies to a client built with `sentinel_builder`",
+            )
+        };
+        if !matches!(self.source, Source::Sentinel { .. }) {
+            if self.sentinel_check_interval.is_some() {
+                return Err(not_sentinel("sentinel_check_interval"));
+            }
+            if self.master_auth.is_some() {
+                return Err(not_sentinel("master_auth"));
+            }
+        }
+        let target = match &self.source {
+            Source::Url(url) => Target::Server(
+                redis::Client::open(url.as_str()).map_err(|e| url_error("url", url, e))?,
+            ),
+            Source::Pool(_, client) => Target::Server((**client).clone()),
+            #[cfg(feature = "cluster")]
+            Source::Cluster(urls) => {
+                if urls.is_empty() {
+                    return Err(Error::invalid("urls", "no cluster node given"));
+                }
+                let mut nodes = Vec::with_capacity(urls.len());
+                for url in urls {
+                    nodes.push(
+                        redis::IntoConnectionInfo::into_connection_info(url.as_str())
+                            .map_err(|e| url_error("urls", url, e))?,
+                    );
+                }
+                let client = redis::cluster::ClusterClientBuilder::new(nodes)
+                    .connection_timeout(self.connect_timeout)
+                    .response_timeout(self.io_timeout)
+                    .retries(CLUSTER_RETRIES)
+                    .min_retry_wait(CLUSTER_MIN_RETRY_WAIT_MS)
+                    .max_retry_wait(CLUSTER_MAX_RETRY_WAIT_MS)
+                    .build()
+                    .map_err(|e| Error::invalid("urls", format!("{description} ({e})")))?;
+                Target::Cluster(client)
+            }
+            Source::Sentinel { master, sentinels } => {
+                if master.is_empty() {
+                    return Err(Error::invalid("master_name", "it is empty"));
+                }
+                if sentinels.is_empty() {
+                    return Err(Error::invalid("sentinels", "no sentinel given"));
+                }
+                if self.sentinel_check_interval.is_some_and(|i| i.is_zero()) {
+                    return Err(Error::invalid(
+                        "sentinel_check_interval",
+                        "must be longer than zero",
+                    ));
+                }
+                let mut infos = Vec::with_capacity(sentinels.len());
+                for url in sentinels {
+                    infos.push(
+                        redis::IntoConnectionInfo::into_connection_info(url.as_str())
+                            .map_err(|e| url_error("sentinels", url, e))?,
+                    );
+                }
+                let mut settings = redis::RedisConnectionInfo::default();
+                if let Some((user, password)) = &self.master_auth {
+                    if let Some(user) = user {
+                        settings = settings.set_username(user);
+                    }
+                    settings = settings.set_password(password);
+                }
+                let template =
+                    redis::IntoConnectionInfo::into_connection_info("redis://127.0.0.1/")
+                        .map_err(Error::Redis)?
+                        .set_redis_settings(settings);
+                Target::Sentinel(Arc::new(crate::sentinel::SentinelTarget::new(
+                    master.clone(),
+                    infos,
+                    template,
+                    self.connect_timeout,
+                    self.io_timeout,
+                )))
+            }
+        };
+        Ok((target, description))
+    }
+
     /// Builds the client. No connection is made yet: the first lock operation connects, and an
     /// unreachable Redis shows up there, within [`connect_timeout`](Self::connect_timeout).
     ///
@@ -187,14 +343,7 @@ impl Builder {
                 return Err(Error::invalid(what, "must be longer than zero"));
             }
         }
-        let (client, redacted_url) = match &self.source {
-            Source::Url(url) => {
-                let client = redis::Client::open(url.as_str())
-                    .map_err(|e| Error::invalid("url", format!("{} ({e})", redact_url(url))))?;
-                (client, redact_url(url))
-            }
-            Source::Pool(_, client) => ((**client).clone(), "<existing pool>".to_owned()),
-        };
+        let (target, redacted_url) = self.target()?;
         // One housekeeping thread for both pools instead of r2d2's three per pool.
         let housekeeping = Arc::new(
             scheduled_thread_pool::ScheduledThreadPool::builder()
@@ -202,8 +351,20 @@ impl Builder {
                 .thread_name_pattern("redis-lock-pool")
                 .build(),
         );
+        if let Target::Sentinel(sentinel) = &target {
+            let sentinel = Arc::downgrade(sentinel);
+            let every = self
+                .sentinel_check_interval
+                .unwrap_or(Duration::from_secs(1));
+            // The job ends with the thread pool, which ends with the client's pools.
+            let _job = housekeeping.execute_at_fixed_rate(every, every, move || {
+                if let Some(sentinel) = sentinel.upgrade() {
+                    sentinel.check();
+                }
+            });
+        }
         let manager = Manager {
-            client,
+            target,
             connect_timeout: self.connect_timeout,
             io_timeout: self.io_timeout,
         };
@@ -211,15 +372,16 @@ impl Builder {
             r2d2::Pool::builder()
                 .max_size(size)
                 .min_idle(Some(0))
-                .test_on_check_out(false)
+                // Free: `Manager::is_valid` sends nothing (see connection.rs).
+                .test_on_check_out(true)
                 .connection_timeout(self.pool_timeout)
                 .thread_pool(Arc::clone(&housekeeping))
                 .error_handler(Box::new(LogErrors))
         };
         let waiters = pool_builder(self.waiter_pool_size).build_unchecked(manager.clone());
         let pool = match self.source {
-            Source::Url(_) => Pool::Managed(pool_builder(self.pool_size).build_unchecked(manager)),
             Source::Pool(pool, _) => Pool::External(pool),
+            _ => Pool::Managed(pool_builder(self.pool_size).build_unchecked(manager)),
         };
         let host = gethostname::gethostname().to_string_lossy().into_owned();
         let config = Config {

@@ -83,6 +83,73 @@ impl LockClient {
         Builder::from_url(url)
     }
 
+    /// A [`Builder`] for a client on a Redis Cluster, given some of its nodes (the client
+    /// discovers the rest with `CLUSTER SLOTS`). Feature `cluster`.
+    ///
+    /// Each pooled connection holds a connection to every master and sends each script to the
+    /// master that serves the lock's hash slot; all keys of one lock share that slot (see
+    /// [`namespace`](Builder::namespace)). Redirections while slots move (`MOVED`, `ASK`,
+    /// `TRYAGAIN`) are followed and retried up to 8 times with a short growing pause
+    /// (10–500 ms); a migration that keeps a lock's keys split for longer than that fails the
+    /// call with [`Error::Redis`] (`TRYAGAIN`), which the caller can retry.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redis_lock::Result<()> {
+    /// let locks = redis_lock::LockClient::cluster_builder([
+    ///     "redis://10.0.0.1:7000/",
+    ///     "redis://10.0.0.2:7000/",
+    /// ])
+    /// .build()?;
+    /// let guard = locks.lock("report")?;
+    /// # drop(guard); Ok(()) }
+    /// ```
+    #[cfg(feature = "cluster")]
+    pub fn cluster_builder<I, S>(nodes: I) -> Builder
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        Builder::from_cluster(nodes.into_iter().map(|s| s.as_ref().to_owned()).collect())
+    }
+
+    /// A [`Builder`] for a client on the master that Redis Sentinel knows as `master_name`,
+    /// asking the `sentinels` (URLs, tried in order) where it is.
+    ///
+    /// New connections ask the sentinels and check with `ROLE` that the named server is a
+    /// master. The pool's housekeeping thread asks again every
+    /// [`sentinel_check_interval`](Builder::sentinel_check_interval); after a failover,
+    /// pooled connections to the old master are dropped, so new acquisitions go to the new
+    /// master. A failover can lose locks: see the crate docs' guarantees.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redis_lock::Result<()> {
+    /// let locks = redis_lock::LockClient::sentinel_builder(
+    ///     "mymaster",
+    ///     ["redis://10.0.0.1:26379/", "redis://10.0.0.2:26379/", "redis://10.0.0.3:26379/"],
+    /// )
+    /// .master_auth(None, "secret")
+    /// .build()?;
+    /// let guard = locks.options("report").replicas(1, std::time::Duration::from_millis(50)).acquire()?;
+    /// # drop(guard); Ok(()) }
+    /// ```
+    pub fn sentinel_builder<I, S>(master_name: &str, sentinels: I) -> Builder
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        Builder::from_sentinels(
+            master_name.to_owned(),
+            sentinels
+                .into_iter()
+                .map(|s| s.as_ref().to_owned())
+                .collect(),
+        )
+    }
+
     /// A [`Builder`] for a client on an r2d2 pool the application already has. Lock
     /// operations use that pool as configured (turn its `test_on_check_out` off to save a round
     /// trip per operation). Waiters block on connections of their own, made from `client`

@@ -1,29 +1,91 @@
 //! Pooled connections: an r2d2 manager with connect and response timeouts, and a connection
 //! wrapper that remembers when it broke.
 //!
-//! r2d2 pings every connection on checkout by default (`test_on_check_out`), one extra round
-//! trip per lock operation. We turn that off and instead mark a connection broken the moment a
-//! command on it fails with an I/O error or a timeout; r2d2 asks `has_broken` when the
-//! connection comes back and drops it then. A timed-out connection must never be reused: the
-//! late reply would be read as the answer to the next command.
+//! r2d2 pings every connection on checkout by default (`is_valid`), one extra round trip per
+//! lock operation. Our `is_valid` sends nothing: a connection marks itself broken the moment a
+//! command on it fails with an I/O error or a timeout (or `READONLY`: its server was demoted),
+//! and r2d2 drops it when it comes back or at the next checkout. A timed-out connection must
+//! never be reused: the late reply would be read as the answer to the next command.
+//!
+//! The same manager serves a single server, a Redis Cluster (each pooled connection is a
+//! cluster connection that routes by slot) and a sentinel-managed master.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use redis::{ConnectionLike, RedisError, RedisResult, Value};
+use redis::{ConnectionLike, ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
+
+use crate::sentinel::SentinelTarget;
+
+/// Where new connections go.
+#[derive(Debug, Clone)]
+pub(crate) enum Target {
+    /// One server.
+    Server(redis::Client),
+    /// A Redis Cluster: each connection holds one connection per node and routes every
+    /// command to the node that serves its keys' slot, following `MOVED`/`ASK`.
+    #[cfg(feature = "cluster")]
+    Cluster(redis::cluster::ClusterClient),
+    /// The master of a sentinel-monitored group.
+    Sentinel(Arc<SentinelTarget>),
+}
 
 /// Creates connections with a bounded connect time and a bounded wait for each reply.
 #[derive(Debug, Clone)]
 pub(crate) struct Manager {
-    pub(crate) client: redis::Client,
+    pub(crate) target: Target,
     pub(crate) connect_timeout: Duration,
     pub(crate) io_timeout: Duration,
 }
 
+/// The connection inside a [`Conn`].
+enum Link {
+    Server(redis::Connection),
+    // Boxed: a cluster connection is four times the size of a server connection.
+    #[cfg(feature = "cluster")]
+    Cluster(Box<redis::cluster::ClusterConnection>),
+}
+
+impl Link {
+    fn con(&mut self) -> &mut dyn ConnectionLike {
+        match self {
+            Link::Server(c) => c,
+            #[cfg(feature = "cluster")]
+            Link::Cluster(c) => &mut **c,
+        }
+    }
+
+    fn con_ref(&self) -> &dyn ConnectionLike {
+        match self {
+            Link::Server(c) => c,
+            #[cfg(feature = "cluster")]
+            Link::Cluster(c) => &**c,
+        }
+    }
+
+    fn set_timeouts(&self, read: Duration, write: Option<Duration>) -> RedisResult<()> {
+        match self {
+            Link::Server(c) => {
+                c.set_read_timeout(Some(read))?;
+                write.map_or(Ok(()), |w| c.set_write_timeout(Some(w)))
+            }
+            #[cfg(feature = "cluster")]
+            Link::Cluster(c) => {
+                c.set_read_timeout(Some(read))?;
+                write.map_or(Ok(()), |w| c.set_write_timeout(Some(w)))
+            }
+        }
+    }
+}
+
 /// A Redis connection that knows whether it is still usable.
 pub(crate) struct Conn {
-    inner: redis::Connection,
+    inner: Link,
     broken: bool,
     io_timeout: Duration,
+    /// For a sentinel master: the epoch this connection was made in, and the current one.
+    /// A connection from an older epoch may point at a demoted master.
+    epoch: Option<(u64, Arc<SentinelTarget>)>,
 }
 
 impl std::fmt::Debug for Conn {
@@ -35,7 +97,12 @@ impl std::fmt::Debug for Conn {
 }
 
 fn breaks_connection(e: &RedisError) -> bool {
-    e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_unrecoverable_error()
+    e.is_io_error()
+        || e.is_timeout()
+        || e.is_connection_dropped()
+        || e.is_unrecoverable_error()
+        // The server was turned into a replica (a failover): look for the master again.
+        || e.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly)
 }
 
 impl Conn {
@@ -48,6 +115,12 @@ impl Conn {
         r
     }
 
+    fn stale(&self) -> bool {
+        self.epoch.as_ref().is_some_and(|(epoch, target)| {
+            *epoch != target.epoch.load(std::sync::atomic::Ordering::Acquire)
+        })
+    }
+
     /// Runs a blocking command (`BLPOP`) that may legitimately take `block` before replying:
     /// the reply timeout is raised for this one command, then restored.
     pub(crate) fn blocking_query<T: redis::FromRedisValue>(
@@ -57,11 +130,11 @@ impl Conn {
     ) -> RedisResult<T> {
         let r = self
             .inner
-            .set_read_timeout(Some(block + self.io_timeout))
-            .and_then(|()| cmd.query(&mut self.inner));
+            .set_timeouts(block + self.io_timeout, None)
+            .and_then(|()| cmd.query(self.inner.con()));
         let r = self.note(r);
         if !self.broken {
-            let restore = self.inner.set_read_timeout(Some(self.io_timeout));
+            let restore = self.inner.set_timeouts(self.io_timeout, None);
             self.note(restore)?;
         }
         r
@@ -70,7 +143,7 @@ impl Conn {
 
 impl ConnectionLike for Conn {
     fn req_packed_command(&mut self, cmd: &[u8]) -> RedisResult<Value> {
-        let r = self.inner.req_packed_command(cmd);
+        let r = self.inner.con().req_packed_command(cmd);
         self.note(r)
     }
 
@@ -80,22 +153,32 @@ impl ConnectionLike for Conn {
         offset: usize,
         count: usize,
     ) -> RedisResult<Vec<Value>> {
-        let r = self.inner.req_packed_commands(cmd, offset, count);
+        let r = self.inner.con().req_packed_commands(cmd, offset, count);
+        self.note(r)
+    }
+
+    // A cluster connection routes a `Cmd` by its keys without parsing it back from bytes.
+    fn req_command(&mut self, cmd: &redis::Cmd) -> RedisResult<Value> {
+        let r = self.inner.con().req_command(cmd);
         self.note(r)
     }
 
     fn get_db(&self) -> i64 {
-        self.inner.get_db()
+        self.inner.con_ref().get_db()
+    }
+
+    fn supports_pipelining(&self) -> bool {
+        self.inner.con_ref().supports_pipelining()
     }
 
     fn check_connection(&mut self) -> bool {
-        let ok = self.inner.check_connection();
+        let ok = self.inner.con().check_connection();
         self.broken |= !ok;
         ok
     }
 
     fn is_open(&self) -> bool {
-        !self.broken && self.inner.is_open()
+        !self.broken && !self.stale() && self.inner.con_ref().is_open()
     }
 }
 
@@ -104,20 +187,38 @@ impl r2d2::ManageConnection for Manager {
     type Error = RedisError;
 
     fn connect(&self) -> RedisResult<Conn> {
-        let inner = self
-            .client
-            .get_connection_with_timeout(self.connect_timeout)?;
-        inner.set_read_timeout(Some(self.io_timeout))?;
-        inner.set_write_timeout(Some(self.io_timeout))?;
+        let (inner, epoch) = match &self.target {
+            Target::Server(client) => (
+                Link::Server(client.get_connection_with_timeout(self.connect_timeout)?),
+                None,
+            ),
+            #[cfg(feature = "cluster")]
+            Target::Cluster(client) => (Link::Cluster(Box::new(client.get_connection()?)), None),
+            Target::Sentinel(target) => {
+                let (con, epoch) = target.connect_master()?;
+                (Link::Server(con), Some((epoch, Arc::clone(target))))
+            }
+        };
+        inner.set_timeouts(self.io_timeout, Some(self.io_timeout))?;
         Ok(Conn {
             inner,
             broken: false,
             io_timeout: self.io_timeout,
+            epoch,
         })
     }
 
+    /// Called on checkout: no round trip, only what the connection already knows (it broke,
+    /// or it belongs to a master the sentinels no longer name).
     fn is_valid(&self, conn: &mut Conn) -> RedisResult<()> {
-        redis::cmd("PING").query::<()>(conn)
+        if conn.is_open() {
+            Ok(())
+        } else {
+            Err(RedisError::from((
+                ErrorKind::Io,
+                "pooled connection is broken or points at a former master",
+            )))
+        }
     }
 
     fn has_broken(&self, conn: &mut Conn) -> bool {

@@ -119,6 +119,32 @@ impl Error {
         }
     }
 
+    /// `true` when the same call may succeed if retried later: a connection error (see
+    /// [`is_connection_error`](Self::is_connection_error)), or a Redis Cluster in transition
+    /// (`TRYAGAIN` or `ASK` while a lock's slot migrates, `MOVED` after redirections ran out,
+    /// `CLUSTERDOWN`, `MASTERDOWN`, `READONLY` during a failover). Busy and lost locks are
+    /// not errors of this kind: see [`is_busy`](Self::is_busy) and [`is_lost`](Self::is_lost).
+    pub fn is_retryable(&self) -> bool {
+        use redis::{ErrorKind, ServerErrorKind};
+        if self.is_connection_error() {
+            return true;
+        }
+        match self {
+            Error::Redis(e) => matches!(
+                e.kind(),
+                ErrorKind::Server(
+                    ServerErrorKind::TryAgain
+                        | ServerErrorKind::Ask
+                        | ServerErrorKind::Moved
+                        | ServerErrorKind::ClusterDown
+                        | ServerErrorKind::MasterDown
+                        | ServerErrorKind::ReadOnly
+                )
+            ),
+            _ => false,
+        }
+    }
+
     pub(crate) fn invalid(what: &'static str, reason: impl Into<String>) -> Error {
         Error::InvalidInput {
             what,

@@ -97,6 +97,7 @@ mod options;
 mod reentrant;
 mod retry;
 mod scripts;
+mod sentinel;
 mod token;
 mod watchdog;
 

@@ -6,7 +6,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use redis_lock::LockClient;
-pub use redis_lock::testing::{RedisServer, TcpProxy, free_port};
+pub use redis_lock::testing::{RedisCluster, RedisServer, SentinelGroup, TcpProxy, free_port};
 
 pub mod fenced;
 pub mod holder;
@@ -19,6 +19,27 @@ pub fn client(server: &RedisServer) -> LockClient {
 /// A lock client for `url` with timeouts short enough for tests.
 pub fn client_for(url: &str) -> LockClient {
     LockClient::builder(url)
+        .connect_timeout(Duration::from_millis(500))
+        .pool_timeout(Duration::from_secs(2))
+        .io_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap()
+}
+
+/// A lock client for `cluster` with timeouts short enough for tests.
+pub fn cluster_client(cluster: &RedisCluster) -> LockClient {
+    LockClient::cluster_builder(cluster.urls())
+        .connect_timeout(Duration::from_millis(500))
+        .pool_timeout(Duration::from_secs(2))
+        .io_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap()
+}
+
+/// A lock client for the master of `group`, checking the sentinels every 100 ms.
+pub fn sentinel_client(group: &SentinelGroup) -> LockClient {
+    LockClient::sentinel_builder(SentinelGroup::MASTER_NAME, group.sentinel_urls())
+        .sentinel_check_interval(Duration::from_millis(100))
         .connect_timeout(Duration::from_millis(500))
         .pool_timeout(Duration::from_secs(2))
         .io_timeout(Duration::from_millis(500))

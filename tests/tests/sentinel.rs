@@ -1,15 +1,149 @@
-//! Sentinel: the client finds the master by name and follows a failover.
+//! Sentinel: the client finds the master by name, and follows a failover.
 
-use redis_lock::testing::SentinelGroup;
+use std::time::Duration;
+
+use redis_lock::testing::{RedisServer, SentinelGroup};
+use redis_lock::{Error, LockClient, ReleaseOutcome};
+use redis_lock_tests::{sentinel_client, wait_until};
+
+fn holds(server: &RedisServer, name: &str) -> bool {
+    redis::cmd("EXISTS")
+        .arg(format!("lock:{{{name}}}"))
+        .query::<i64>(&mut server.connection())
+        .is_ok_and(|n| n == 1)
+}
 
 #[test]
-fn test_sentinel_group_fails_over() {
-    let t = std::time::Instant::now();
+fn test_acquisitions_follow_a_failover_to_the_new_master() {
     let group = SentinelGroup::start();
-    eprintln!("started {:?}", t.elapsed());
-    let before = group.master_port();
-    let after = group.failover();
-    eprintln!("failover {:?}", t.elapsed());
-    assert_ne!(before, after);
-    assert_eq!(group.master_port(), after);
+    let locks = sentinel_client(&group);
+    let old_master = group.master_port();
+
+    // Acknowledged by the replica before it counts: this lock survives the failover.
+    let kept = locks
+        .options("kept")
+        .ttl(Duration::from_secs(3))
+        .replicas(1, Duration::from_secs(2))
+        .acquire()
+        .unwrap();
+    assert!(holds(group.master(), "kept"));
+    assert!(
+        holds(group.replica(), "kept"),
+        "WAIT made sure the replica has it"
+    );
+    // Busy connections of the old master in the pool, to be dropped after the failover.
+    let before: Vec<_> = (0..4)
+        .map(|i| locks.try_lock(&format!("before-{i}")).unwrap().unwrap())
+        .collect();
+
+    let new_master = group.failover();
+    assert_ne!(new_master, old_master);
+
+    // Within a few sentinel checks (every 100 ms) new acquisitions land on the new master.
+    let mut n = 0;
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            n += 1;
+            let name = format!("after-{n}");
+            match locks.try_lock(&name) {
+                Ok(Some(_g)) => holds(group.master(), &name),
+                _ => false,
+            }
+        }),
+        "no acquisition reached the new master"
+    );
+    // ... and from then on all of them do.
+    for i in 0..20 {
+        let name = format!("settled-{i}");
+        let g = locks.try_lock(&name).unwrap().expect("free");
+        assert!(
+            holds(group.master(), &name),
+            "{name} went to the new master"
+        );
+        assert_eq!(group.master().port(), new_master);
+        drop(g);
+    }
+
+    // The replicated lock is still held on the new master, and its holder still renews it.
+    let other = sentinel_client(&group);
+    assert!(
+        other.try_lock("kept").unwrap().is_none(),
+        "kept is still held"
+    );
+    assert!(wait_until(Duration::from_secs(5), || kept
+        .remaining_ttl()
+        .is_ok()));
+    assert!(!kept.is_lost());
+    assert_eq!(kept.release().unwrap(), ReleaseOutcome::Released);
+    assert!(other.try_lock("kept").unwrap().is_some());
+    drop(before);
+}
+
+#[test]
+fn test_sentinel_builder_rejects_bad_settings() {
+    let no_sentinels: [&str; 0] = [];
+    let err = LockClient::sentinel_builder("m", no_sentinels)
+        .build()
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::InvalidInput {
+                what: "sentinels",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let err = LockClient::sentinel_builder("", ["redis://127.0.0.1:1/"])
+        .build()
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::InvalidInput {
+                what: "master_name",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let err = LockClient::builder("redis://127.0.0.1/")
+        .master_auth(None, "secret")
+        .build()
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::InvalidInput {
+                what: "master_auth",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(!format!("{err:?}").contains("secret"));
+    let err = LockClient::sentinel_builder("m", ["redis://user:hunter2@[bad"])
+        .build()
+        .unwrap_err();
+    assert!(!err.to_string().contains("hunter2"), "{err}");
+}
+
+#[test]
+fn test_unreachable_sentinels_fail_fast_with_a_clear_error() {
+    let gone = RedisServer::start();
+    let url = gone.url();
+    drop(gone);
+    let locks = LockClient::sentinel_builder("nobody", [url])
+        .connect_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let err = locks.try_lock("x").unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(err.is_connection_error(), "{err}");
 }

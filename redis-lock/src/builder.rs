@@ -3,11 +3,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::backend::{Backend, Store};
 use crate::client::LockClient;
 use crate::connection::{LogErrors, Manager, Pool, Target};
 use crate::error::{Error, Result};
 use crate::keys::validate_namespace;
 use crate::ops::{Config, Inner, validate_ttl};
+use crate::quorum::Quorum;
 use crate::retry::RetryStrategy;
 
 enum Source {
@@ -17,6 +19,8 @@ enum Source {
     /// Seed nodes of a Redis Cluster.
     #[cfg(feature = "cluster")]
     Cluster(Vec<String>),
+    /// Independent servers, locked by majority (Redlock).
+    Redlock(Vec<String>),
     /// A master found through sentinels.
     Sentinel {
         master: String,
@@ -37,6 +41,7 @@ impl Source {
             Source::Pool(..) => "<existing pool>".to_owned(),
             #[cfg(feature = "cluster")]
             Source::Cluster(urls) => format!("cluster [{}]", list(urls)),
+            Source::Redlock(urls) => format!("redlock [{}]", list(urls)),
             Source::Sentinel { master, sentinels } => {
                 format!("sentinel master {master:?} via [{}]", list(sentinels))
             }
@@ -126,6 +131,10 @@ impl Builder {
     #[cfg(feature = "cluster")]
     pub(crate) fn from_cluster(urls: Vec<String>) -> Builder {
         Builder::with(Source::Cluster(urls))
+    }
+
+    pub(crate) fn from_redlock(urls: Vec<String>) -> Builder {
+        Builder::with(Source::Redlock(urls))
     }
 
     pub(crate) fn from_sentinels(master: String, sentinels: Vec<String>) -> Builder {
@@ -226,6 +235,35 @@ impl Builder {
         self
     }
 
+    /// Where connections go (one target per store), and a description for logs and `Debug`
+    /// (no passwords).
+    fn targets(&self) -> Result<(Vec<(Target, String)>, String)> {
+        let Source::Redlock(urls) = &self.source else {
+            return self.target().map(|(t, d)| (vec![(t, d.clone())], d));
+        };
+        if urls.is_empty() {
+            return Err(Error::invalid("urls", "no redis server given"));
+        }
+        let mut targets: Vec<(Target, String)> = Vec::with_capacity(urls.len());
+        let mut seen = Vec::new();
+        for url in urls {
+            let client = redis::Client::open(url.as_str())
+                .map_err(|e| Error::invalid("urls", format!("{} ({e})", redact_url(url))))?;
+            let info = client.get_connection_info();
+            let at = (info.addr().clone(), info.redis_settings().db());
+            // The same server twice would count its vote twice.
+            if seen.contains(&at) {
+                return Err(Error::invalid(
+                    "urls",
+                    format!("{} is listed twice", redact_url(url)),
+                ));
+            }
+            seen.push(at);
+            targets.push((Target::Server(client), redact_url(url)));
+        }
+        Ok((targets, self.source.describe()))
+    }
+
     /// Where connections go, and a description of it for logs and `Debug` (no passwords).
     fn target(&self) -> Result<(Target, String)> {
         let description = self.source.describe();
@@ -247,6 +285,7 @@ impl Builder {
             }
         }
         let target = match &self.source {
+            Source::Redlock(_) => unreachable_redlock()?,
             Source::Url(url) => Target::Server(
                 redis::Client::open(url.as_str()).map_err(|e| url_error("url", url, e))?,
             ),
@@ -343,7 +382,7 @@ impl Builder {
                 return Err(Error::invalid(what, "must be longer than zero"));
             }
         }
-        let (target, redacted_url) = self.target()?;
+        let (targets, redacted_url) = self.targets()?;
         // One housekeeping thread for both pools instead of r2d2's three per pool.
         let housekeeping = Arc::new(
             scheduled_thread_pool::ScheduledThreadPool::builder()
@@ -351,23 +390,6 @@ impl Builder {
                 .thread_name_pattern("redis-lock-pool")
                 .build(),
         );
-        if let Target::Sentinel(sentinel) = &target {
-            let sentinel = Arc::downgrade(sentinel);
-            let every = self
-                .sentinel_check_interval
-                .unwrap_or(Duration::from_secs(1));
-            // The job ends with the thread pool, which ends with the client's pools.
-            let _job = housekeeping.execute_at_fixed_rate(every, every, move || {
-                if let Some(sentinel) = sentinel.upgrade() {
-                    sentinel.check();
-                }
-            });
-        }
-        let manager = Manager {
-            target,
-            connect_timeout: self.connect_timeout,
-            io_timeout: self.io_timeout,
-        };
         let pool_builder = |size: u32| {
             r2d2::Pool::builder()
                 .max_size(size)
@@ -378,10 +400,49 @@ impl Builder {
                 .thread_pool(Arc::clone(&housekeeping))
                 .error_handler(Box::new(LogErrors))
         };
-        let waiters = pool_builder(self.waiter_pool_size).build_unchecked(manager.clone());
-        let pool = match self.source {
-            Source::Pool(pool, _) => Pool::External(pool),
-            _ => Pool::Managed(pool_builder(self.pool_size).build_unchecked(manager)),
+        let quorum = matches!(self.source, Source::Redlock(_));
+        let mut external = match self.source {
+            Source::Pool(pool, _) => Some(pool),
+            _ => None,
+        };
+        let mut stores = Vec::with_capacity(targets.len());
+        for (target, label) in targets {
+            if let Target::Sentinel(sentinel) = &target {
+                let sentinel = Arc::downgrade(sentinel);
+                let every = self
+                    .sentinel_check_interval
+                    .unwrap_or(Duration::from_secs(1));
+                // The job ends with the thread pool, which ends with the client's pools.
+                let _job = housekeeping.execute_at_fixed_rate(every, every, move || {
+                    if let Some(sentinel) = sentinel.upgrade() {
+                        sentinel.check();
+                    }
+                });
+            }
+            let manager = Manager {
+                target,
+                connect_timeout: self.connect_timeout,
+                io_timeout: self.io_timeout,
+            };
+            let waiters = pool_builder(self.waiter_pool_size).build_unchecked(manager.clone());
+            let pool = match external.take() {
+                Some(pool) => Pool::External(pool),
+                None => Pool::Managed(pool_builder(self.pool_size).build_unchecked(manager)),
+            };
+            stores.push(Store {
+                pool,
+                waiters,
+                label,
+            });
+        }
+        let backend = if quorum {
+            Backend::Quorum(Quorum::new(stores))
+        } else {
+            Backend::Single(
+                stores
+                    .pop()
+                    .ok_or_else(|| Error::invalid("url", "no store"))?,
+            )
         };
         let host = gethostname::gethostname().to_string_lossy().into_owned();
         let config = Config {
@@ -395,8 +456,16 @@ impl Builder {
             host,
             redacted_url,
         };
-        Ok(LockClient::from_inner(Inner::new(pool, waiters, config)))
+        Ok(LockClient::from_inner(Inner::new(backend, config)))
     }
+}
+
+/// `target` is only asked for sources with one store.
+fn unreachable_redlock() -> Result<Target> {
+    Err(Error::invalid(
+        "urls",
+        "a redlock client has one target per server",
+    ))
 }
 
 /// The URL with its password replaced by `***`, for logs, `Debug` and errors.

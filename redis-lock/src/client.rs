@@ -48,7 +48,7 @@ impl std::fmt::Debug for LockClient {
         f.debug_struct("LockClient")
             .field("url", &self.inner.config.redacted_url)
             .field("namespace", &self.inner.config.namespace)
-            .field("pool", &self.inner.pool)
+            .field("stores", &self.inner.stores())
             .finish_non_exhaustive()
     }
 }
@@ -148,6 +148,42 @@ impl LockClient {
                 .map(|s| s.as_ref().to_owned())
                 .collect(),
         )
+    }
+
+    /// A [`Builder`] for a Redlock client: one lock over independent Redis `servers` (not
+    /// replicas of each other; use 3 or 5), held while a majority of them holds it.
+    ///
+    /// An acquisition counts when a majority took the lock within its validity time (the TTL
+    /// minus the time the acquisition took minus a clock drift allowance of 1 % + 2 ms); otherwise
+    /// it is undone on all servers. Release goes to all servers; the watchdog renews on a
+    /// majority and reports the lock lost when it no longer can. When fewer than a majority
+    /// answer at all, calls fail with [`Error::NoQuorum`]. Fencing tokens stay strictly
+    /// increasing as long as no server loses its data (see the crate docs' guarantees).
+    /// Each server is tried in turn with the client's `connect_timeout` and `io_timeout`: keep
+    /// them well below the TTL.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// # fn main() -> redis_lock::Result<()> {
+    /// let locks = redis_lock::LockClient::redlock_builder([
+    ///     "redis://10.0.0.1:6379/",
+    ///     "redis://10.0.0.2:6379/",
+    ///     "redis://10.0.0.3:6379/",
+    /// ])
+    /// .connect_timeout(Duration::from_millis(100))
+    /// .io_timeout(Duration::from_millis(100))
+    /// .build()?;
+    /// let guard = locks.lock("report")?;
+    /// # drop(guard); Ok(()) }
+    /// ```
+    pub fn redlock_builder<I, S>(servers: I) -> Builder
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        Builder::from_redlock(servers.into_iter().map(|s| s.as_ref().to_owned()).collect())
     }
 
     /// A [`Builder`] for a client on an r2d2 pool the application already has. Lock
@@ -370,9 +406,7 @@ impl LockClient {
     /// A pool error when Redis cannot be reached within the connect timeout; a Redis error
     /// (for example, authentication failed).
     pub fn ping(&self) -> Result<()> {
-        let mut conn = self.inner.conn()?;
-        redis::cmd("PING").query::<()>(conn.con())?;
-        Ok(())
+        self.inner.ping()
     }
 }
 

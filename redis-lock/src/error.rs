@@ -56,6 +56,24 @@ pub enum Error {
         /// How many did.
         acked: u32,
     },
+    /// Redlock: fewer than a majority of the servers answered, so the call could not tell
+    /// whether the lock is (or was) held. Nothing was left behind: a partial acquisition is
+    /// released. Retrying later may help ([`is_connection_error`](Self::is_connection_error)).
+    #[error(
+        "lock {key:?}: {answered} of {total} redis servers answered, {required} are needed (last error: {last_error})"
+    )]
+    NoQuorum {
+        /// The lock name as the caller gave it (empty for `ping`).
+        key: String,
+        /// How many servers answered.
+        answered: usize,
+        /// How many must answer: a majority of `total`.
+        required: usize,
+        /// How many servers the client was built with.
+        total: usize,
+        /// The last server error seen, for diagnosis.
+        last_error: String,
+    },
     /// A Redis command failed (I/O, protocol or server error).
     #[error("redis error: {0}")]
     Redis(#[from] redis::RedisError),
@@ -108,7 +126,7 @@ impl Error {
     /// `true` when Redis could not be reached or a connection broke: retrying later may help.
     pub fn is_connection_error(&self) -> bool {
         match self {
-            Error::Pool(_) => true,
+            Error::Pool(_) | Error::NoQuorum { .. } => true,
             Error::Redis(e) => {
                 e.is_io_error()
                     || e.is_connection_refusal()

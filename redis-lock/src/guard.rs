@@ -129,7 +129,7 @@ impl LockGuard {
                 {
                     let mut st = lease.state.lock();
                     st.ttl = ttl;
-                    st.expires_at = sent + ttl;
+                    st.expires_at = sent + lease.inner.validity(ttl);
                     st.next_renew = sent + ttl / 3;
                 }
                 lease.cond.notify_all();

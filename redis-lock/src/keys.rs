@@ -37,6 +37,16 @@ impl LockKeys {
     }
 }
 
+impl LockKeys {
+    /// The lock name, as the caller gave it: what lies between the namespace's end (which
+    /// has no braces) and the closing brace of the tag.
+    pub(crate) fn name(&self) -> &str {
+        let start = self.lock.find('{').map_or(0, |i| i + 1);
+        let end = self.lock.len().saturating_sub(1).max(start);
+        &self.lock[start..end]
+    }
+}
+
 pub(crate) fn validate_name(name: &str) -> Result<()> {
     if name.is_empty() {
         return Err(Error::invalid("key", "the lock name is empty"));
@@ -93,6 +103,8 @@ mod tests {
         assert_eq!(k.fence, "lock:{report}:fence");
         assert_eq!(k.signal, "lock:{report}:signal");
         assert_eq!(k.queue, "lock:{report}:queue");
+        assert_eq!(k.name(), "report");
+        assert_eq!(LockKeys::new("", "a}b{c}").unwrap().name(), "a}b{c}");
     }
 
     #[test]

@@ -83,6 +83,7 @@
 #[doc(hidden)]
 #[path = "private.rs"]
 pub mod __private;
+mod backend;
 mod builder;
 mod client;
 mod connection;
@@ -94,6 +95,7 @@ mod keys;
 mod lease;
 mod ops;
 mod options;
+mod quorum;
 mod reentrant;
 mod retry;
 mod scripts;

@@ -8,7 +8,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::connection::{Manager, Pool, PooledConn};
+use crate::backend::{Backend, Store};
+use crate::connection::PooledConn;
 use crate::error::{Error, Result};
 use crate::info::LockInfo;
 use crate::keys::LockKeys;
@@ -34,10 +35,8 @@ pub(crate) struct Config {
 }
 
 pub(crate) struct Inner {
-    pub(crate) pool: Pool,
-    /// Waiters block in `BLPOP` on connections of their own, so that a crowd of waiters can
-    /// never take the connections holders need to renew and release.
-    pub(crate) waiters: r2d2::Pool<Manager>,
+    /// Where locks live: one store, or a quorum of independent ones (Redlock).
+    pub(crate) backend: Backend,
     pub(crate) config: Config,
     /// Locks held through this client, for `release_all`.
     held: Mutex<HashMap<u64, Weak<Lease>>>,
@@ -60,12 +59,22 @@ fn is_unknown_command(e: &redis::RedisError) -> bool {
 }
 
 /// Result of one acquisition attempt.
-enum Attempt {
+pub(crate) enum Attempt {
     Acquired { fence: u64 },
     Busy { holder_ttl: Option<Duration> },
 }
 
+/// What one store says about the remaining TTL of a lock we hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OwnedTtl {
+    Left(Duration),
+    NoExpiry,
+    Gone,
+    NotOurs,
+}
+
 /// Result of one renewal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Renewal {
     Renewed,
     Gone,
@@ -78,7 +87,7 @@ pub(crate) struct Deadline {
     pub(crate) started: Instant,
 }
 
-fn ms(d: Duration) -> u64 {
+pub(crate) fn ms(d: Duration) -> u64 {
     // Callers validated d <= MAX_TTL, so this cannot truncate.
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
@@ -100,10 +109,9 @@ pub(crate) fn validate_ttl(ttl: Duration) -> Result<()> {
 }
 
 impl Inner {
-    pub(crate) fn new(pool: Pool, waiters: r2d2::Pool<Manager>, config: Config) -> Inner {
+    pub(crate) fn new(backend: Backend, config: Config) -> Inner {
         Inner {
-            pool,
-            waiters,
+            backend,
             config,
             held: Mutex::new(HashMap::new()),
             next_lease: AtomicU64::new(0),
@@ -115,26 +123,27 @@ impl Inner {
     /// A pooled connection. With no connection open at all the question is whether Redis is
     /// reachable, and that is bounded by the connect timeout; otherwise the pool is busy and
     /// we wait up to the pool timeout for a connection to come back.
-    pub(crate) fn conn(&self) -> Result<PooledConn> {
-        let timeout = if self.pool.state().connections == 0 {
+    pub(crate) fn conn(&self, store: &Store) -> Result<PooledConn> {
+        let timeout = if store.pool.state().connections == 0 {
             self.config.connect_timeout
         } else {
             self.config.pool_timeout
         };
-        let conn = self.pool.get_timeout(timeout)?;
+        let conn = store.pool.get_timeout(timeout)?;
         self.requests.fetch_add(1, Ordering::Relaxed);
         Ok(conn)
     }
 
-    fn attempt(
+    pub(crate) fn attempt_on(
         &self,
+        store: &Store,
         name: &str,
         keys: &LockKeys,
         token: &str,
         ttl: Duration,
         opts: &LockOptions,
     ) -> Result<Attempt> {
-        let mut conn = self.conn()?;
+        let mut conn = self.conn(store)?;
         let (status, value): (i64, i64) = scripts::ACQUIRE
             .key(&keys.lock)
             .key(&keys.fence)
@@ -152,7 +161,7 @@ impl Inner {
                 if let Some(ack) = opts.replicas
                     && let Err(e) = self.await_replicas(&mut conn, name, ack)
                 {
-                    self.undo_acquire(conn, name, keys, token);
+                    self.undo_acquire(store, conn, name, keys, token);
                     return Err(e);
                 }
                 Ok(Attempt::Acquired { fence })
@@ -223,7 +232,14 @@ impl Inner {
     /// Deletes a lock this call wrote but cannot hand out (replicas did not acknowledge it),
     /// ignoring any minimum hold. Uses the same connection when it still works, so a pool of
     /// one does not wait for a second connection.
-    fn undo_acquire(&self, mut conn: PooledConn, name: &str, keys: &LockKeys, token: &str) {
+    fn undo_acquire(
+        &self,
+        store: &Store,
+        mut conn: PooledConn,
+        name: &str,
+        keys: &LockKeys,
+        token: &str,
+    ) {
         let run = |conn: &mut PooledConn| -> Result<i64> {
             Ok(scripts::RELEASE
                 .key(&keys.lock)
@@ -238,7 +254,7 @@ impl Inner {
         } else {
             // The connection broke (the WAIT timed out or was cut): it goes back to be dropped.
             drop(conn);
-            self.conn().and_then(|mut fresh| run(&mut fresh))
+            self.conn(store).and_then(|mut fresh| run(&mut fresh))
         };
         match result {
             Ok(_) => {
@@ -250,8 +266,14 @@ impl Inner {
         }
     }
 
-    pub(crate) fn renew(&self, keys: &LockKeys, token: &str, ttl: Duration) -> Result<Renewal> {
-        let mut conn = self.conn()?;
+    pub(crate) fn renew_on(
+        &self,
+        store: &Store,
+        keys: &LockKeys,
+        token: &str,
+        ttl: Duration,
+    ) -> Result<Renewal> {
+        let mut conn = self.conn(store)?;
         let r: i64 = scripts::RENEW
             .key(&keys.lock)
             .arg(token)
@@ -264,8 +286,13 @@ impl Inner {
         })
     }
 
-    pub(crate) fn release(&self, keys: &LockKeys, token: &str) -> Result<ReleaseOutcome> {
-        let mut conn = self.conn()?;
+    pub(crate) fn release_on(
+        &self,
+        store: &Store,
+        keys: &LockKeys,
+        token: &str,
+    ) -> Result<ReleaseOutcome> {
+        let mut conn = self.conn(store)?;
         let r: i64 = scripts::RELEASE
             .key(&keys.lock)
             .key(&keys.signal)
@@ -283,50 +310,51 @@ impl Inner {
         })
     }
 
-    /// Remaining TTL of a lock we hold: `Ok(None)` when it has no expiry, `Err(Lost)` when it
-    /// is not ours any more.
-    pub(crate) fn owned_ttl(&self, lease: &Lease) -> Result<Option<Duration>> {
-        let mut conn = self.conn()?;
+    /// Remaining TTL of a lock we hold, as one store sees it.
+    pub(crate) fn owned_ttl_on(
+        &self,
+        store: &Store,
+        keys: &LockKeys,
+        token: &str,
+    ) -> Result<OwnedTtl> {
+        let mut conn = self.conn(store)?;
         let r: i64 = scripts::OWNED_TTL
-            .key(&lease.keys.lock)
-            .arg(&lease.token)
+            .key(&keys.lock)
+            .arg(token)
             .invoke(conn.con())?;
-        match r {
-            -1 => Ok(None),
-            -2 | -3 => {
-                let reason = if r == -2 {
-                    crate::LostReason::Expired
-                } else {
-                    crate::LostReason::TakenOver
-                };
-                lease.mark_lost(reason);
-                Err(Error::Lost {
-                    key: lease.name.clone(),
-                    reason,
-                })
-            }
-            ms => Ok(Some(Duration::from_millis(u64::try_from(ms).unwrap_or(0)))),
-        }
+        Ok(match r {
+            -1 => OwnedTtl::NoExpiry,
+            -2 => OwnedTtl::Gone,
+            -3 => OwnedTtl::NotOurs,
+            ms => OwnedTtl::Left(Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
+        })
     }
 
-    pub(crate) fn inspect(&self, name: &str) -> Result<Option<LockInfo>> {
-        let keys = LockKeys::new(&self.config.namespace, name)?;
-        let mut conn = self.conn()?;
+    pub(crate) fn inspect_on(
+        &self,
+        store: &Store,
+        name: &str,
+        keys: &LockKeys,
+    ) -> Result<Option<LockInfo>> {
+        let mut conn = self.conn(store)?;
         let v: Vec<redis::Value> = scripts::INSPECT.key(&keys.lock).invoke(conn.con())?;
         if v.is_empty() {
             return Ok(None);
         }
         if v.len() == 1 {
             return Err(Error::WrongType {
-                redis_key: keys.lock,
+                redis_key: keys.lock.clone(),
             });
         }
         LockInfo::from_reply(name, &v).map(Some)
     }
 
-    pub(crate) fn force_release(&self, name: &str) -> Result<Option<(String, u32)>> {
-        let keys = LockKeys::new(&self.config.namespace, name)?;
-        let mut conn = self.conn()?;
+    pub(crate) fn force_release_on(
+        &self,
+        store: &Store,
+        keys: &LockKeys,
+    ) -> Result<Option<(String, u32)>> {
+        let mut conn = self.conn(store)?;
         let v: Vec<String> = scripts::FORCE_RELEASE
             .key(&keys.lock)
             .key(&keys.signal)
@@ -335,28 +363,33 @@ impl Inner {
             [] => Ok(None),
             [host, pid] => Ok(Some((host.clone(), pid.parse().unwrap_or(0)))),
             [code] if code == "-4" => Err(Error::WrongType {
-                redis_key: keys.signal,
+                redis_key: keys.signal.clone(),
             }),
             _ => Err(Error::WrongType {
-                redis_key: keys.lock,
+                redis_key: keys.lock.clone(),
             }),
         }
     }
 
-    /// Blocks until a release pushes to the lock's wake-up list, or `timeout` passes. Waiters
-    /// use their own pool; when it is exhausted they fall back to sleeping.
-    fn wait_for_release(&self, keys: &LockKeys, timeout: Duration) {
-        let conn = match self.waiters.try_get() {
+    /// Blocks until a release pushes to the lock's wake-up list on `store`, or `timeout`
+    /// passes. Waiters use their own pool; when it is exhausted they fall back to sleeping.
+    /// `false` when the store could not be asked (the caller may try another one).
+    pub(crate) fn wait_on(&self, store: &Store, keys: &LockKeys, timeout: Duration) -> bool {
+        let waiters = &store.waiters;
+        let conn = match waiters.try_get() {
             Some(c) => Some(c),
-            None if self.waiters.state().connections < self.waiters.max_size() => self
-                .waiters
+            None if waiters.state().connections < waiters.max_size() => waiters
                 .get_timeout(self.config.connect_timeout.min(timeout))
                 .ok(),
             None => None,
         };
         let Some(mut conn) = conn else {
+            if waiters.state().connections == 0 {
+                // Nothing open and nothing could be opened: this store is unreachable.
+                return false;
+            }
             std::thread::sleep(timeout.min(Duration::from_millis(10)));
-            return;
+            return true;
         };
         self.requests.fetch_add(1, Ordering::Relaxed);
         // BLPOP takes seconds as a decimal; 0 would mean "forever".
@@ -365,9 +398,9 @@ impl Inner {
             conn.blocking_query(redis::cmd("BLPOP").arg(&keys.signal).arg(secs), timeout);
         if let Err(error) = r {
             tracing::debug!(target: "redis_lock", %error, "waiting for a release failed");
-            // Do not spin against a Redis that fails at once.
-            std::thread::sleep(timeout.min(Duration::from_millis(10)));
+            return false;
         }
+        true
     }
 
     /// The acquire loop: attempt, then wait as the retry strategy says, until acquired, the
@@ -467,7 +500,7 @@ impl Inner {
             holds: 1.into(),
             state: Mutex::new(LeaseState {
                 ttl,
-                expires_at: sent + ttl,
+                expires_at: sent + self.validity(ttl),
                 next_renew: sent + ttl / 3,
                 lost: None,
                 stop: false,

@@ -144,3 +144,19 @@ pub(crate) static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| {
         "return {h[1] or '', h[2] or ''}\n",
     ))
 });
+
+/// Redlock: raise this server's fencing counter to the token the acquisition settled on (the
+/// highest counter of the majority), and record that token with the lock, if the lock is
+/// still ours here. See `quorum.rs` for why this keeps tokens monotonic.
+/// KEYS: lock, fence. ARGV: token, fence. Returns `1` raised (or already there), `0` not ours.
+pub(crate) static RAISE_FENCE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        "if redis.call('TYPE', KEYS[1])['ok'] ~= 'hash' then return 0 end\n",
+        "if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return 0 end\n",
+        "if (tonumber(redis.call('GET', KEYS[2])) or 0) < tonumber(ARGV[2]) then\n",
+        "  redis.call('SET', KEYS[2], ARGV[2])\n",
+        "end\n",
+        "redis.call('HSET', KEYS[1], 'fence', ARGV[2])\n",
+        "return 1\n",
+    ))
+});

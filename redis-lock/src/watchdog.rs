@@ -118,7 +118,7 @@ fn renew_until_stopped(lease: &Lease) {
         }
         match result {
             Ok(Renewal::Renewed) => {
-                st.expires_at = sent + ttl;
+                st.expires_at = sent + lease.inner.validity(ttl);
                 st.next_renew = sent + ttl / 3;
                 tracing::trace!(target: "redis_lock", key = %lease.name, ?ttl, "lock renewed");
             }

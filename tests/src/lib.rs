@@ -47,6 +47,16 @@ pub fn sentinel_client(group: &SentinelGroup) -> LockClient {
         .unwrap()
 }
 
+/// A Redlock client over `servers` with timeouts short enough for tests.
+pub fn redlock_client(servers: &[&RedisServer]) -> LockClient {
+    LockClient::redlock_builder(servers.iter().map(|s| s.url()))
+        .connect_timeout(Duration::from_millis(300))
+        .pool_timeout(Duration::from_secs(2))
+        .io_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap()
+}
+
 /// Polls `condition` every 5 ms until it holds or `limit` passes; returns whether it held.
 pub fn wait_until(limit: Duration, mut condition: impl FnMut() -> bool) -> bool {
     let start = Instant::now();

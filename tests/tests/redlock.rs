@@ -1,0 +1,266 @@
+//! Redlock over three independent servers: majority acquisition, renewal and release, a
+//! clear error without a majority, loss reported to a holder that loses its majority, and
+//! fencing tokens that keep increasing while servers come and go.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use redis_lock::{Error, LockClient, LostReason, ReleaseOutcome};
+use redis_lock_tests::{RedisServer, redlock_client, wait_until};
+
+fn three() -> [RedisServer; 3] {
+    [
+        RedisServer::start(),
+        RedisServer::start(),
+        RedisServer::start(),
+    ]
+}
+
+fn holds(server: &RedisServer, name: &str) -> bool {
+    redis::cmd("EXISTS")
+        .arg(format!("lock:{{{name}}}"))
+        .query::<i64>(&mut server.connection())
+        .is_ok_and(|n| n == 1)
+}
+
+#[test]
+fn test_acquires_on_all_and_releases_on_all() {
+    let [a, b, c] = three();
+    let locks = redlock_client(&[&a, &b, &c]);
+    let other = redlock_client(&[&a, &b, &c]);
+    let guard = locks.try_lock("job").unwrap().expect("free");
+    assert!(holds(&a, "job") && holds(&b, "job") && holds(&c, "job"));
+    assert!(other.try_lock("job").unwrap().is_none());
+    let info = other.inspect("job").unwrap().expect("held by a majority");
+    assert_eq!(info.fencing_token, guard.fencing_token());
+    assert!(info.remaining_ttl.is_some());
+    assert!(guard.remaining_ttl().unwrap().is_some());
+    assert_eq!(guard.release().unwrap(), ReleaseOutcome::Released);
+    assert!(!holds(&a, "job") && !holds(&b, "job") && !holds(&c, "job"));
+    assert!(other.inspect("job").unwrap().is_none());
+    locks.ping().unwrap();
+}
+
+#[test]
+fn test_one_server_down_locks_are_still_acquired_and_renewed() {
+    let [mut a, b, c] = three();
+    a.kill();
+    let locks = redlock_client(&[&a, &b, &c]);
+    let other = redlock_client(&[&a, &b, &c]);
+    let guard = locks
+        .options("job")
+        .ttl(Duration::from_millis(600))
+        .acquire()
+        .unwrap();
+    assert!(holds(&b, "job") && holds(&c, "job"));
+    // Several renewal periods (200 ms) beyond the TTL: the watchdog keeps it on the majority.
+    let until = Instant::now() + Duration::from_millis(1500);
+    while Instant::now() < until {
+        assert!(!guard.is_lost(), "lost with 2 of 3 servers up");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(other.try_lock("job").unwrap().is_none(), "still held");
+    locks.ping().unwrap();
+    assert_eq!(guard.release().unwrap(), ReleaseOutcome::Released);
+    assert!(other.try_lock("job").unwrap().is_some());
+}
+
+#[test]
+fn test_two_servers_down_is_a_clear_no_quorum_error_within_the_budget() {
+    let [mut a, mut b, c] = three();
+    a.kill();
+    b.kill();
+    let locks = redlock_client(&[&a, &b, &c]);
+    let started = Instant::now();
+    let err = locks
+        .options("job")
+        .wait(Duration::from_secs(3))
+        .acquire()
+        .unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    match &err {
+        Error::NoQuorum {
+            key,
+            answered,
+            required,
+            total,
+            ..
+        } => {
+            assert_eq!(
+                (key.as_str(), *answered, *required, *total),
+                ("job", 1, 2, 3)
+            );
+        }
+        other => panic!("expected NoQuorum, got {other}"),
+    }
+    assert!(err.is_connection_error());
+    assert!(err.to_string().contains("1 of 3"), "{err}");
+    // The one server that answered was given its partial lock back.
+    assert!(!holds(&c, "job"));
+    assert!(matches!(locks.ping(), Err(Error::NoQuorum { .. })));
+}
+
+#[test]
+fn test_holder_that_loses_its_majority_is_told() {
+    let [mut a, mut b, c] = three();
+    let locks = redlock_client(&[&a, &b, &c]);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let guard = locks
+        .options("job")
+        .ttl(Duration::from_millis(900))
+        .on_lost(move |event| {
+            let _ = tx.send((event.key.clone(), event.reason, Instant::now()));
+        })
+        .acquire()
+        .unwrap();
+    a.kill();
+    b.kill();
+    let killed = Instant::now();
+    let (key, reason, at) = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the loss is reported");
+    assert_eq!(key, "job");
+    assert_eq!(reason, LostReason::RenewalFailed);
+    // Reported by the time the TTL (900 ms, less drift) could have run out, not long after.
+    assert!(at - killed < Duration::from_secs(3), "{:?}", at - killed);
+    assert!(guard.is_lost());
+    assert!(matches!(guard.ensure_held(), Err(Error::Lost { .. })));
+    assert!(c.pid().is_some());
+}
+
+#[test]
+fn test_mutual_exclusion_and_wake_up_under_redlock() {
+    let [a, b, c] = three();
+    let clients: Vec<LockClient> = (0..2).map(|_| redlock_client(&[&a, &b, &c])).collect();
+    let count = Arc::new(AtomicU64::new(0));
+    let inside = Arc::new(AtomicBool::new(false));
+    const THREADS: usize = 4;
+    const ROUNDS: u64 = 20;
+    std::thread::scope(|s| {
+        for t in 0..THREADS {
+            let locks = clients[t % 2].clone();
+            let (count, inside) = (Arc::clone(&count), Arc::clone(&inside));
+            s.spawn(move || {
+                for _ in 0..ROUNDS {
+                    let guard = locks
+                        .options("counter")
+                        .ttl(Duration::from_secs(10))
+                        .wait(Duration::from_secs(60))
+                        .acquire()
+                        .unwrap();
+                    assert!(!inside.swap(true, Ordering::SeqCst), "two holders");
+                    let v = count.load(Ordering::SeqCst);
+                    std::thread::yield_now();
+                    count.store(v + 1, Ordering::SeqCst);
+                    inside.store(false, Ordering::SeqCst);
+                    assert_eq!(guard.release().unwrap(), ReleaseOutcome::Released);
+                }
+            });
+        }
+    });
+    assert_eq!(count.load(Ordering::SeqCst), THREADS as u64 * ROUNDS);
+
+    // A waiter is woken by the release, long before the holder's 30 s TTL.
+    let blpops = || -> u64 {
+        [&a, &b, &c]
+            .iter()
+            .map(|s| {
+                let info: String = redis::cmd("INFO")
+                    .arg("commandstats")
+                    .query(&mut s.connection())
+                    .unwrap();
+                info.lines()
+                    .find_map(|l| l.strip_prefix("cmdstat_blpop:calls="))
+                    .and_then(|rest| rest.split(',').next())
+                    .map_or(0, |n| n.parse().unwrap())
+            })
+            .sum()
+    };
+    let guard = clients[0]
+        .options("wake")
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .unwrap();
+    let waiter = clients[1].clone();
+    let before = blpops();
+    let started = Instant::now();
+    let waiting = std::thread::spawn(move || {
+        let g = waiter
+            .try_lock_for("wake", Duration::from_secs(20))
+            .unwrap();
+        (started.elapsed(), g.map(|g| g.fencing_token()))
+    });
+    // The waiter is blocked in BLPOP on one of the servers.
+    assert!(wait_until(Duration::from_secs(10), || blpops() > before));
+    let fence = guard.fencing_token();
+    assert_eq!(guard.release().unwrap(), ReleaseOutcome::Released);
+    let (waited, next) = waiting.join().unwrap();
+    assert!(waited < Duration::from_secs(10), "waited {waited:?}");
+    assert!(next.expect("acquired after the release") > fence);
+}
+
+/// Servers with an append-only file keep their counters across a restart. Each step takes
+/// one server down and brings the previous one back, so every majority mixes servers whose
+/// counters drifted apart; the tokens still increase strictly (without raising the lagging
+/// counters, the last step would hand out a token equal to the one before).
+#[test]
+fn test_fencing_tokens_increase_while_servers_come_and_go() {
+    let durable = ["--appendonly", "yes", "--appendfsync", "always"];
+    let mut servers = [
+        RedisServer::start_with(&durable),
+        RedisServer::start_with(&durable),
+        RedisServer::start_with(&durable),
+    ];
+    let mut tokens = Vec::new();
+    let mut take = |servers: &[RedisServer; 3], times: usize| {
+        // A new client per step, so no server is skipped as "failed moments ago".
+        let locks = redlock_client(&[&servers[0], &servers[1], &servers[2]]);
+        for _ in 0..times {
+            let g = locks.try_lock("fenced").unwrap().expect("free");
+            tokens.push(g.fencing_token());
+            assert_eq!(g.release().unwrap(), ReleaseOutcome::Released);
+        }
+    };
+    take(&servers, 2);
+    servers[0].kill();
+    take(&servers, 3);
+    servers[0].restart();
+    servers[1].kill();
+    take(&servers, 1);
+    servers[1].restart();
+    servers[2].kill();
+    take(&servers, 1);
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "tokens must strictly increase: {tokens:?}"
+    );
+    let counter = |s: &RedisServer| -> u64 {
+        redis::cmd("GET")
+            .arg("lock:{fenced}:fence")
+            .query(&mut s.connection())
+            .unwrap()
+    };
+    assert_eq!(counter(&servers[0]), *tokens.last().unwrap());
+    assert_eq!(counter(&servers[1]), *tokens.last().unwrap(), "caught up");
+}
+
+#[test]
+fn test_redlock_builder_rejects_bad_server_lists() {
+    let none: [&str; 0] = [];
+    let err = LockClient::redlock_builder(none).build().unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidInput { what: "urls", .. }),
+        "{err}"
+    );
+    let err =
+        LockClient::redlock_builder(["redis://:pw@127.0.0.1:7000/", "redis://127.0.0.1:7000/"])
+            .build()
+            .unwrap_err();
+    assert!(err.to_string().contains("twice"), "{err}");
+    assert!(!err.to_string().contains("pw@"), "{err}");
+}

@@ -71,6 +71,11 @@ impl LockGuard {
     /// acquisition of the same lock (as long as Redis keeps its data). Pass it to the resource
     /// you write to, and have the resource reject tokens lower than the highest it has seen:
     /// that stops a holder that paused past its TTL from overwriting its successor's work.
+    ///
+    /// Under Redlock ([`LockClient::redlock_builder`](crate::LockClient::redlock_builder)) the
+    /// token is the highest counter of the majority that granted the lock, and lagging
+    /// counters are raised to it before the acquisition counts, so tokens still strictly
+    /// increase as long as no server loses its data.
     pub fn fencing_token(&self) -> u64 {
         self.lease.fence
     }

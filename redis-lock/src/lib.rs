@@ -65,13 +65,19 @@
 //!   persistence) starts the counter again, so tokens repeat. Run Redis with `appendonly yes`
 //!   and `appendfsync always` if tokens must never repeat. `SAFETY.md` in the repository lists
 //!   every guarantee and limit with the test that exercises it.
+//! - **Beyond one Redis**: [`LockClient::sentinel_builder`] follows Sentinel failovers,
+//!   `LockClient::cluster_builder` (feature `cluster`) works on Redis Cluster, and
+//!   [`LockClient::redlock_builder`] holds a lock on a majority of independent servers.
+//!   `SAFETY.md` compares what each survives and costs.
 //!
 //! # Cargo features
 //!
 //! - `macros` (default): the [`#[distributed_lock]`](macro@distributed_lock) attribute, with
 //!   [`set_default_client`] for the client it uses.
+//! - `cluster`: `LockClient::cluster_builder`, through the `redis` crate's cluster client.
 //! - `testing`: [`testing::RedisServer`], throwaway `redis-server` processes for your tests
-//!   (with replicas, a fault-injecting TCP proxy and TLS servers).
+//!   (with replicas, a fault-injecting TCP proxy, TLS servers, a Redis Cluster and a Sentinel
+//!   group).
 //! - `tls`: `rediss://` URLs, through rustls with the ring crypto provider (builds with a C
 //!   compiler only, no OpenSSL). `rediss://host/#insecure` skips certificate verification; to
 //!   verify against your own CA, build a `redis::Client` with `redis::Client::build_with_tls`

@@ -121,7 +121,9 @@ impl LockClient {
     /// master. The pool's housekeeping thread asks again every
     /// [`sentinel_check_interval`](Builder::sentinel_check_interval); after a failover,
     /// pooled connections to the old master are dropped, so new acquisitions go to the new
-    /// master. A failover can lose locks: see the crate docs' guarantees.
+    /// master. A failover can lose locks that were not replicated yet; acquire with
+    /// [`replicas`](crate::LockOptions::replicas) to prevent that (SAFETY.md in the repository
+    /// compares the deployments).
     ///
     /// # Examples
     ///
@@ -158,7 +160,7 @@ impl LockClient {
     /// it is undone on all servers. Release goes to all servers; the watchdog renews on a
     /// majority and reports the lock lost when it no longer can. When fewer than a majority
     /// answer at all, calls fail with [`Error::NoQuorum`]. Fencing tokens stay strictly
-    /// increasing as long as no server loses its data (see the crate docs' guarantees).
+    /// increasing as long as no server loses its data (SAFETY.md in the repository says more).
     /// Each server is tried in turn with the client's `connect_timeout` and `io_timeout`: keep
     /// them well below the TTL.
     ///

@@ -53,7 +53,7 @@ fn calls(node: &redis_lock::testing::RedisServer, command: &str) -> u64 {
 }
 
 #[test]
-fn test_locks_spread_over_masters_and_live_on_their_slot_owner() {
+fn locks_spread_over_masters_and_live_on_their_slot_owner() {
     let cluster = RedisCluster::start(3);
     let locks = cluster_client(&cluster);
     let mut owners = HashSet::new();
@@ -94,7 +94,7 @@ fn test_locks_spread_over_masters_and_live_on_their_slot_owner() {
 }
 
 #[test]
-fn test_mutual_exclusion_per_key_on_a_cluster() {
+fn mutual_exclusion_per_key_on_a_cluster() {
     let cluster = RedisCluster::start(3);
     let names: Vec<String> = (0..4).map(|i| format!("counter-{i}")).collect();
     let owners: HashSet<u16> = names
@@ -155,7 +155,7 @@ fn test_mutual_exclusion_per_key_on_a_cluster() {
 }
 
 #[test]
-fn test_names_with_braces_keep_every_key_in_one_slot() {
+fn names_with_braces_keep_every_key_in_one_slot() {
     let cluster = RedisCluster::start(3);
     let locks = cluster_client(&cluster);
     let other = cluster_client(&cluster);
@@ -181,7 +181,7 @@ fn test_names_with_braces_keep_every_key_in_one_slot() {
 }
 
 #[test]
-fn test_waiter_blocks_on_the_slot_owner_and_is_woken_by_the_release() {
+fn waiter_blocks_on_the_slot_owner_and_is_woken_by_the_release() {
     let cluster = RedisCluster::start(3);
     let holder = cluster_client(&cluster);
     let waiter = cluster_client(&cluster);
@@ -224,7 +224,7 @@ fn test_waiter_blocks_on_the_slot_owner_and_is_woken_by_the_release() {
 /// `ASK`) and the holder does not lose its lock. After the slot has moved (`MOVED`), the lock
 /// is still held, renewed, released, and its fencing counter moved along.
 #[test]
-fn test_lock_survives_a_slot_migration() {
+fn lock_survives_a_slot_migration() {
     let cluster = RedisCluster::start(3);
     let holder = cluster_client(&cluster);
     let other = cluster_client(&cluster);

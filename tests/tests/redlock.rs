@@ -25,7 +25,7 @@ fn holds(server: &RedisServer, name: &str) -> bool {
 }
 
 #[test]
-fn test_acquires_on_all_and_releases_on_all() {
+fn acquires_on_all_and_releases_on_all() {
     let [a, b, c] = three();
     let locks = redlock_client(&[&a, &b, &c]);
     let other = redlock_client(&[&a, &b, &c]);
@@ -43,7 +43,7 @@ fn test_acquires_on_all_and_releases_on_all() {
 }
 
 #[test]
-fn test_one_server_down_locks_are_still_acquired_and_renewed() {
+fn one_server_down_locks_are_still_acquired_and_renewed() {
     let [mut a, b, c] = three();
     a.kill();
     let locks = redlock_client(&[&a, &b, &c]);
@@ -67,7 +67,7 @@ fn test_one_server_down_locks_are_still_acquired_and_renewed() {
 }
 
 #[test]
-fn test_two_servers_down_is_a_clear_no_quorum_error_within_the_budget() {
+fn two_servers_down_is_a_clear_no_quorum_error_within_the_budget() {
     let [mut a, mut b, c] = three();
     a.kill();
     b.kill();
@@ -106,7 +106,7 @@ fn test_two_servers_down_is_a_clear_no_quorum_error_within_the_budget() {
 }
 
 #[test]
-fn test_holder_that_loses_its_majority_is_told() {
+fn holder_that_loses_its_majority_is_told() {
     let [mut a, mut b, c] = three();
     let locks = redlock_client(&[&a, &b, &c]);
     let (tx, rx) = std::sync::mpsc::channel();
@@ -134,7 +134,7 @@ fn test_holder_that_loses_its_majority_is_told() {
 }
 
 #[test]
-fn test_mutual_exclusion_and_wake_up_under_redlock() {
+fn mutual_exclusion_and_wake_up_under_redlock() {
     let [a, b, c] = three();
     let clients: Vec<LockClient> = (0..2).map(|_| redlock_client(&[&a, &b, &c])).collect();
     let count = Arc::new(AtomicU64::new(0));
@@ -209,7 +209,7 @@ fn test_mutual_exclusion_and_wake_up_under_redlock() {
 /// counters drifted apart; the tokens still increase strictly (without raising the lagging
 /// counters, the last step would hand out a token equal to the one before).
 #[test]
-fn test_fencing_tokens_increase_while_servers_come_and_go() {
+fn fencing_tokens_increase_while_servers_come_and_go() {
     let durable = ["--appendonly", "yes", "--appendfsync", "always"];
     let mut servers = [
         RedisServer::start_with(&durable),
@@ -250,7 +250,7 @@ fn test_fencing_tokens_increase_while_servers_come_and_go() {
 }
 
 #[test]
-fn test_redlock_builder_rejects_bad_server_lists() {
+fn redlock_builder_rejects_bad_server_lists() {
     let none: [&str; 0] = [];
     let err = LockClient::redlock_builder(none).build().unwrap_err();
     assert!(

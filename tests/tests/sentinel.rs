@@ -14,7 +14,7 @@ fn holds(server: &RedisServer, name: &str) -> bool {
 }
 
 #[test]
-fn test_acquisitions_follow_a_failover_to_the_new_master() {
+fn acquisitions_follow_a_failover_to_the_new_master() {
     let group = SentinelGroup::start();
     let locks = sentinel_client(&group);
     let old_master = group.master_port();
@@ -80,7 +80,7 @@ fn test_acquisitions_follow_a_failover_to_the_new_master() {
 }
 
 #[test]
-fn test_sentinel_builder_rejects_bad_settings() {
+fn sentinel_builder_rejects_bad_settings() {
     let no_sentinels: [&str; 0] = [];
     let err = LockClient::sentinel_builder("m", no_sentinels)
         .build()
@@ -130,7 +130,7 @@ fn test_sentinel_builder_rejects_bad_settings() {
 }
 
 #[test]
-fn test_unreachable_sentinels_fail_fast_with_a_clear_error() {
+fn unreachable_sentinels_fail_fast_with_a_clear_error() {
     let gone = RedisServer::start();
     let url = gone.url();
     drop(gone);
@@ -146,4 +146,58 @@ fn test_unreachable_sentinels_fail_fast_with_a_clear_error() {
         started.elapsed()
     );
     assert!(err.is_connection_error(), "{err}");
+}
+
+/// How a failover can lose a lock, and how replica acknowledgement prevents it: the replica
+/// misses an unacknowledged acquisition (it is paused), the master dies, the sentinels promote
+/// the replica, and a second client takes the lock the first one still holds. The first
+/// holder is told at its next renewal. The acknowledged lock taken before is kept.
+#[test]
+fn failover_loses_an_unacknowledged_lock_and_keeps_an_acknowledged_one() {
+    let mut group = SentinelGroup::start();
+    let first = sentinel_client(&group);
+    let ttl = Duration::from_secs(15);
+    let acked = first
+        .options("acked")
+        .ttl(ttl)
+        .replicas(1, Duration::from_secs(2))
+        .acquire()
+        .unwrap();
+    group.pause_replica();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let unacked = first
+        .options("unacked")
+        .ttl(ttl)
+        .on_lost(move |e| {
+            let _ = tx.send(e.reason);
+        })
+        .acquire()
+        .unwrap();
+    let old = group.kill_master();
+    group.resume_replica();
+    let new = group.wait_for_new_master(old);
+    assert!(
+        !holds(group.master(), "unacked"),
+        "the replica never received it"
+    );
+    assert!(holds(group.master(), "acked"));
+
+    let second = sentinel_client(&group);
+    let stolen = second
+        .try_lock("unacked")
+        .unwrap()
+        .expect("two holders: the unacknowledged lock was lost in the failover");
+    assert!(
+        second.try_lock("acked").unwrap().is_none(),
+        "acknowledged lock kept"
+    );
+    let reason = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the first holder is told at its next renewal");
+    assert_eq!(reason, redis_lock::LostReason::TakenOver);
+    assert!(unacked.is_lost());
+    assert!(!acked.is_lost());
+    assert_eq!(acked.release().unwrap(), ReleaseOutcome::Released);
+    assert_eq!(group.master_port(), new);
+    drop(stolen);
 }

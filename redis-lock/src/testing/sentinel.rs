@@ -58,23 +58,9 @@ impl SentinelGroup {
     pub fn try_start() -> io::Result<SentinelGroup> {
         // The default 5 s delay before a diskless full sync would dominate start-up.
         let master = RedisServer::try_start_with(&["--repl-diskless-sync-delay", "0"])?;
-        let master_port = master.port().to_string();
-        let replica =
-            RedisServer::try_start_with(&["--replicaof", "127.0.0.1", master_port.as_str()])?;
         // Sentinels learn a replica's link state from its INFO, which they ask for when they
         // connect and then only every 10 s: start them once the replica is in sync.
-        let synced = || -> Result<(), String> {
-            let info: String = redis::cmd("INFO")
-                .arg("replication")
-                .query(&mut connect(&replica)?)
-                .map_err(|e| e.to_string())?;
-            if info.contains("master_link_status:up") {
-                Ok(())
-            } else {
-                Err("the replica is not in sync with the master".into())
-            }
-        };
-        poll("the replica to sync", READY_TIMEOUT, synced)?;
+        let replica = RedisServer::try_start_replica_of(&master, &[])?;
         let sentinels = (0..3)
             .map(|_| {
                 RedisServer::try_start_mode(
@@ -203,14 +189,34 @@ impl SentinelGroup {
         if let Err(e) = asked {
             panic!("{e}");
         }
-        let done = poll("the failover to complete", FAILOVER_TIMEOUT, || {
+        let promoted = self.wait_for_new_master(old);
+        assert_eq!(promoted, new, "the sentinels promoted an unknown server");
+        new
+    }
+}
+
+impl SentinelGroup {
+    /// Waits until every sentinel names a master other than the one on port `old` and that
+    /// server reports `role:master`. Returns its port.
+    ///
+    /// # Panics
+    ///
+    /// When that does not happen within 60 s (an automatic failover needs the master to be
+    /// seen down for 2 s, the sentinels to agree, and one of them to be elected).
+    pub fn wait_for_new_master(&self, old: u16) -> u16 {
+        let mut new = old;
+        let done = poll("the failover to complete", 2 * FAILOVER_TIMEOUT, || {
+            new = master_addr(&self.sentinels[0])?;
+            if new == old {
+                return Err(format!("the sentinels still name {old}"));
+            }
             for s in &self.sentinels {
                 if master_addr(s)? != new {
-                    return Err(format!("sentinel {} still names {old}", s.port()));
+                    return Err(format!("sentinel {} does not name {new} yet", s.port()));
                 }
             }
-            let new_master = self.servers.iter().find(|s| s.port() == new);
-            let role = role(new_master.ok_or("the new master is gone")?)?;
+            let server = self.servers.iter().find(|s| s.port() == new);
+            let role = role(server.ok_or(format!("the sentinels name unknown port {new}"))?)?;
             if role != "master" {
                 return Err(format!("port {new} reports role {role}"));
             }
@@ -220,6 +226,61 @@ impl SentinelGroup {
             panic!("{e}");
         }
         new
+    }
+
+    /// Kills the current master with `SIGKILL` (its data is gone; the sentinels fail over on
+    /// their own), after waiting until every sentinel knows its peers: they must agree that
+    /// the master is down and elect one of them to promote the replica. Returns the killed
+    /// master's port.
+    ///
+    /// # Panics
+    ///
+    /// When the sentinels do not find each other within 30 s.
+    pub fn kill_master(&mut self) -> u16 {
+        let peers = poll("the sentinels to find each other", READY_TIMEOUT, || {
+            for s in &self.sentinels {
+                let peers: Vec<redis::Value> = redis::cmd("SENTINEL")
+                    .arg("SENTINELS")
+                    .arg(Self::MASTER_NAME)
+                    .query(&mut connect(s)?)
+                    .map_err(|e| e.to_string())?;
+                if peers.len() + 1 < self.sentinels.len() {
+                    return Err(format!("sentinel {} does not see its peers yet", s.port()));
+                }
+            }
+            Ok(())
+        });
+        if let Err(e) = peers {
+            panic!("{e}");
+        }
+        let port = self.master_port();
+        if let Some(master) = self.servers.iter_mut().find(|s| s.port() == port) {
+            master.kill();
+        }
+        port
+    }
+
+    /// Stops the replica with `SIGSTOP` and cuts its replication link on the master
+    /// (`CLIENT KILL TYPE replica`): writes from now on stay on the master. (Pausing alone is
+    /// not enough: the kernel would buffer what the master sends and the replica would read it
+    /// when resumed.)
+    ///
+    /// # Panics
+    ///
+    /// When the master does not answer.
+    pub fn pause_replica(&self) {
+        self.replica().pause();
+        redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("TYPE")
+            .arg("replica")
+            .query::<i64>(&mut self.master().connection())
+            .unwrap_or_else(|e| panic!("cutting the replication link failed: {e}"));
+    }
+
+    /// Resumes the replica paused by [`pause_replica`](Self::pause_replica).
+    pub fn resume_replica(&self) {
+        self.replica().resume();
     }
 }
 

@@ -73,7 +73,7 @@ impl Member {
             return Err(Error::Redis(redis::RedisError::from((
                 redis::ErrorKind::Io,
                 "skipped: the server failed moments ago",
-                format!("{}: {why}", self.store.label),
+                why.clone(),
             ))));
         }
         let r = f(&self.store);

@@ -92,6 +92,7 @@ mod guard;
 mod info;
 mod keys;
 mod lease;
+mod list;
 mod ops;
 mod options;
 mod reentrant;

@@ -76,6 +76,8 @@
 //!   compiler only, no OpenSSL). `rediss://host/#insecure` skips certificate verification; to
 //!   verify against your own CA, build a `redis::Client` with `redis::Client::build_with_tls`
 //!   and pass it to [`LockClient::from_pool`].
+//! - `cli`: the `redis-lock` command-line tool (`cargo install --path redis-lock --features
+//!   cli`; it includes `tls`). The library itself does not use the tool's dependencies.
 
 #![warn(missing_docs)]
 #![cfg_attr(not(test), deny(clippy::panic))]

@@ -16,6 +16,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use redis_lock::testing::TlsRedisServer;
 use redis_lock::{LockClient, ReleaseOutcome};
 use redis_lock_tests::{RedisServer, client, free_port, signal, wait_until};
 use serde_json::Value;
@@ -648,6 +649,23 @@ fn a_lost_lock_without_kill_on_loss_warns_and_keeps_the_command() {
     let done = running.finish(QUICK);
     assert_eq!(done.code, 5, "{done:?}");
     assert!(done.stderr.contains("keeps running"), "{}", done.stderr);
+}
+
+#[test]
+fn rediss_urls_work() {
+    let tls = TlsRedisServer::start();
+    let locks = client(tls.server());
+    let done = finish(
+        tool_for(&tls.insecure_url())
+            .args(["run", "over-tls", "--"])
+            .args(sh("echo \"$REDIS_LOCK_FENCING_TOKEN\"")),
+    );
+    assert_eq!(done.code, 0, "{done:?}");
+    assert_eq!(done.stdout.trim(), "1");
+    let _held = locks.lock("over-tls").unwrap();
+    let status = finish(tool_for(&tls.insecure_url()).args(["status", "over-tls", "--json"]));
+    assert_eq!(status.code, 0, "{status:?}");
+    assert_eq!(json(&status.stdout)["fencing_token"], 2);
 }
 
 // ---------------------------------------------------------------------------------------

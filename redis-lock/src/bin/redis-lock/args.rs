@@ -75,9 +75,9 @@ Examples:
   REDIS_URL=redis://redis.internal:6379/
   */15 * * * * /usr/local/bin/redis-lock run backup --no-wait --on-busy skip -- /opt/backup.sh
 
-Redis is taken from --url, else $REDIS_URL, else redis://127.0.0.1:6379/
-(rediss:// URLs need a build with TLS support). Lock NAME is stored under the key
-NAMESPACE{NAME}, so it shows up in Redis as lock:{NAME} by default.
+Redis is taken from --url, else $REDIS_URL, else redis://127.0.0.1:6379/. For TLS use
+rediss://host:port/ (rediss://host:port/#insecure skips certificate verification).
+Lock NAME is stored under the key NAMESPACE{NAME}: lock:{NAME} by default.
 
 Run 'redis-lock <command> --help' for the options of each command.";
 

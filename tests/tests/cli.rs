@@ -55,6 +55,28 @@ fn cli_binary() -> &'static Path {
         if !cfg!(debug_assertions) {
             build.arg("--release");
         }
+        // Cargo gives this test process variables about the package under test. Build scripts
+        // that watch one of them (ring watches CARGO_MANIFEST_DIR) would rerun whenever the
+        // binary is built from elsewhere, recompiling half the tree each time.
+        for (name, _) in std::env::vars_os() {
+            let name = name.to_string_lossy();
+            if name.starts_with("CARGO_PKG_")
+                || name.starts_with("CARGO_BIN_EXE_")
+                || [
+                    "CARGO_MANIFEST_DIR",
+                    "CARGO_MANIFEST_PATH",
+                    "CARGO_CRATE_NAME",
+                    "CARGO_BIN_NAME",
+                    "CARGO_PRIMARY_PACKAGE",
+                    "CARGO_TARGET_TMPDIR",
+                    "CARGO_RUSTC_CURRENT_DIR",
+                    "OUT_DIR",
+                ]
+                .contains(&name.as_ref())
+            {
+                build.env_remove(name.as_ref());
+            }
+        }
         let out = build.stderr(Stdio::inherit()).output().unwrap();
         assert!(
             out.status.success(),

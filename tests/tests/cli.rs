@@ -879,7 +879,7 @@ fn unreachable_redis_is_one_clear_line() {
         one_line(&done.stderr);
         assert!(
             done.stderr
-                .contains(&format!("cannot reach Redis at 127.0.0.1:{port}")),
+                .contains(&format!("cannot connect to Redis at 127.0.0.1:{port}")),
             "{}",
             done.stderr
         );

@@ -8,6 +8,8 @@ pub(crate) const FREE: i32 = 1;
 pub(crate) const USAGE: i32 = 64;
 /// Redis could not be reached or answered with an error.
 pub(crate) const UNAVAILABLE: i32 = 69;
+/// The operating system refused something the tool needs (signal handlers, a thread, `wait`).
+pub(crate) const INTERNAL: i32 = 70;
 /// `run`: the lock stayed busy and `--on-busy fail` (the default); `--busy-exit-code` changes it.
 pub(crate) const BUSY: i32 = 75;
 /// `run --kill-on-loss`: the lock was lost, so the command was terminated.
@@ -25,6 +27,7 @@ pub(crate) fn table() -> String {
   {FREE}        status: the lock is free; release --force: it was not held
   {USAGE}       bad command line (unknown option, bad duration, URL or key, missing command)
   {UNAVAILABLE}       Redis unreachable or failing
+  {INTERNAL}       the system refused what redis-lock needs (signal handlers, a thread)
   {BUSY}       run: the lock is busy (--no-wait or --wait ran out) and --on-busy fail;
            --busy-exit-code N changes it
   {LOST}      run --kill-on-loss: the lock was lost and the command was terminated
@@ -62,7 +65,7 @@ impl Failure {
             Error::InvalidInput { .. } => Failure::usage(error.to_string()),
             e if e.is_connection_error() => Failure::new(
                 UNAVAILABLE,
-                format!("cannot reach Redis at {server}: {}", root_cause(e)),
+                format!("cannot connect to Redis at {server}: {}", root_cause(e)),
             ),
             Error::WrongType { .. } => Failure::new(UNAVAILABLE, error.to_string()),
             _ => Failure::new(UNAVAILABLE, format!("Redis at {server}: {error}")),

@@ -42,7 +42,7 @@ pub(crate) fn run(locks: &LockClient, server: &str, args: &RunArgs) -> Result<i3
     let (tx, rx) = mpsc::channel();
     let signal_tx = tx.clone();
     signals::catch(move |r| signal_tx.send(Event::Signal(r)).is_ok())
-        .map_err(|e| Failure::new(exit::UNAVAILABLE, format!("cannot catch signals: {e}")))?;
+        .map_err(|e| Failure::new(exit::INTERNAL, format!("cannot catch signals: {e}")))?;
 
     let guard = match acquire(locks, server, args, &tx, &rx)? {
         Acquired::Held(guard) => guard,
@@ -88,7 +88,7 @@ pub(crate) fn run(locks: &LockClient, server: &str, args: &RunArgs) -> Result<i3
     release(guard, &args.key, killed_for_loss.is_some());
     let status = status.map_err(|e| {
         Failure::new(
-            exit::CANNOT_EXECUTE,
+            exit::INTERNAL,
             format!("waiting for the command failed: {e}"),
         )
     })?;

@@ -132,7 +132,7 @@ impl LockGuard {
                     st.expires_at = sent + ttl;
                     st.next_renew = sent + ttl / 3;
                 }
-                lease.cond.notify_all();
+                crate::watchdog::nudge(lease);
                 tracing::debug!(target: "redis_lock", key = %lease.name, ?ttl, "lock extended");
                 Ok(())
             }

@@ -51,10 +51,12 @@
 //! - **Release tells the truth**: [`LockGuard::release`] reports
 //!   [`ReleaseOutcome::Released`], [`Late`](ReleaseOutcome::Late) (it had expired) or
 //!   [`Lost`](ReleaseOutcome::Lost) (someone else holds it; their lock is untouched).
-//! - **Waiting** blocks on a per-lock wake-up list (`BLPOP`) that each release pushes to, so
-//!   a freed lock is handed to one waiter within a round trip or two. A waiter never sleeps
-//!   longer than the holder's remaining TTL, so a crashed holder is noticed when its lock
-//!   expires.
+//! - **Waiting** is by notification: a waiter registers with the lock when it finds it
+//!   busy and blocks (`BLPOP`) on a wake-up list; a release that sees live waiters grants the
+//!   lock to exactly one of them through that list, so the lock goes to a waiter (not back to
+//!   the thread that released it) as soon as the release's reply reaches it. A waiter never
+//!   sleeps longer than the holder's remaining TTL, so a crashed holder is noticed when its
+//!   lock expires. [`RetryStrategy::fair`] hands the lock over in strict arrival order.
 //! - **Clocks**: expiry is measured by Redis; the holder's own estimate starts before its
 //!   request is sent, so it errs on the side of "lost".
 //! - **One Redis** is a single point of truth: if it fails over to a replica that had not

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 
 use crate::connection::{Manager, Pool, PooledConn};
 use crate::error::{Error, Result};
@@ -44,6 +44,8 @@ pub(crate) struct Inner {
     next_lease: AtomicU64,
     /// Redis requests sent by this client (all clones), for benchmarks and diagnostics.
     pub(crate) requests: AtomicU64,
+    /// `host \n pid \n`, the start of the holder information stored with each lock.
+    holder: String,
     /// Whether the server has `WAITAOF` (Redis 7.2+): `WAITAOF_UNKNOWN` until the first
     /// fsynced replica acknowledgement finds out.
     waitaof: AtomicU8,
@@ -59,10 +61,92 @@ fn is_unknown_command(e: &redis::RedisError) -> bool {
         .contains("unknown command")
 }
 
+/// How long a waiter's registration outlives the wait it announced: time to come back after
+/// its `BLPOP` ends before it is taken for dead. The scripts carry the value as a literal; a
+/// unit test keeps the two equal.
+#[allow(dead_code)]
+pub(crate) const WAITER_MARGIN: Duration = Duration::from_millis(1000);
+
+/// How long a release's grant to a waiter lives unless the waiter claims it or renews. Carried
+/// by the scripts as a literal, like `WAITER_MARGIN`.
+pub(crate) const HANDOFF_GRACE: Duration = Duration::from_millis(1000);
+
+/// Longest single wait of a fair waiter: it checks in at least this often, so a dead one is
+/// noticed within `FAIR_CHECK_IN + WAITER_MARGIN`.
+pub(crate) const FAIR_CHECK_IN: Duration = Duration::from_secs(2);
+
+/// How a waiter that is woken by notification polls when no waiter connection is free.
+const NO_CONNECTION_POLL: Duration = Duration::from_millis(10);
+
 /// Result of one acquisition attempt.
 enum Attempt {
-    Acquired { fence: u64 },
-    Busy { holder_ttl: Option<Duration> },
+    Acquired {
+        fence: u64,
+    },
+    Busy {
+        /// The holder's remaining TTL (`None`: no expiry or no holder).
+        holder_ttl: Option<Duration>,
+        /// Set when the attempt registered us as a waiter: how long to wait at most before
+        /// coming back (Redis bounds it by the holder's TTL and, behind a fair queue's head,
+        /// by when the head's registration lapses).
+        block: Option<Duration>,
+        /// No grant we could pop was pending: a grant popped later was made after this attempt.
+        fresh: bool,
+        /// Server time of the reply, Unix ms.
+        server_ms: u64,
+    },
+}
+
+/// A grant popped from a wake-up list: `token fence server_ms`.
+struct Grant {
+    token: String,
+    fence: u64,
+    server_ms: u64,
+}
+
+/// What a registered waiter remembers of its latest registration, to judge a grant it pops.
+#[derive(Clone, Copy)]
+struct Registration {
+    /// When the registering attempt was sent: any grant made later expires no earlier than
+    /// this plus the handoff grace.
+    sent: Instant,
+    fresh: bool,
+    /// Server time of the registration, Unix ms: a grant stamped at or after it was made
+    /// after the registration.
+    server_ms: u64,
+}
+
+/// How a lease starts.
+struct Start {
+    token: String,
+    fence: u64,
+    acquired_at: Instant,
+    /// Conservative: measured from before the request that set the TTL was sent.
+    expires_at: Instant,
+    next_renew: Instant,
+    unclaimed: Option<String>,
+    registration: String,
+    grant: String,
+}
+
+/// One acquisition's identity as a waiter.
+struct Waiter {
+    /// Names the acquisition in the registry and its fair wake-up list.
+    id: String,
+    fair: bool,
+    /// Registered by an earlier attempt of this acquisition.
+    registered: bool,
+}
+
+impl Waiter {
+    fn flags(&self) -> &'static str {
+        match (self.fair, self.registered) {
+            (false, false) => "",
+            (false, true) => "w",
+            (true, false) => "f",
+            (true, true) => "fw",
+        }
+    }
 }
 
 /// Result of one renewal.
@@ -104,11 +188,12 @@ impl Inner {
         Inner {
             pool,
             waiters,
-            config,
             held: Mutex::new(HashMap::new()),
             next_lease: AtomicU64::new(0),
             requests: AtomicU64::new(0),
+            holder: format!("{}\n{}\n", config.host, std::process::id()),
             waitaof: AtomicU8::new(WAITAOF_UNKNOWN),
+            config,
         }
     }
 
@@ -126,6 +211,10 @@ impl Inner {
         Ok(conn)
     }
 
+    /// One attempt. If the lock is busy and `register` is not zero, the same script registers
+    /// us as a waiter that comes back within `register` (see `scripts::ACQUIRE`). `wake` is the
+    /// list we block on.
+    #[allow(clippy::too_many_arguments)]
     fn attempt(
         &self,
         name: &str,
@@ -133,18 +222,26 @@ impl Inner {
         token: &str,
         ttl: Duration,
         opts: &LockOptions,
+        waiter: &Waiter,
+        wake: &str,
+        register: Duration,
     ) -> Result<Attempt> {
         let mut conn = self.conn()?;
-        let (status, value): (i64, i64) = scripts::ACQUIRE
+        let (status, value, block, fresh, server_ms): (i64, i64, i64, i64, i64) = scripts::ACQUIRE
             .key(&keys.lock)
             .key(&keys.fence)
+            .key(&keys.waiters)
+            .key(&keys.queue)
             .key(&keys.signal)
+            .key(wake)
             .arg(token)
             .arg(ms(ttl))
-            .arg(&self.config.host)
-            .arg(std::process::id())
+            .arg(&self.holder)
             .arg(opts.metadata.as_deref().unwrap_or(""))
             .arg(ms(opts.hold_at_least))
+            .arg(&waiter.id)
+            .arg(ms(register))
+            .arg(waiter.flags())
             .invoke(conn.con())?;
         match status {
             1 => {
@@ -168,6 +265,9 @@ impl Inner {
             }),
             _ => Ok(Attempt::Busy {
                 holder_ttl: u64::try_from(value).ok().map(Duration::from_millis),
+                block: u64::try_from(block).ok().map(Duration::from_millis),
+                fresh: fresh == 1,
+                server_ms: u64::try_from(server_ms).unwrap_or(0),
             }),
         }
     }
@@ -221,15 +321,21 @@ impl Inner {
     }
 
     /// Deletes a lock this call wrote but cannot hand out (replicas did not acknowledge it),
-    /// ignoring any minimum hold. Uses the same connection when it still works, so a pool of
-    /// one does not wait for a second connection.
+    /// ignoring any minimum hold (and handing it to a waiter if one is registered). Uses the
+    /// same connection when it still works, so a pool of one does not wait for a second
+    /// connection.
     fn undo_acquire(&self, mut conn: PooledConn, name: &str, keys: &LockKeys, token: &str) {
         let run = |conn: &mut PooledConn| -> Result<i64> {
             Ok(scripts::RELEASE
                 .key(&keys.lock)
+                .key(&keys.fence)
                 .key(&keys.signal)
+                .key(&keys.waiters)
+                .key(&keys.queue)
                 .arg(token)
                 .arg(1)
+                .arg(token::new_token()?)
+                .arg("")
                 .invoke(conn.con())?)
         };
         let result = if conn.con().is_open() {
@@ -250,6 +356,27 @@ impl Inner {
         }
     }
 
+    /// Unregisters a waiter that gives up, passing on a grant a release made for it.
+    fn leave(&self, keys: &LockKeys, waiter: &Waiter) {
+        let r = self.conn().and_then(|mut conn| {
+            scripts::LEAVE
+                .key(&keys.lock)
+                .key(&keys.fence)
+                .key(&keys.signal)
+                .key(&keys.waiters)
+                .key(&keys.queue)
+                .key(keys.wake(&waiter.id))
+                .arg(&waiter.id)
+                .arg(token::new_token()?)
+                .invoke::<i64>(conn.con())
+                .map_err(Error::from)
+        });
+        if let Err(error) = r {
+            // The registration lapses by itself within the waiter margin.
+            tracing::debug!(target: "redis_lock", %error, "leaving the waiter registry failed");
+        }
+    }
+
     pub(crate) fn renew(&self, keys: &LockKeys, token: &str, ttl: Duration) -> Result<Renewal> {
         let mut conn = self.conn()?;
         let r: i64 = scripts::RENEW
@@ -264,12 +391,81 @@ impl Inner {
         })
     }
 
-    pub(crate) fn release(&self, keys: &LockKeys, token: &str) -> Result<ReleaseOutcome> {
+    /// Makes a popped grant ours: holder information, minimum hold, full TTL; forgets the
+    /// waiter registration `registration` (if not empty). The fencing token, or why the grant
+    /// is not ours any more.
+    #[allow(clippy::too_many_arguments)]
+    fn claim(
+        &self,
+        conn: &mut PooledConn,
+        keys: &LockKeys,
+        grant: &str,
+        ttl: Duration,
+        meta: &str,
+        hold_at_least: Duration,
+        registration: &str,
+    ) -> Result<std::result::Result<u64, Renewal>> {
+        let r: i64 = scripts::CLAIM
+            .key(&keys.lock)
+            .key(&keys.waiters)
+            .arg(grant)
+            .arg(ms(ttl))
+            .arg(&self.holder)
+            .arg(meta)
+            .arg(ms(hold_at_least))
+            .arg(registration)
+            .invoke(conn.con())?;
+        Ok(match r {
+            -2 => Err(Renewal::Gone),
+            r if r < 0 => Err(Renewal::Taken),
+            fence => Ok(u64::try_from(fence).unwrap_or(0)),
+        })
+    }
+
+    /// The watchdog's renewal: a plain renewal, or the claim of a lock taken by popping a
+    /// grant (see `Start::unclaimed`).
+    pub(crate) fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Renewal> {
+        let unclaimed = lease.state.lock().unclaimed.clone();
+        let Some(meta) = unclaimed else {
+            return self.renew(&lease.keys, &lease.token, ttl);
+        };
+        let mut conn = self.conn()?;
+        let r = self.claim(
+            &mut conn,
+            &lease.keys,
+            &lease.token,
+            ttl,
+            &meta,
+            Duration::ZERO,
+            &lease.registration,
+        )?;
+        Ok(match r {
+            Ok(_) => {
+                lease.state.lock().unclaimed = None;
+                Renewal::Renewed
+            }
+            Err(lost) => lost,
+        })
+    }
+
+    pub(crate) fn release(
+        &self,
+        keys: &LockKeys,
+        token: &str,
+        grant: &str,
+        registration: &str,
+    ) -> Result<ReleaseOutcome> {
         let mut conn = self.conn()?;
         let r: i64 = scripts::RELEASE
             .key(&keys.lock)
+            .key(&keys.fence)
             .key(&keys.signal)
+            .key(&keys.waiters)
+            .key(&keys.queue)
             .arg(token)
+            .arg(0)
+            .arg(grant)
+            .arg(registration)
             .invoke(conn.con())?;
         Ok(match r {
             1 | 2 => ReleaseOutcome::Released,
@@ -329,7 +525,11 @@ impl Inner {
         let mut conn = self.conn()?;
         let v: Vec<String> = scripts::FORCE_RELEASE
             .key(&keys.lock)
+            .key(&keys.fence)
             .key(&keys.signal)
+            .key(&keys.waiters)
+            .key(&keys.queue)
+            .arg(token::new_token()?)
             .invoke(conn.con())?;
         match v.as_slice() {
             [] => Ok(None),
@@ -343,9 +543,11 @@ impl Inner {
         }
     }
 
-    /// Blocks until a release pushes to the lock's wake-up list, or `timeout` passes. Waiters
-    /// use their own pool; when it is exhausted they fall back to sleeping.
-    fn wait_for_release(&self, keys: &LockKeys, timeout: Duration) {
+    /// Blocks until a release pushes a grant to the wake-up list `list`, or `timeout` passes,
+    /// and returns the grant. Waiters use their own pool; when it is exhausted they fall back
+    /// to polling every 10 ms (they stay registered, and an attempt of theirs takes a grant
+    /// nobody popped).
+    fn wait_for_release(&self, list: &str, timeout: Duration) -> Option<Grant> {
         let conn = match self.waiters.try_get() {
             Some(c) => Some(c),
             None if self.waiters.state().connections < self.waiters.max_size() => self
@@ -355,18 +557,33 @@ impl Inner {
             None => None,
         };
         let Some(mut conn) = conn else {
-            std::thread::sleep(timeout.min(Duration::from_millis(10)));
-            return;
+            std::thread::sleep(timeout.min(NO_CONNECTION_POLL));
+            return None;
         };
         self.requests.fetch_add(1, Ordering::Relaxed);
         // BLPOP takes seconds as a decimal; 0 would mean "forever".
         let secs = timeout.as_secs_f64().max(0.001);
         let r: redis::RedisResult<Option<(String, String)>> =
-            conn.blocking_query(redis::cmd("BLPOP").arg(&keys.signal).arg(secs), timeout);
-        if let Err(error) = r {
-            tracing::debug!(target: "redis_lock", %error, "waiting for a release failed");
-            // Do not spin against a Redis that fails at once.
-            std::thread::sleep(timeout.min(Duration::from_millis(10)));
+            conn.blocking_query(redis::cmd("BLPOP").arg(list).arg(secs), timeout);
+        match r {
+            Ok(Some((_, grant))) => {
+                let mut parts = grant.split(' ');
+                let token = parts.next()?.to_owned();
+                let fence = parts.next()?.parse().ok()?;
+                let server_ms = parts.next()?.parse().ok()?;
+                Some(Grant {
+                    token,
+                    fence,
+                    server_ms,
+                })
+            }
+            Ok(None) => None,
+            Err(error) => {
+                tracing::debug!(target: "redis_lock", %error, "waiting for a release failed");
+                // Do not spin against a Redis that fails at once.
+                std::thread::sleep(timeout.min(NO_CONNECTION_POLL));
+                None
+            }
         }
     }
 
@@ -413,14 +630,56 @@ impl Inner {
             return Ok(Some(lease));
         }
         let retry = opts.retry.as_ref().unwrap_or(&self.config.default_retry);
-        let token = token::new_token()?;
+        let ids = token::new_ids()?;
+        let token = ids.token;
+        let mut waiter = Waiter {
+            id: ids.waiter,
+            fair: retry.is_fair(),
+            registered: false,
+        };
+        let watchdog = opts.watchdog.unwrap_or(self.config.watchdog);
+        // The wake-up list this acquisition blocks on: fair waiters are woken one by one, in
+        // order; the others share one list, from which Redis serves the longest-blocked first.
+        let wake = if waiter.fair {
+            keys.wake(&waiter.id)
+        } else {
+            keys.signal.clone()
+        };
+        let mut registration: Option<Registration> = None;
         let mut attempt = 0u32;
         loop {
             attempt += 1;
+            let left = deadline.at.saturating_duration_since(Instant::now());
+            let register = if retry.notified() && retry.may_wait_after(attempt, left) {
+                if waiter.fair {
+                    left.min(FAIR_CHECK_IN)
+                } else {
+                    left
+                }
+            } else {
+                Duration::ZERO
+            };
             let sent = Instant::now();
-            match self.attempt(name, &keys, &token, ttl, opts)? {
-                Attempt::Acquired { fence } => {
-                    let lease = self.hold(name, keys, token, fence, ttl, sent, opts)?;
+            let result = self.attempt(name, &keys, &token, ttl, opts, &waiter, &wake, register);
+            let (holder_ttl, block) = match result {
+                Err(e) => {
+                    if waiter.registered {
+                        self.leave(&keys, &waiter);
+                    }
+                    return Err(e);
+                }
+                Ok(Attempt::Acquired { fence }) => {
+                    let start = Start {
+                        token,
+                        fence,
+                        acquired_at: sent,
+                        expires_at: sent + ttl,
+                        next_renew: sent + ttl / 3,
+                        unclaimed: None,
+                        registration: String::new(),
+                        grant: ids.grant,
+                    };
+                    let lease = self.hold(name, keys, start, ttl, opts, watchdog)?;
                     tracing::debug!(
                         target: "redis_lock",
                         key = name,
@@ -431,53 +690,159 @@ impl Inner {
                     );
                     return Ok(Some(lease));
                 }
-                Attempt::Busy { holder_ttl } => {
-                    let left = deadline.at.saturating_duration_since(Instant::now());
-                    match retry.next(attempt, left, holder_ttl) {
-                        Step::Stop => return Ok(None),
-                        Step::Sleep(d) => std::thread::sleep(d),
-                        Step::WaitSignal(d) => self.wait_for_release(&keys, d),
+                Ok(Attempt::Busy {
+                    holder_ttl,
+                    block,
+                    fresh,
+                    server_ms,
+                }) => {
+                    if block.is_some() {
+                        waiter.registered = true;
+                        registration = Some(Registration {
+                            sent,
+                            fresh,
+                            server_ms,
+                        });
                     }
+                    (holder_ttl, block)
                 }
+            };
+            let left = deadline.at.saturating_duration_since(Instant::now());
+            let popped = match retry.next(attempt, left, holder_ttl, block) {
+                Step::Stop => {
+                    if waiter.registered {
+                        self.leave(&keys, &waiter);
+                    }
+                    return Ok(None);
+                }
+                Step::Sleep(d) => {
+                    std::thread::sleep(d);
+                    None
+                }
+                Step::WaitSignal(d) => self.wait_for_release(&wake, d),
+            };
+            let Some(Grant {
+                token: grant,
+                fence,
+                server_ms: granted_ms,
+            }) = popped
+            else {
+                continue;
+            };
+            // A release granted us the lock. Fair waiters left the registry with the grant;
+            // a non-fair registration is removed by the claim or the release.
+            let leftover = if waiter.fair {
+                String::new()
+            } else {
+                waiter.id.clone()
+            };
+            let now = Instant::now();
+            // Made after our registration (Redis's clock says so, and nothing that could be
+            // popped was pending then), so it lives at least until `r.sent` plus the grace.
+            let vouched = registration.filter(|r| {
+                r.fresh
+                    && granted_ms >= r.server_ms
+                    && now.duration_since(r.sent) < HANDOFF_GRACE / 2
+            });
+            if let Some(r) = vouched
+                && watchdog
+                && opts.hold_at_least.is_zero()
+                && opts.replicas.is_none()
+            {
+                // Ours without another round trip. The watchdog claims it (holder information,
+                // full TTL) at its first renewal.
+                let start = Start {
+                    token: grant,
+                    fence,
+                    acquired_at: now,
+                    expires_at: r.sent + HANDOFF_GRACE,
+                    next_renew: r.sent + HANDOFF_GRACE / 3,
+                    unclaimed: Some(opts.metadata.clone().unwrap_or_default()),
+                    registration: leftover,
+                    grant: ids.grant,
+                };
+                let lease = self.hold(name, keys, start, ttl, opts, watchdog)?;
+                tracing::debug!(target: "redis_lock", key = name, fence, waited = ?deadline.started.elapsed(), "lock handed over");
+                return Ok(Some(lease));
+            }
+            // A grant we cannot vouch for (it may predate our registration), or one that needs
+            // our information, minimum hold or replica acknowledgement in place now: claim it.
+            let sent = Instant::now();
+            let mut conn = self.conn()?;
+            let meta = opts.metadata.as_deref().unwrap_or("");
+            match self.claim(
+                &mut conn,
+                &keys,
+                &grant,
+                ttl,
+                meta,
+                opts.hold_at_least,
+                &leftover,
+            )? {
+                Ok(fence) => {
+                    if let Some(ack) = opts.replicas
+                        && let Err(e) = self.await_replicas(&mut conn, name, ack)
+                    {
+                        self.undo_acquire(conn, name, &keys, &grant);
+                        return Err(e);
+                    }
+                    drop(conn);
+                    let start = Start {
+                        token: grant,
+                        fence,
+                        acquired_at: sent,
+                        expires_at: sent + ttl,
+                        next_renew: sent + ttl / 3,
+                        unclaimed: None,
+                        registration: String::new(),
+                        grant: ids.grant,
+                    };
+                    let lease = self.hold(name, keys, start, ttl, opts, watchdog)?;
+                    tracing::debug!(target: "redis_lock", key = name, fence, waited = ?deadline.started.elapsed(), "lock handed over and claimed");
+                    return Ok(Some(lease));
+                }
+                // Somebody took the grant first (it had lapsed): keep waiting.
+                Err(_) => continue,
             }
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn hold(
         self: &Arc<Self>,
         name: &str,
         keys: LockKeys,
-        token: String,
-        fence: u64,
+        start: Start,
         ttl: Duration,
-        sent: Instant,
         opts: &LockOptions,
+        watchdog: bool,
     ) -> Result<Arc<Lease>> {
-        let watchdog = opts.watchdog.unwrap_or(self.config.watchdog);
         let id = self.next_lease.fetch_add(1, Ordering::Relaxed);
+        let at = start.acquired_at;
         let lease = Arc::new(Lease {
             id,
             inner: Arc::clone(self),
             name: name.to_owned(),
             keys,
-            token,
-            fence,
-            acquired_at: sent,
+            token: start.token,
+            fence: start.fence,
+            grant: start.grant,
+            registration: start.registration,
+            acquired_at: at,
             holds: 1.into(),
             state: Mutex::new(LeaseState {
                 ttl,
-                expires_at: sent + ttl,
-                next_renew: sent + ttl / 3,
+                expires_at: start.expires_at,
+                next_renew: start.next_renew,
                 lost: None,
                 stop: false,
                 released: None,
-                renew_until: opts.max_hold.and_then(|m| sent.checked_add(m)),
+                renew_until: opts.max_hold.and_then(|m| at.checked_add(m)),
+                unclaimed: start.unclaimed,
             }),
-            cond: Condvar::new(),
+            watchdog: Mutex::new(None),
             on_lost: opts.on_lost.clone(),
         });
-        if watchdog && let Err(e) = watchdog::start(Arc::clone(&lease)) {
+        if watchdog && let Err(e) = watchdog::start(&lease) {
             let _ = lease.release();
             return Err(Error::Redis(redis::RedisError::from(e)));
         }

@@ -721,90 +721,115 @@ impl Inner {
                 }
                 Step::WaitSignal(d) => self.wait_for_release(&wake, d),
             };
-            let Some(Grant {
-                token: grant,
-                fence,
-                server_ms: granted_ms,
-            }) = popped
-            else {
+            let Some(grant) = popped else {
                 continue;
             };
-            // A release granted us the lock. Fair waiters left the registry with the grant;
-            // a non-fair registration is removed by the claim or the release.
-            let leftover = if waiter.fair {
-                String::new()
-            } else {
-                waiter.id.clone()
-            };
-            let now = Instant::now();
-            // Made after our registration (Redis's clock says so, and nothing that could be
-            // popped was pending then), so it lives at least until `r.sent` plus the grace.
-            let vouched = registration.filter(|r| {
-                r.fresh
-                    && granted_ms >= r.server_ms
-                    && now.duration_since(r.sent) < HANDOFF_GRACE / 2
-            });
-            if let Some(r) = vouched
-                && watchdog
-                && opts.hold_at_least.is_zero()
-                && opts.replicas.is_none()
-            {
-                // Ours without another round trip. The watchdog claims it (holder information,
-                // full TTL) at its first renewal.
-                let start = Start {
-                    token: grant,
-                    fence,
-                    acquired_at: now,
-                    expires_at: r.sent + HANDOFF_GRACE,
-                    next_renew: r.sent + HANDOFF_GRACE / 3,
-                    unclaimed: Some(opts.metadata.clone().unwrap_or_default()),
-                    registration: leftover,
-                    grant: ids.grant,
-                };
-                let lease = self.hold(name, keys, start, ttl, opts, watchdog)?;
-                tracing::debug!(target: "redis_lock", key = name, fence, waited = ?deadline.started.elapsed(), "lock handed over");
+            if let Some(lease) = self.take_grant(
+                name,
+                &keys,
+                grant,
+                &waiter,
+                registration,
+                ttl,
+                opts,
+                watchdog,
+                &ids.grant,
+                deadline,
+            )? {
                 return Ok(Some(lease));
             }
-            // A grant we cannot vouch for (it may predate our registration), or one that needs
-            // our information, minimum hold or replica acknowledgement in place now: claim it.
-            let sent = Instant::now();
-            let mut conn = self.conn()?;
-            let meta = opts.metadata.as_deref().unwrap_or("");
-            match self.claim(
-                &mut conn,
-                &keys,
-                &grant,
-                ttl,
-                meta,
-                opts.hold_at_least,
-                &leftover,
-            )? {
-                Ok(fence) => {
-                    if let Some(ack) = opts.replicas
-                        && let Err(e) = self.await_replicas(&mut conn, name, ack)
-                    {
-                        self.undo_acquire(conn, name, &keys, &grant);
-                        return Err(e);
-                    }
-                    drop(conn);
-                    let start = Start {
-                        token: grant,
-                        fence,
-                        acquired_at: sent,
-                        expires_at: sent + ttl,
-                        next_renew: sent + ttl / 3,
-                        unclaimed: None,
-                        registration: String::new(),
-                        grant: ids.grant,
-                    };
-                    let lease = self.hold(name, keys, start, ttl, opts, watchdog)?;
-                    tracing::debug!(target: "redis_lock", key = name, fence, waited = ?deadline.started.elapsed(), "lock handed over and claimed");
-                    return Ok(Some(lease));
-                }
-                // Somebody took the grant first (it had lapsed): keep waiting.
-                Err(_) => continue,
-            }
         }
+    }
+
+    /// A release granted us the lock through the wake-up list: adopt the grant, or claim it.
+    /// `Ok(None)` when somebody took the grant first (it had lapsed): keep waiting.
+    #[allow(clippy::too_many_arguments)]
+    fn take_grant(
+        self: &Arc<Self>,
+        name: &str,
+        keys: &LockKeys,
+        grant: Grant,
+        waiter: &Waiter,
+        registration: Option<Registration>,
+        ttl: Duration,
+        opts: &LockOptions,
+        watchdog: bool,
+        next_grant: &str,
+        deadline: &Deadline,
+    ) -> Result<Option<Arc<Lease>>> {
+        // Fair waiters left the registry with the grant; a non-fair registration is removed by
+        // the claim or the release.
+        let leftover = if waiter.fair {
+            String::new()
+        } else {
+            waiter.id.clone()
+        };
+        let now = Instant::now();
+        // Made after our registration (Redis's clock says so, and nothing that could be
+        // popped was pending then), so it lives at least until `r.sent` plus the grace.
+        let vouched = registration.filter(|r| {
+            r.fresh
+                && grant.server_ms >= r.server_ms
+                && now.duration_since(r.sent) < HANDOFF_GRACE / 2
+        });
+        if let Some(r) = vouched
+            && watchdog
+            && opts.hold_at_least.is_zero()
+            && opts.replicas.is_none()
+        {
+            // Ours without another round trip. The watchdog claims it (holder information,
+            // full TTL) at its first renewal.
+            let start = Start {
+                token: grant.token,
+                fence: grant.fence,
+                acquired_at: now,
+                expires_at: r.sent + HANDOFF_GRACE,
+                next_renew: r.sent + HANDOFF_GRACE / 3,
+                unclaimed: Some(opts.metadata.clone().unwrap_or_default()),
+                registration: leftover,
+                grant: next_grant.to_owned(),
+            };
+            let lease = self.hold(name, keys.clone(), start, ttl, opts, watchdog)?;
+            tracing::debug!(target: "redis_lock", key = name, fence = grant.fence, waited = ?deadline.started.elapsed(), "lock handed over");
+            return Ok(Some(lease));
+        }
+        // A grant we cannot vouch for (it may predate our registration), or one that needs our
+        // information, minimum hold or replica acknowledgement in place now: claim it.
+        let sent = Instant::now();
+        let mut conn = self.conn()?;
+        let meta = opts.metadata.as_deref().unwrap_or("");
+        let claimed = self.claim(
+            &mut conn,
+            keys,
+            &grant.token,
+            ttl,
+            meta,
+            opts.hold_at_least,
+            &leftover,
+        )?;
+        let Ok(fence) = claimed else {
+            return Ok(None);
+        };
+        if let Some(ack) = opts.replicas
+            && let Err(e) = self.await_replicas(&mut conn, name, ack)
+        {
+            self.undo_acquire(conn, name, keys, &grant.token);
+            return Err(e);
+        }
+        drop(conn);
+        let start = Start {
+            token: grant.token,
+            fence,
+            acquired_at: sent,
+            expires_at: sent + ttl,
+            next_renew: sent + ttl / 3,
+            unclaimed: None,
+            registration: String::new(),
+            grant: next_grant.to_owned(),
+        };
+        let lease = self.hold(name, keys.clone(), start, ttl, opts, watchdog)?;
+        tracing::debug!(target: "redis_lock", key = name, fence, waited = ?deadline.started.elapsed(), "lock handed over and claimed");
+        Ok(Some(lease))
     }
 
     fn hold(

@@ -103,6 +103,7 @@ mod reentrant;
 mod retry;
 mod scripts;
 mod token;
+mod waiting;
 mod watchdog;
 
 #[cfg(feature = "testing")]

@@ -405,7 +405,7 @@ pub(crate) static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| {
 
 #[cfg(test)]
 mod tests {
-    use crate::ops::{HANDOFF_GRACE, WAITER_MARGIN};
+    use crate::waiting::{HANDOFF_GRACE, WAITER_MARGIN};
 
     #[test]
     fn lua_constants_match_rust() {

@@ -13,8 +13,7 @@ use crate::error::{Error, Result};
 use crate::info::LockInfo;
 use crate::keys::LockKeys;
 use crate::lease::{Lease, ReleaseOutcome};
-use crate::ops::{Attempt, Inner, OwnedTtl, Renewal};
-use crate::options::LockOptions;
+use crate::ops::{Inner, OwnedTtl, Renewal};
 use crate::quorum::Quorum;
 
 /// One Redis deployment: the pool lock operations use, and the pool waiters block on.
@@ -53,20 +52,6 @@ impl Inner {
         }
     }
 
-    pub(crate) fn attempt(
-        &self,
-        name: &str,
-        keys: &LockKeys,
-        token: &str,
-        ttl: Duration,
-        opts: &LockOptions,
-    ) -> Result<Attempt> {
-        match &self.backend {
-            Backend::Single(store) => self.attempt_on(store, name, keys, token, ttl, opts),
-            Backend::Quorum(q) => q.attempt(self, name, keys, token, ttl, opts),
-        }
-    }
-
     pub(crate) fn renew(&self, keys: &LockKeys, token: &str, ttl: Duration) -> Result<Renewal> {
         match &self.backend {
             Backend::Single(store) => self.renew_on(store, keys, token, ttl),
@@ -74,10 +59,18 @@ impl Inner {
         }
     }
 
-    pub(crate) fn release(&self, keys: &LockKeys, token: &str) -> Result<ReleaseOutcome> {
+    /// Gives the lock up, handing it over to a waiter under the token `grant` where one is
+    /// registered; `registration` is our own leftover waiter id to forget (or "").
+    pub(crate) fn release(
+        &self,
+        keys: &LockKeys,
+        token: &str,
+        grant: &str,
+        registration: &str,
+    ) -> Result<ReleaseOutcome> {
         match &self.backend {
-            Backend::Single(store) => self.release_on(store, keys, token),
-            Backend::Quorum(q) => q.release(self, keys, token),
+            Backend::Single(store) => self.release_on(store, keys, token, grant, registration),
+            Backend::Quorum(q) => q.release(self, keys, token, grant, registration),
         }
     }
 
@@ -117,18 +110,6 @@ impl Inner {
         }
     }
 
-    /// Blocks until a release wakes this waiter or `timeout` passes.
-    pub(crate) fn wait_for_release(&self, keys: &LockKeys, timeout: Duration) {
-        let waited = match &self.backend {
-            Backend::Single(store) => self.wait_on(store, keys, timeout),
-            Backend::Quorum(q) => q.wait_for_release(self, keys, timeout),
-        };
-        if !waited {
-            // Do not spin against a Redis that fails at once.
-            std::thread::sleep(timeout.min(Duration::from_millis(10)));
-        }
-    }
-
     /// `PING`: one store must answer; a quorum, a majority of its servers.
     pub(crate) fn ping(&self) -> Result<()> {
         match &self.backend {
@@ -138,6 +119,16 @@ impl Inner {
                 Ok(())
             }
             Backend::Quorum(q) => q.ping(self),
+        }
+    }
+
+    /// The store `list` scans: the only one, or under Redlock the first (a lock held by a
+    /// majority is on at least one of any majority, not necessarily on the first server;
+    /// each name found is then inspected by quorum).
+    pub(crate) fn list_store(&self) -> &Store {
+        match &self.backend {
+            Backend::Single(store) => store,
+            Backend::Quorum(q) => q.stores().next().expect("a quorum has servers"),
         }
     }
 

@@ -137,7 +137,7 @@ impl LockGuard {
                     st.expires_at = sent + lease.inner.validity(ttl);
                     st.next_renew = sent + ttl / 3;
                 }
-                lease.cond.notify_all();
+                crate::watchdog::nudge(lease);
                 tracing::debug!(target: "redis_lock", key = %lease.name, ?ttl, "lock extended");
                 Ok(())
             }

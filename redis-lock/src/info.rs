@@ -29,6 +29,8 @@ pub struct LockInfo {
     /// The holder's metadata, if it gave any.
     pub metadata: Option<String>,
     /// `false` during a minimum hold after release: the lock stays taken but nobody owns it.
+    /// (A lock that a release has just handed to a waiter is owned, but shows empty holder
+    /// fields until its new holder's first renewal, at most a third of a second later.)
     pub owned: bool,
     /// End of the minimum hold, if one was asked for.
     pub hold_until: Option<SystemTime>,

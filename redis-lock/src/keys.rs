@@ -18,9 +18,12 @@ pub(crate) struct LockKeys {
     pub(crate) lock: String,
     /// Fencing counter: INCR'd by every successful acquisition, never expires.
     pub(crate) fence: String,
-    /// Wake-up list: a release pushes one element, a waiter BLPOPs it.
+    /// Wake-up list: a release pushes one element, a waiter BLPOPs it. Fair waiters each
+    /// have their own, `<signal>:<waiter id>` ([`wake`](Self::wake)).
     pub(crate) signal: String,
-    /// Fair mode: waiters in arrival order (a sorted set scored by arrival).
+    /// Registered waiters: a sorted set of waiter ids scored by when each registration lapses.
+    pub(crate) waiters: String,
+    /// Fair mode: waiters in arrival order (a sorted set scored by ticket).
     pub(crate) queue: String,
 }
 
@@ -31,9 +34,16 @@ impl LockKeys {
         Ok(LockKeys {
             fence: format!("{lock}:fence"),
             signal: format!("{lock}:signal"),
+            waiters: format!("{lock}:waiters"),
             queue: format!("{lock}:queue"),
             lock,
         })
+    }
+
+    /// The wake-up list of fair waiter `id`. The release script builds the same name itself
+    /// (`signal .. ':' .. id`), so the two must stay in step.
+    pub(crate) fn wake(&self, id: &str) -> String {
+        format!("{}:{id}", self.signal)
     }
 }
 
@@ -103,6 +113,8 @@ mod tests {
         assert_eq!(k.fence, "lock:{report}:fence");
         assert_eq!(k.signal, "lock:{report}:signal");
         assert_eq!(k.queue, "lock:{report}:queue");
+        assert_eq!(k.waiters, "lock:{report}:waiters");
+        assert_eq!(k.wake("ab12"), "lock:{report}:signal:ab12");
         assert_eq!(k.name(), "report");
         assert_eq!(LockKeys::new("", "a}b{c}").unwrap().name(), "a}b{c}");
     }

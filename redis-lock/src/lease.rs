@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 
 use crate::error::{LostReason, Result};
 use crate::keys::LockKeys;
@@ -52,6 +52,9 @@ pub(crate) struct LeaseState {
     pub(crate) released: Option<ReleaseOutcome>,
     /// After this the watchdog stops renewing (`max_hold`).
     pub(crate) renew_until: Option<Instant>,
+    /// Set while the lock, taken by popping a release's grant, still lacks this holder's
+    /// information and full TTL: the metadata to write. The watchdog's next renewal claims it.
+    pub(crate) unclaimed: Option<String>,
 }
 
 pub(crate) struct Lease {
@@ -62,12 +65,18 @@ pub(crate) struct Lease {
     pub(crate) keys: LockKeys,
     pub(crate) token: String,
     pub(crate) fence: u64,
+    /// The owner token the release hands to the waiter it wakes.
+    pub(crate) grant: String,
+    /// A waiter registration of this acquisition that Redis still has (a grant taken by
+    /// popping it leaves one): the release removes it. Empty when there is none.
+    pub(crate) registration: String,
     pub(crate) acquired_at: Instant,
     /// Guards alive for this acquisition (more than one only through reentrancy).
     pub(crate) holds: AtomicUsize,
     pub(crate) state: Mutex<LeaseState>,
-    /// Wakes the watchdog early: on release, and when `extend` moves the next renewal.
-    pub(crate) cond: Condvar,
+    /// The renewal thread serving this lease, until release (or loss) frees it for the next
+    /// lease.
+    pub(crate) watchdog: Mutex<Option<Arc<crate::watchdog::Worker>>>,
     pub(crate) on_lost: Option<LostCallback>,
 }
 
@@ -103,8 +112,8 @@ impl Lease {
     }
 
     /// Gives the lock back, once; later calls return the first outcome. The watchdog is told
-    /// to stop first but not waited for: a renewal still in flight compares the token, so it
-    /// cannot bring back a deleted lock or touch a new holder's.
+    /// to stop first but neither woken nor waited for: a renewal still in flight compares the
+    /// token, so it cannot bring back a deleted lock or touch a new holder's.
     pub(crate) fn release(&self) -> Result<ReleaseOutcome> {
         {
             let mut st = self.state.lock();
@@ -116,8 +125,10 @@ impl Lease {
             // corrected below once Redis has answered.
             st.released = Some(ReleaseOutcome::Released);
         }
-        self.cond.notify_all();
-        let result = self.inner.release(&self.keys, &self.token);
+        crate::watchdog::detach(self);
+        let result = self
+            .inner
+            .release(&self.keys, &self.token, &self.grant, &self.registration);
         self.inner.forget(self);
         let held_for = self.acquired_at.elapsed();
         match &result {

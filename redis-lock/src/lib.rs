@@ -51,10 +51,12 @@
 //! - **Release tells the truth**: [`LockGuard::release`] reports
 //!   [`ReleaseOutcome::Released`], [`Late`](ReleaseOutcome::Late) (it had expired) or
 //!   [`Lost`](ReleaseOutcome::Lost) (someone else holds it; their lock is untouched).
-//! - **Waiting** blocks on a per-lock wake-up list (`BLPOP`) that each release pushes to, so
-//!   a freed lock is handed to one waiter within a round trip or two. A waiter never sleeps
-//!   longer than the holder's remaining TTL, so a crashed holder is noticed when its lock
-//!   expires.
+//! - **Waiting** is by notification: a waiter registers with the lock when it finds it
+//!   busy and blocks (`BLPOP`) on a wake-up list; a release that sees live waiters grants the
+//!   lock to exactly one of them through that list, so the lock goes to a waiter (not back to
+//!   the thread that released it) as soon as the release's reply reaches it. A waiter never
+//!   sleeps longer than the holder's remaining TTL, so a crashed holder is noticed when its
+//!   lock expires. [`RetryStrategy::fair`] hands the lock over in strict arrival order.
 //! - **Clocks**: expiry is measured by Redis; the holder's own estimate starts before its
 //!   request is sent, so it errs on the side of "lost".
 //! - **One Redis** is a single point of truth: if it fails over to a replica that had not
@@ -82,6 +84,8 @@
 //!   compiler only, no OpenSSL). `rediss://host/#insecure` skips certificate verification; to
 //!   verify against your own CA, build a `redis::Client` with `redis::Client::build_with_tls`
 //!   and pass it to [`LockClient::from_pool`].
+//! - `cli`: the `redis-lock` command-line tool (`cargo install --path redis-lock --features
+//!   cli`; it includes `tls`). The library itself does not use the tool's dependencies.
 
 #![warn(missing_docs)]
 #![cfg_attr(not(test), deny(clippy::panic))]
@@ -99,6 +103,7 @@ mod guard;
 mod info;
 mod keys;
 mod lease;
+mod list;
 mod ops;
 mod options;
 mod quorum;
@@ -107,6 +112,7 @@ mod retry;
 mod scripts;
 mod sentinel;
 mod token;
+mod waiting;
 mod watchdog;
 
 #[cfg(feature = "testing")]

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 
 use crate::backend::{Backend, Store};
 use crate::connection::PooledConn;
@@ -14,8 +14,8 @@ use crate::error::{Error, Result};
 use crate::info::LockInfo;
 use crate::keys::LockKeys;
 use crate::lease::{Lease, LeaseState, ReleaseOutcome};
-use crate::options::{LockOptions, MAX_METADATA_LEN, MAX_TTL, ReplicaAck};
-use crate::retry::{RetryStrategy, Step};
+use crate::options::{LockOptions, MAX_TTL, ReplicaAck};
+use crate::retry::RetryStrategy;
 use crate::{reentrant, scripts, token, watchdog};
 
 /// Settings resolved by the builder.
@@ -43,6 +43,8 @@ pub(crate) struct Inner {
     next_lease: AtomicU64,
     /// Redis requests sent by this client (all clones), for benchmarks and diagnostics.
     pub(crate) requests: AtomicU64,
+    /// `host \n pid \n`, the start of the holder information stored with each lock.
+    pub(crate) holder: String,
     /// Whether the server has `WAITAOF` (Redis 7.2+): `WAITAOF_UNKNOWN` until the first
     /// fsynced replica acknowledgement finds out.
     waitaof: AtomicU8,
@@ -58,10 +60,17 @@ fn is_unknown_command(e: &redis::RedisError) -> bool {
         .contains("unknown command")
 }
 
-/// Result of one acquisition attempt.
-pub(crate) enum Attempt {
-    Acquired { fence: u64 },
-    Busy { holder_ttl: Option<Duration> },
+/// How a lease starts.
+pub(crate) struct Start {
+    pub(crate) token: String,
+    pub(crate) fence: u64,
+    pub(crate) acquired_at: Instant,
+    /// Conservative: measured from before the request that set the TTL was sent.
+    pub(crate) expires_at: Instant,
+    pub(crate) next_renew: Instant,
+    pub(crate) unclaimed: Option<String>,
+    pub(crate) registration: String,
+    pub(crate) grant: String,
 }
 
 /// What one store says about the remaining TTL of a lock we hold.
@@ -112,11 +121,12 @@ impl Inner {
     pub(crate) fn new(backend: Backend, config: Config) -> Inner {
         Inner {
             backend,
-            config,
             held: Mutex::new(HashMap::new()),
             next_lease: AtomicU64::new(0),
             requests: AtomicU64::new(0),
+            holder: format!("{}\n{}\n", config.host, std::process::id()),
             waitaof: AtomicU8::new(WAITAOF_UNKNOWN),
+            config,
         }
     }
 
@@ -134,57 +144,15 @@ impl Inner {
         Ok(conn)
     }
 
-    pub(crate) fn attempt_on(
-        &self,
-        store: &Store,
-        name: &str,
-        keys: &LockKeys,
-        token: &str,
-        ttl: Duration,
-        opts: &LockOptions,
-    ) -> Result<Attempt> {
-        let mut conn = self.conn(store)?;
-        let (status, value): (i64, i64) = scripts::ACQUIRE
-            .key(&keys.lock)
-            .key(&keys.fence)
-            .key(&keys.signal)
-            .arg(token)
-            .arg(ms(ttl))
-            .arg(&self.config.host)
-            .arg(std::process::id())
-            .arg(opts.metadata.as_deref().unwrap_or(""))
-            .arg(ms(opts.hold_at_least))
-            .invoke(conn.con())?;
-        match status {
-            1 => {
-                let fence = u64::try_from(value).unwrap_or(0);
-                if let Some(ack) = opts.replicas
-                    && let Err(e) = self.await_replicas(&mut conn, name, ack)
-                {
-                    self.undo_acquire(store, conn, name, keys, token);
-                    return Err(e);
-                }
-                Ok(Attempt::Acquired { fence })
-            }
-            -2 => Err(Error::WrongType {
-                redis_key: keys.lock.clone(),
-            }),
-            -3 => Err(Error::WrongType {
-                redis_key: keys.fence.clone(),
-            }),
-            -4 => Err(Error::WrongType {
-                redis_key: keys.signal.clone(),
-            }),
-            _ => Ok(Attempt::Busy {
-                holder_ttl: u64::try_from(value).ok().map(Duration::from_millis),
-            }),
-        }
-    }
-
     /// `WAIT` (or `WAITAOF`) on the connection that wrote the lock: it counts the replicas
     /// that have processed (or fsynced) everything this connection wrote. The reply may take
     /// the whole `timeout`, so the connection's reply timeout is raised for it.
-    fn await_replicas(&self, conn: &mut PooledConn, name: &str, ack: ReplicaAck) -> Result<()> {
+    pub(crate) fn await_replicas(
+        &self,
+        conn: &mut PooledConn,
+        name: &str,
+        ack: ReplicaAck,
+    ) -> Result<()> {
         let timeout_ms = ms(ack.timeout).max(1);
         let mut acked = None;
         if ack.fsync && self.waitaof.load(Ordering::Relaxed) != WAITAOF_NO {
@@ -230,9 +198,10 @@ impl Inner {
     }
 
     /// Deletes a lock this call wrote but cannot hand out (replicas did not acknowledge it),
-    /// ignoring any minimum hold. Uses the same connection when it still works, so a pool of
-    /// one does not wait for a second connection.
-    fn undo_acquire(
+    /// ignoring any minimum hold (and handing it to a waiter if one is registered). Uses the
+    /// same connection when it still works, so a pool of one does not wait for a second
+    /// connection.
+    pub(crate) fn undo_acquire(
         &self,
         store: &Store,
         mut conn: PooledConn,
@@ -243,9 +212,14 @@ impl Inner {
         let run = |conn: &mut PooledConn| -> Result<i64> {
             Ok(scripts::RELEASE
                 .key(&keys.lock)
+                .key(&keys.fence)
                 .key(&keys.signal)
+                .key(&keys.waiters)
+                .key(&keys.queue)
                 .arg(token)
                 .arg(1)
+                .arg(token::new_token()?)
+                .arg("")
                 .invoke(conn.con())?)
         };
         let result = if conn.con().is_open() {
@@ -291,12 +265,20 @@ impl Inner {
         store: &Store,
         keys: &LockKeys,
         token: &str,
+        grant: &str,
+        registration: &str,
     ) -> Result<ReleaseOutcome> {
         let mut conn = self.conn(store)?;
         let r: i64 = scripts::RELEASE
             .key(&keys.lock)
+            .key(&keys.fence)
             .key(&keys.signal)
+            .key(&keys.waiters)
+            .key(&keys.queue)
             .arg(token)
+            .arg(0)
+            .arg(grant)
+            .arg(registration)
             .invoke(conn.con())?;
         Ok(match r {
             1 | 2 => ReleaseOutcome::Released,
@@ -357,7 +339,11 @@ impl Inner {
         let mut conn = self.conn(store)?;
         let v: Vec<String> = scripts::FORCE_RELEASE
             .key(&keys.lock)
+            .key(&keys.fence)
             .key(&keys.signal)
+            .key(&keys.waiters)
+            .key(&keys.queue)
+            .arg(token::new_token()?)
             .invoke(conn.con())?;
         match v.as_slice() {
             [] => Ok(None),
@@ -371,146 +357,42 @@ impl Inner {
         }
     }
 
-    /// Blocks until a release pushes to the lock's wake-up list on `store`, or `timeout`
-    /// passes. Waiters use their own pool; when it is exhausted they fall back to sleeping.
-    /// `false` when the store could not be asked (the caller may try another one).
-    pub(crate) fn wait_on(&self, store: &Store, keys: &LockKeys, timeout: Duration) -> bool {
-        let waiters = &store.waiters;
-        let conn = match waiters.try_get() {
-            Some(c) => Some(c),
-            None if waiters.state().connections < waiters.max_size() => waiters
-                .get_timeout(self.config.connect_timeout.min(timeout))
-                .ok(),
-            None => None,
-        };
-        let Some(mut conn) = conn else {
-            if waiters.state().connections == 0 {
-                // Nothing open and nothing could be opened: this store is unreachable.
-                return false;
-            }
-            std::thread::sleep(timeout.min(Duration::from_millis(10)));
-            return true;
-        };
-        self.requests.fetch_add(1, Ordering::Relaxed);
-        // BLPOP takes seconds as a decimal; 0 would mean "forever".
-        let secs = timeout.as_secs_f64().max(0.001);
-        let r: redis::RedisResult<Option<(String, String)>> =
-            conn.blocking_query(redis::cmd("BLPOP").arg(&keys.signal).arg(secs), timeout);
-        if let Err(error) = r {
-            tracing::debug!(target: "redis_lock", %error, "waiting for a release failed");
-            return false;
-        }
-        true
-    }
-
-    /// The acquire loop: attempt, then wait as the retry strategy says, until acquired, the
-    /// wait budget is spent, or the strategy gives up. `Ok(None)`: busy until the end.
-    pub(crate) fn acquire(
-        self: &Arc<Self>,
-        name: &str,
-        opts: &LockOptions,
-        deadline: &Deadline,
-    ) -> Result<Option<Arc<Lease>>> {
-        let keys = LockKeys::new(&self.config.namespace, name)?;
-        let ttl = opts.ttl.unwrap_or(self.config.default_ttl);
-        validate_ttl(ttl)?;
-        if opts.hold_at_least > MAX_TTL {
-            return Err(Error::invalid(
-                "hold_at_least",
-                format!("longer than {MAX_TTL:?}"),
-            ));
-        }
-        if let Some(ack) = opts.replicas
-            && ack.timeout > MAX_TTL
-        {
-            return Err(Error::invalid(
-                "replicas",
-                format!("the acknowledgement timeout is longer than {MAX_TTL:?}"),
-            ));
-        }
-        if opts
-            .metadata
-            .as_ref()
-            .is_some_and(|m| m.len() > MAX_METADATA_LEN)
-        {
-            return Err(Error::invalid(
-                "metadata",
-                format!("longer than {MAX_METADATA_LEN} bytes"),
-            ));
-        }
-        if opts.reentrant
-            && let Some(lease) = reentrant::find(self, name)
-        {
-            lease.add_hold();
-            tracing::debug!(target: "redis_lock", key = name, "lock re-entered");
-            return Ok(Some(lease));
-        }
-        let retry = opts.retry.as_ref().unwrap_or(&self.config.default_retry);
-        let token = token::new_token()?;
-        let mut attempt = 0u32;
-        loop {
-            attempt += 1;
-            let sent = Instant::now();
-            match self.attempt(name, &keys, &token, ttl, opts)? {
-                Attempt::Acquired { fence } => {
-                    let lease = self.hold(name, keys, token, fence, ttl, sent, opts)?;
-                    tracing::debug!(
-                        target: "redis_lock",
-                        key = name,
-                        fence,
-                        attempts = attempt,
-                        waited = ?deadline.started.elapsed(),
-                        "lock acquired"
-                    );
-                    return Ok(Some(lease));
-                }
-                Attempt::Busy { holder_ttl } => {
-                    let left = deadline.at.saturating_duration_since(Instant::now());
-                    match retry.next(attempt, left, holder_ttl) {
-                        Step::Stop => return Ok(None),
-                        Step::Sleep(d) => std::thread::sleep(d),
-                        Step::WaitSignal(d) => self.wait_for_release(&keys, d),
-                    }
-                }
-            }
-        }
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn hold(
+    pub(crate) fn hold(
         self: &Arc<Self>,
         name: &str,
         keys: LockKeys,
-        token: String,
-        fence: u64,
+        start: Start,
         ttl: Duration,
-        sent: Instant,
         opts: &LockOptions,
+        watchdog: bool,
     ) -> Result<Arc<Lease>> {
-        let watchdog = opts.watchdog.unwrap_or(self.config.watchdog);
         let id = self.next_lease.fetch_add(1, Ordering::Relaxed);
+        let at = start.acquired_at;
         let lease = Arc::new(Lease {
             id,
             inner: Arc::clone(self),
             name: name.to_owned(),
             keys,
-            token,
-            fence,
-            acquired_at: sent,
+            token: start.token,
+            fence: start.fence,
+            grant: start.grant,
+            registration: start.registration,
+            acquired_at: at,
             holds: 1.into(),
             state: Mutex::new(LeaseState {
                 ttl,
-                expires_at: sent + self.validity(ttl),
-                next_renew: sent + ttl / 3,
+                expires_at: start.expires_at,
+                next_renew: start.next_renew,
                 lost: None,
                 stop: false,
                 released: None,
-                renew_until: opts.max_hold.and_then(|m| sent.checked_add(m)),
+                renew_until: opts.max_hold.and_then(|m| at.checked_add(m)),
+                unclaimed: start.unclaimed,
             }),
-            cond: Condvar::new(),
+            watchdog: Mutex::new(None),
             on_lost: opts.on_lost.clone(),
         });
-        if watchdog && let Err(e) = watchdog::start(Arc::clone(&lease)) {
+        if watchdog && let Err(e) = watchdog::start(&lease) {
             let _ = lease.release();
             return Err(Error::Redis(redis::RedisError::from(e)));
         }

@@ -38,9 +38,10 @@ use crate::error::{Error, Result};
 use crate::info::LockInfo;
 use crate::keys::LockKeys;
 use crate::lease::ReleaseOutcome;
-use crate::ops::{Attempt, Inner, OwnedTtl, Renewal};
+use crate::ops::{Inner, OwnedTtl, Renewal};
 use crate::options::LockOptions;
 use crate::scripts;
+use crate::waiting::{Attempt, Waiter, Wake};
 
 /// How long a server that failed with a connection error is skipped.
 const DOWN_FOR: Duration = Duration::from_millis(500);
@@ -165,6 +166,10 @@ impl Quorum {
         }
     }
 
+    /// One attempt on every server. A waiter registers on each server that finds the lock
+    /// busy (`register`), so that a release on any of them wakes it; its next attempt takes
+    /// the grant a release left on each server (see `wait`).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn attempt(
         &self,
         inner: &Inner,
@@ -173,16 +178,32 @@ impl Quorum {
         token: &str,
         ttl: Duration,
         opts: &LockOptions,
+        waiter: &Waiter,
+        wake: &str,
+        register: Duration,
     ) -> Result<Attempt> {
         WAIT_ON.with(|w| w.set(None));
         let start = Instant::now();
-        let mut answers = self.each(|s| inner.attempt_on(s, name, keys, token, ttl, opts));
+        let mut answers = self
+            .each(|s| inner.attempt_on(s, name, keys, token, ttl, opts, waiter, wake, register));
         let mut acquired = Vec::new();
         let mut busy = Vec::new();
+        let mut block: Option<Duration> = None;
         for (i, a) in &answers.ok {
             match a {
                 Attempt::Acquired { fence } => acquired.push((*i, *fence)),
-                Attempt::Busy { holder_ttl } => busy.push((*i, *holder_ttl)),
+                Attempt::Busy {
+                    holder_ttl,
+                    block: b,
+                    ..
+                } => {
+                    busy.push((*i, *holder_ttl));
+                    // Come back before the first registration lapses.
+                    block = match (block, *b) {
+                        (Some(x), Some(y)) => Some(x.min(y)),
+                        (x, y) => x.or(y),
+                    };
+                }
             }
         }
         let q = self.majority();
@@ -190,14 +211,26 @@ impl Quorum {
             && let Some(fence) = self.settle_fence(inner, keys, token, &acquired)
             && start.elapsed() + drift(ttl) < ttl
         {
+            if !register.is_zero() {
+                // The busy minority registered us: a release there must not grant the lock to
+                // a waiter that is gone.
+                for (i, _) in &busy {
+                    let _ = self.members[*i].call(|s| {
+                        inner.leave_on(s, keys, waiter);
+                        Ok(())
+                    });
+                }
+            }
             return Ok(Attempt::Acquired { fence });
         }
         // Not ours: undo everywhere we may have written (a failed reply may still have been
         // applied), so a partial acquisition blocks nobody for a whole TTL.
+        // The undo hands the lock over to a waiter registered there, as a release does.
         let busy_at: Vec<usize> = busy.iter().map(|(i, _)| *i).collect();
+        let grant = crate::token::new_token()?;
         for (i, m) in self.members.iter().enumerate() {
             if !busy_at.contains(&i) {
-                let _ = m.call(|s| inner.release_on(s, keys, token));
+                let _ = m.call(|s| inner.release_on(s, keys, token, &grant, ""));
             }
         }
         if let Some(e) = answers.hard_error() {
@@ -209,6 +242,10 @@ impl Quorum {
         WAIT_ON.with(|w| w.set(busy_at.first().copied()));
         Ok(Attempt::Busy {
             holder_ttl: Some(Self::until_free(q, acquired.len(), &mut busy)),
+            block,
+            // Grants are never adopted under Redlock (see `wait`): nothing to vouch for.
+            fresh: false,
+            server_ms: 0,
         })
     }
 
@@ -296,8 +333,10 @@ impl Quorum {
         inner: &Inner,
         keys: &LockKeys,
         token: &str,
+        grant: &str,
+        registration: &str,
     ) -> Result<ReleaseOutcome> {
-        let mut answers = self.each(|s| inner.release_on(s, keys, token));
+        let mut answers = self.each(|s| inner.release_on(s, keys, token, grant, registration));
         let released = answers
             .ok
             .iter()
@@ -417,14 +456,16 @@ impl Quorum {
         Ok(answers.ok.into_iter().find_map(|(_, holder)| holder))
     }
 
-    /// Blocks on the server where the last attempt saw the holder, else on the first one
-    /// that can be asked. `false` when none could.
-    pub(crate) fn wait_for_release(
-        &self,
-        inner: &Inner,
-        keys: &LockKeys,
-        timeout: Duration,
-    ) -> bool {
+    /// Blocks on the wake-up list of the server where the last attempt saw the holder, else
+    /// of the first one that can be asked, for at most `timeout`.
+    ///
+    /// Each server's release grants the lock there to its registered waiters with the same
+    /// grant token. Popping that grant on one server would make two waiters that pop it on
+    /// different servers both its owner, so under Redlock a waiter only *peeks* (is woken, and
+    /// leaves the grant in place); its next attempt takes the grant on each server with its
+    /// own token (`ACQUIRE` gives a pending grant to a registered waiter), and it holds the
+    /// lock only with a majority, as any attempt.
+    pub(crate) fn wait(&self, inner: &Inner, list: &str, timeout: Duration) -> Wake {
         let first = WAIT_ON.with(Cell::get).unwrap_or(0);
         let order = (0..self.total()).map(|k| (first + k) % self.total());
         for i in order {
@@ -436,11 +477,12 @@ impl Quorum {
             {
                 continue;
             }
-            if inner.wait_on(&m.store, keys, timeout) {
-                return true;
+            match inner.wait_on(&m.store, list, timeout, false) {
+                Wake::Failed => continue,
+                other => return other,
             }
         }
-        false
+        Wake::Failed
     }
 
     pub(crate) fn ping(&self, inner: &Inner) -> Result<()> {

@@ -8,8 +8,10 @@ use crate::token::random_below;
 ///
 /// The default, [`RetryStrategy::notify`], blocks on the lock's wake-up list until a release
 /// wakes this waiter (or the holder's TTL runs out), so a free lock is handed over within a
-/// few round trips and waiters do not hammer Redis. The sleeping strategies exist for parity
-/// with other lock libraries and for comparison.
+/// few round trips and waiters do not hammer Redis. [`RetryStrategy::fair`] does the same but
+/// hands the lock over in strict arrival order. The sleeping strategies exist for parity with
+/// other lock libraries and for comparison: they do not register as waiters, so a release
+/// does not hold the lock for them.
 ///
 /// Every strategy stops at the wait budget of the call (`try_lock_for`, `wait(..)`), and
 /// additionally at [`max_attempts`](Self::max_attempts) if set.
@@ -38,6 +40,8 @@ pub struct RetryStrategy {
 pub(crate) enum Kind {
     /// Block until a release wakes us (bounded by the holder's TTL).
     Notify,
+    /// Queue in arrival order; block until the release wakes us in turn.
+    Fair,
     /// One attempt only, whatever the wait budget.
     Never,
     /// Sleep a fixed time.
@@ -78,6 +82,22 @@ impl RetryStrategy {
         Self::with(Kind::Notify)
     }
 
+    /// Wait in strict arrival order (a fair lock, like Redisson's `FairLock`).
+    ///
+    /// Each waiter takes a ticket in the lock's queue when it first finds the lock busy; a
+    /// release grants the lock to the head of the queue and wakes that waiter alone, and a
+    /// caller that arrives while others are queued joins the end of the queue even if the
+    /// lock is free at that moment. A waiter that gives up (its wait budget ran out) leaves the
+    /// queue at once; one that died is dropped when its registration lapses: a queued waiter
+    /// checks in at least every 2 s, and is taken for dead 1 s after a missed check-in. So a
+    /// dead waiter holds up the queue for at most about 3 s.
+    ///
+    /// All callers of one lock should use the same mode: non-fair callers also give way to a
+    /// non-empty fair queue, but fair waiters are only woken in order among themselves.
+    pub fn fair() -> Self {
+        Self::with(Kind::Fair)
+    }
+
     /// Make one attempt and never wait, whatever the call's wait budget.
     pub fn none() -> Self {
         Self::with(Kind::Never)
@@ -103,7 +123,7 @@ impl RetryStrategy {
     }
 
     /// Add a random delay in `0..band` to every sleep, so waiters that started together do not
-    /// retry in waves. No effect on [`notify`](Self::notify).
+    /// retry in waves. No effect on [`notify`](Self::notify) and [`fair`](Self::fair).
     pub fn jitter(mut self, band: Duration) -> Self {
         self.jitter = band;
         self
@@ -121,9 +141,35 @@ impl RetryStrategy {
         self
     }
 
+    /// Whether waiters of this strategy register in Redis and are woken by releases (the
+    /// sleeping strategies poll instead).
+    pub(crate) fn notified(&self) -> bool {
+        matches!(self.kind, Kind::Notify | Kind::Fair)
+    }
+
+    pub(crate) fn is_fair(&self) -> bool {
+        self.kind == Kind::Fair
+    }
+
+    /// Whether a wait may follow attempt number `attempt` (1-based) with `left` of the budget:
+    /// only then is it worth registering as a waiter in that attempt.
+    pub(crate) fn may_wait_after(&self, attempt: u32, left: Duration) -> bool {
+        !left.is_zero()
+            && self.kind != Kind::Never
+            && self.max_attempts.is_none_or(|max| attempt < max)
+    }
+
     /// The next step after failed attempt number `attempt` (1-based), with `left` of the wait
-    /// budget remaining and a holder whose lock expires in `holder_ttl` (`None`: no expiry).
-    pub(crate) fn next(&self, attempt: u32, left: Duration, holder_ttl: Option<Duration>) -> Step {
+    /// budget remaining, a holder whose lock expires in `holder_ttl` (`None`: no expiry), and
+    /// `block`, how long Redis told a registered waiter to wait at most (`None`: not
+    /// registered).
+    pub(crate) fn next(
+        &self,
+        attempt: u32,
+        left: Duration,
+        holder_ttl: Option<Duration>,
+        block: Option<Duration>,
+    ) -> Step {
         if left.is_zero() || self.max_attempts.is_some_and(|max| attempt >= max) {
             return Step::Stop;
         }
@@ -137,9 +183,11 @@ impl RetryStrategy {
         };
         match self.kind {
             Kind::Never => Step::Stop,
-            Kind::Notify => {
+            Kind::Notify | Kind::Fair => {
                 // A crashed holder sends no wake-up: wake up when its TTL runs out at the latest.
-                let bound = holder_ttl.map_or(left, |ttl| ttl + Duration::from_millis(1));
+                let bound = block.unwrap_or_else(|| {
+                    holder_ttl.map_or(left, |ttl| ttl + Duration::from_millis(1))
+                });
                 Step::WaitSignal(bound.min(left))
             }
             Kind::Fixed(d) => sleep(d),
@@ -161,49 +209,78 @@ mod tests {
     #[test]
     fn exponential_doubles_up_to_the_cap() {
         let r = RetryStrategy::exponential(10 * MS, 35 * MS);
-        assert_eq!(r.next(1, S, None), Step::Sleep(10 * MS));
-        assert_eq!(r.next(2, S, None), Step::Sleep(20 * MS));
-        assert_eq!(r.next(3, S, None), Step::Sleep(35 * MS));
-        assert_eq!(r.next(60, S, None), Step::Sleep(35 * MS));
+        assert_eq!(r.next(1, S, None, None), Step::Sleep(10 * MS));
+        assert_eq!(r.next(2, S, None, None), Step::Sleep(20 * MS));
+        assert_eq!(r.next(3, S, None, None), Step::Sleep(35 * MS));
+        assert_eq!(r.next(60, S, None, None), Step::Sleep(35 * MS));
     }
 
     #[test]
     fn sleeps_never_exceed_the_budget() {
         let r = RetryStrategy::fixed(S);
-        assert_eq!(r.next(1, 3 * MS, None), Step::Sleep(3 * MS));
-        assert_eq!(r.next(1, Duration::ZERO, None), Step::Stop);
+        assert_eq!(r.next(1, 3 * MS, None, None), Step::Sleep(3 * MS));
+        assert_eq!(r.next(1, Duration::ZERO, None, None), Step::Stop);
     }
 
     #[test]
     fn notify_is_bounded_by_holder_ttl() {
         let r = RetryStrategy::notify();
-        assert_eq!(r.next(1, S, Some(20 * MS)), Step::WaitSignal(21 * MS));
-        assert_eq!(r.next(1, 5 * MS, Some(20 * MS)), Step::WaitSignal(5 * MS));
-        assert_eq!(r.next(1, S, None), Step::WaitSignal(S));
+        assert_eq!(r.next(1, S, Some(20 * MS), None), Step::WaitSignal(21 * MS));
+        assert_eq!(
+            r.next(1, 5 * MS, Some(20 * MS), None),
+            Step::WaitSignal(5 * MS)
+        );
+        assert_eq!(r.next(1, S, None, None), Step::WaitSignal(S));
+    }
+
+    #[test]
+    fn a_registered_waiter_blocks_as_long_as_redis_said() {
+        let r = RetryStrategy::fair();
+        assert_eq!(
+            r.next(1, S, Some(20 * MS), Some(7 * MS)),
+            Step::WaitSignal(7 * MS)
+        );
+        assert_eq!(
+            r.next(1, 5 * MS, Some(20 * MS), Some(7 * MS)),
+            Step::WaitSignal(5 * MS)
+        );
+        assert!(r.notified() && r.is_fair());
+        assert!(!RetryStrategy::fixed(MS).notified());
+    }
+
+    #[test]
+    fn registration_only_when_a_wait_can_follow() {
+        let r = RetryStrategy::notify().max_attempts(2);
+        assert!(r.may_wait_after(1, S));
+        assert!(!r.may_wait_after(2, S));
+        assert!(!r.may_wait_after(1, Duration::ZERO));
+        assert!(!RetryStrategy::none().may_wait_after(1, S));
     }
 
     #[test]
     fn max_attempts_and_none_stop() {
         assert_eq!(
-            RetryStrategy::notify().max_attempts(2).next(2, S, None),
+            RetryStrategy::notify()
+                .max_attempts(2)
+                .next(2, S, None, None),
             Step::Stop
         );
-        assert_eq!(RetryStrategy::none().next(1, S, None), Step::Stop);
+        assert_eq!(RetryStrategy::none().next(1, S, None, None), Step::Stop);
     }
 
     #[test]
     fn fail_fast_gives_up_on_long_holders() {
         let r = RetryStrategy::notify().fail_fast(true);
-        assert_eq!(r.next(1, 10 * MS, Some(S)), Step::Stop);
-        assert_eq!(r.next(1, 10 * MS, None), Step::Stop);
-        assert_eq!(r.next(1, S, Some(10 * MS)), Step::WaitSignal(11 * MS));
+        assert_eq!(r.next(1, 10 * MS, Some(S), None), Step::Stop);
+        assert_eq!(r.next(1, 10 * MS, None, None), Step::Stop);
+        assert_eq!(r.next(1, S, Some(10 * MS), None), Step::WaitSignal(11 * MS));
     }
 
     #[test]
     fn jitter_stays_in_band() {
         let r = RetryStrategy::fixed(10 * MS).jitter(5 * MS);
         for _ in 0..200 {
-            match r.next(1, S, None) {
+            match r.next(1, S, None, None) {
                 Step::Sleep(d) => assert!(d >= 10 * MS && d < 15 * MS, "{d:?}"),
                 other => panic!("{other:?}"),
             }

@@ -6,52 +6,292 @@
 //!
 //! The lock is a hash with a TTL:
 //!
-//! | field        | value                                                        |
-//! |--------------|--------------------------------------------------------------|
-//! | `token`      | owner token (128 random bits, hex); `""` during minimum hold  |
-//! | `host`,`pid` | where the holder runs                                        |
-//! | `since`      | acquisition time, Redis server clock, Unix ms                |
-//! | `ttl`        | the TTL the holder renews to, ms                              |
-//! | `fence`      | the fencing token of this acquisition                        |
-//! | `meta`       | user metadata (may be empty)                                 |
-//! | `hold_until` | Unix ms (server clock) before which a release keeps the lock |
+//! | field        | value                                                              |
+//! |--------------|--------------------------------------------------------------------|
+//! | `token`      | owner token (128 random bits, hex); `""` once released but kept    |
+//! | `info`       | `host \n pid \n since \n meta`: where the holder runs, when it       |
+//! |              | acquired (Redis server clock, Unix ms), its metadata               |
+//! | `fence`      | the fencing token of this acquisition                              |
+//! | `hold_until` | only with a minimum hold: Unix ms (server clock) before which a     |
+//! |              | release keeps the lock                                             |
+//! | `handoff`    | only in a lock a release granted to a waiter: whom it is for (the  |
+//! |              | fair waiter's id, or `""`: whoever pops the shared wake-up)        |
+//!
+//! Holder information is one field rather than one field each because every argument and
+//! every field costs Redis time on the acquire path, which is most of an uncontended cycle.
+//!
+//! A lock a release granted to a waiter holds just `token` (the grant), `fence` and `handoff`,
+//! with the handoff grace as its TTL, until its new holder claims it (writes its holder
+//! information and TTL). Waiters register in `<lock>:waiters` (sorted set: waiter id →
+//! Unix ms when the registration lapses); fair waiters also queue in `<lock>:queue` (sorted
+//! set: waiter id → ticket, in arrival order). Wake-ups go to `<lock>:signal` (non-fair: any
+//! waiter) or `<lock>:signal:<waiter id>` (fair: that waiter), one element at most each.
+//! Every one of these keys expires; only the fencing counter `<lock>:fence` stays.
 
 use std::sync::LazyLock;
 
 use redis::Script;
 
-/// Unix milliseconds from the Redis server clock. Scripts are replicated by effects (the
-/// default since Redis 5), so reading `TIME` inside a script is allowed and safe.
-macro_rules! now_ms {
+/// Unix milliseconds from the Redis server clock, read at most once per script run (`clock()`).
+/// Scripts are replicated by effects (the default since Redis 5), so reading `TIME` inside a
+/// script is allowed and safe.
+macro_rules! clock {
     () => {
-        "local __t = redis.call('TIME')\nlocal now_ms = tonumber(__t[1]) * 1000 + math.floor(tonumber(__t[2]) / 1000)\n"
+        "local __now = nil\n\
+         local function clock()\n\
+           if not __now then\n\
+             local t = redis.call('TIME')\n\
+             __now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n\
+           end\n\
+           return __now\n\
+         end\n"
     };
 }
 
-/// Acquire.
-/// KEYS: lock, fence, signal. ARGV: token, ttl_ms, host, pid, meta, min_hold_ms.
-/// Returns `{1, fence}` when acquired, `{0, pttl}` when held by someone else (pttl is `-1` for a
-/// lock without expiry), `{-2, 0}` when the lock key holds another type, `{-3, 0}` when the
-/// fence key does, `{-4, 0}` when the signal key does. The types are checked before anything
-/// is written: a script that fails half-way keeps what it wrote.
+/// How long a waiter's registration outlives the wait it announced, in ms: time for the waiter
+/// to come back after its `BLPOP` ends. A waiter that has not come back by then is taken for
+/// dead (`WAITER_MARGIN` in Rust).
+macro_rules! waiter_margin_ms {
+    () => {
+        "1000"
+    };
+}
+
+/// How long a release's grant lives unless its waiter claims or renews it, in ms; also the
+/// lifetime of the wake-up element (`HANDOFF_GRACE` in Rust).
+macro_rules! handoff_grace_ms {
+    () => {
+        "1000"
+    };
+}
+
+/// `prune(waiters, queue)`: forgets waiters whose registration lapsed (at most 100 per call,
+/// so a script stays short; later calls take the rest). Returns how many it forgot.
+macro_rules! prune {
+    () => {
+        "local function prune(waiters, queue)\n\
+           local dead = redis.call('ZRANGEBYSCORE', waiters, '-inf', clock(), 'LIMIT', 0, 100)\n\
+           if #dead > 0 then\n\
+             redis.call('ZREM', waiters, unpack(dead))\n\
+             redis.call('ZREM', queue, unpack(dead))\n\
+           end\n\
+           return #dead\n\
+         end\n"
+    };
+}
+
+/// `hand_over(lock, fence, signal, waiters, queue, grant)`: called when the lock is being given
+/// up. With live waiters registered, the lock is *granted*: it gets the owner token `grant`
+/// (made by the releasing client), a new fencing token, the field `handoff` naming whom it is
+/// for, and the handoff grace as its TTL; and `grant fence time` (time: server Unix ms) is
+/// pushed to one wake-up list. For
+/// the head of the fair queue that is its own list (`handoff` = its id; it leaves the queue
+/// now); otherwise the shared list (`handoff` = ""), from which Redis hands the element to the
+/// waiter that has blocked longest. Whoever pops the element owns the lock under `grant`. A
+/// grant nobody takes lapses with the grace. Returns `true` when it granted the lock; with no
+/// live waiter it touches nothing and returns `false`.
+///
+/// The per-waiter list `<signal>:<id>` is the one key a script builds itself instead of
+/// receiving it in `KEYS`: the releaser cannot know who heads the queue. It starts with the
+/// lock's hash tag, so it is in the same cluster slot as the declared keys (Redis allows
+/// undeclared keys of the script's own slot).
+macro_rules! hand_over {
+    () => {
+        concat!(
+            "local function hand_over(lock, fence, signal, waiters, queue, grant)\n\
+               if redis.call('EXISTS', waiters) == 0 then return false end\n\
+               local forgot = prune(waiters, queue)\n\
+               local head = redis.call('ZRANGE', queue, 0, 0)[1]\n\
+               if not head and forgot > 0 and redis.call('EXISTS', waiters) == 0 then\n\
+                 return false\n\
+               end\n\
+               local f = redis.pcall('INCR', fence)\n\
+               if type(f) == 'table' then return false end\n\
+               local wake = signal\n\
+               local target = ''\n\
+               if head then\n\
+                 target = head\n\
+                 wake = signal .. ':' .. head\n\
+                 redis.call('ZREM', queue, head)\n\
+                 redis.call('ZREM', waiters, head)\n\
+               end\n\
+               redis.call('DEL', lock)\n\
+               redis.call('HSET', lock, 'token', grant, 'fence', f, 'handoff', target)\n\
+               redis.call('PEXPIRE', lock, ",
+            handoff_grace_ms!(),
+            ")\n\
+               redis.call('DEL', wake)\n\
+               redis.call('RPUSH', wake, grant .. ' ' .. f .. ' ' .. clock())\n\
+               redis.call('PEXPIRE', wake, ",
+            handoff_grace_ms!(),
+            ")\n\
+               return true\n\
+             end\n"
+        )
+    };
+}
+
+/// Acquire, or register as a waiter.
+///
+/// KEYS: lock, fence, waiters, queue, the shared wake-up list, the wake-up list the caller
+/// blocks on (the shared one again, or its own in fair mode).
+/// ARGV: token, ttl_ms, holder (`host \n pid \n`), meta, min_hold_ms, waiter id,
+/// register_ms, flags.
+/// `register_ms` is how long the caller may block before it comes back (`0`: it will not
+/// wait, so do not register it); `flags` holds `f` for a fair waiter and `w` once the caller
+/// has registered before in this acquisition.
+///
+/// Who may take the lock: anyone when it is free and nobody is queued fairly; while fair
+/// waiters are queued, only the head of the queue; a grant nobody has popped yet (see
+/// `hand_over`), only the waiter it is for (fair) or any caller that has been waiting (shared),
+/// which then removes the pending wake-up.
+///
+/// Returns `{1, fence, 0, 0, 0}` when acquired; `{0, pttl, block, fresh, now}` when not (`pttl`: the
+/// lock's remaining TTL, `-1` without expiry, `-2` free but owed to the head of the queue;
+/// `block`: how long the registered caller should wait for its wake-up at most, `-1` when it
+/// was not registered; `fresh`: `1` when no grant the caller could pop was pending, so any
+/// grant it pops later was made after this reply; `now`: server Unix ms of this reply, to
+/// compare with the time in a grant); `{-2, …}` when the lock key holds another type, `{-3, …}` when
+/// the fence key does, `{-4, …}` when the wake-up list does. Types
+/// are checked before anything is written: a script that fails half-way keeps what it wrote.
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
-        "local fk = redis.call('TYPE', KEYS[2])['ok']\n",
-        "if fk ~= 'none' and fk ~= 'string' then return {-3, 0} end\n",
-        "local sk = redis.call('TYPE', KEYS[3])['ok']\n",
-        "if sk ~= 'none' and sk ~= 'list' then return {-4, 0} end\n",
-        "local kind = redis.call('TYPE', KEYS[1])['ok']\n",
-        "if kind == 'none' then\n",
-        now_ms!(),
-        "  local fence = redis.call('INCR', KEYS[2])\n",
-        "  redis.call('HSET', KEYS[1], 'token', ARGV[1], 'host', ARGV[3], 'pid', ARGV[4],\n",
-        "    'since', now_ms, 'ttl', ARGV[2], 'fence', fence, 'meta', ARGV[5],\n",
-        "    'hold_until', now_ms + tonumber(ARGV[6]))\n",
-        "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n",
-        "  return {1, fence}\n",
+        clock!(),
+        prune!(),
+        "local sk = redis.call('TYPE', KEYS[5])['ok']\n",
+        "if sk ~= 'none' and sk ~= 'list' then return {-4, 0, 0, 0, 0} end\n",
+        "local id = ARGV[6]\n",
+        "local fair = string.find(ARGV[8], 'f', 1, true) ~= nil\n",
+        "local waited = string.find(ARGV[8], 'w', 1, true) ~= nil\n",
+        "local h = redis.pcall('HMGET', KEYS[1], 'token', 'handoff')\n",
+        "if h['err'] then return {-2, 0, 0, 0, 0} end\n",
+        "local exists = h[1] ~= false\n",
+        "local pending = nil\n",
+        "if exists and h[2] then\n",
+        "  local list = KEYS[5]\n",
+        "  if h[2] ~= '' then list = KEYS[5] .. ':' .. h[2] end\n",
+        "  if redis.call('LLEN', list) > 0 then pending = list end\n",
         "end\n",
-        "if kind ~= 'hash' then return {-2, 0} end\n",
-        "return {0, redis.call('PTTL', KEYS[1])}\n",
+        "local head = nil\n",
+        "local mine = false\n",
+        "if not exists then\n",
+        "  if redis.call('EXISTS', KEYS[4]) == 1 then\n",
+        "    prune(KEYS[3], KEYS[4])\n",
+        "    head = redis.call('ZRANGE', KEYS[4], 0, 0)[1]\n",
+        "  end\n",
+        "  mine = head == nil or head == id\n",
+        "elseif pending then\n",
+        "  if h[2] == '' then mine = waited else mine = h[2] == id end\n",
+        "end\n",
+        "if mine then\n",
+        // First, so that a fence key of another type fails the script before it wrote anything.
+        "  local fence = redis.pcall('INCR', KEYS[2])\n",
+        "  if type(fence) == 'table' then return {-3, 0, 0, 0, 0} end\n",
+        "  if exists then redis.call('DEL', KEYS[1]) end\n",
+        "  if pending then redis.call('DEL', pending) end\n",
+        "  if waited then\n",
+        "    redis.call('ZREM', KEYS[3], id)\n",
+        "    if fair then\n",
+        "      redis.call('ZREM', KEYS[4], id)\n",
+        "      redis.call('DEL', KEYS[6])\n",
+        "    end\n",
+        "  end\n",
+        "  local now = clock()\n",
+        "  local info = ARGV[3] .. now .. '\\n' .. ARGV[4]\n",
+        "  local hold = tonumber(ARGV[5])\n",
+        "  if hold > 0 then\n",
+        "    redis.call('HSET', KEYS[1], 'token', ARGV[1], 'fence', fence, 'info', info, 'hold_until', now + hold)\n",
+        "  else\n",
+        "    redis.call('HSET', KEYS[1], 'token', ARGV[1], 'fence', fence, 'info', info)\n",
+        "  end\n",
+        "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n",
+        "  return {1, fence, 0, 0, 0}\n",
+        "end\n",
+        // A fair waiter only ever pops grants made for it, and one pending for it now would
+        // have been taken above; a non-fair waiter could pop the shared grant pending now.
+        "local fresh = 1\n",
+        "if pending and h[2] == '' and not fair then fresh = 0 end\n",
+        "local pttl = -2\n",
+        "if exists then pttl = redis.call('PTTL', KEYS[1]) end\n",
+        "local cap = tonumber(ARGV[7])\n",
+        "if cap <= 0 then return {0, pttl, -1, fresh, 0} end\n",
+        "local now = clock()\n",
+        "local wait = cap\n",
+        "if pttl >= 0 then wait = pttl + 1 end\n",
+        "local ticket = nil\n",
+        "if fair and not redis.call('ZSCORE', KEYS[4], id) then\n",
+        "  local tail = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')\n",
+        "  ticket = (tonumber(tail[2]) or 0) + 1\n",
+        "  if not head then head = redis.call('ZRANGE', KEYS[4], 0, 0)[1] end\n",
+        "end\n",
+        // Behind a head that dies, nothing would wake us: come back when its registration
+        // lapses at the latest.
+        "if head and head ~= id then\n",
+        "  local lapse = redis.call('ZSCORE', KEYS[3], head)\n",
+        "  if lapse then wait = math.min(wait, tonumber(lapse) - now + 1) end\n",
+        "end\n",
+        "local block = math.max(1, math.min(wait, cap))\n",
+        "local life = block + ",
+        waiter_margin_ms!(),
+        "\n",
+        "redis.call('ZADD', KEYS[3], now + life, id)\n",
+        "if ticket then redis.call('ZADD', KEYS[4], ticket, id) end\n",
+        "if redis.call('PTTL', KEYS[3]) < life then redis.call('PEXPIRE', KEYS[3], life) end\n",
+        "if fair and redis.call('PTTL', KEYS[4]) < life then redis.call('PEXPIRE', KEYS[4], life) end\n",
+        "return {0, pttl, block, fresh, now}\n",
+    ))
+});
+
+/// A waiter that popped a grant it cannot vouch for (it may have been made before the waiter
+/// registered, or the waiter needs its holder information or minimum hold in place at once)
+/// makes it its own: compare the grant token, then write the holder information and the full
+/// TTL. Also the first renewal of a grant taken without this.
+/// KEYS: lock, waiters. ARGV: token (the grant), ttl_ms, holder, meta, min_hold_ms, waiter id.
+/// Returns the fencing token, or `-1` when the grant is not there any more.
+pub(crate) static CLAIM: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        "local h = redis.pcall('HMGET', KEYS[1], 'token', 'fence')\n",
+        "if h['err'] or h[1] ~= ARGV[1] then return -1 end\n",
+        "local t = redis.call('TIME')\n",
+        "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n",
+        "local info = ARGV[3] .. now .. '\\n' .. ARGV[4]\n",
+        "local hold = tonumber(ARGV[5])\n",
+        "redis.call('DEL', KEYS[1])\n",
+        "if hold > 0 then\n",
+        "  redis.call('HSET', KEYS[1], 'token', ARGV[1], 'fence', h[2], 'info', info, 'hold_until', now + hold)\n",
+        "else\n",
+        "  redis.call('HSET', KEYS[1], 'token', ARGV[1], 'fence', h[2], 'info', info)\n",
+        "end\n",
+        "redis.call('PEXPIRE', KEYS[1], ARGV[2])\n",
+        "if ARGV[6] ~= '' then redis.call('ZREM', KEYS[2], ARGV[6]) end\n",
+        "return tonumber(h[2])\n",
+    ))
+});
+
+/// A waiter gives up: forget it; if a grant is pending for it alone, pass the grant on (or
+/// free the lock when nobody else waits); a shared grant that no registered waiter is left to
+/// take frees the lock.
+/// KEYS: lock, fence, signal, waiters, queue, own wake-up list. ARGV: waiter id, grant token
+/// (for passing on). Returns `1`.
+pub(crate) static LEAVE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        clock!(),
+        prune!(),
+        hand_over!(),
+        "redis.call('ZREM', KEYS[4], ARGV[1])\n",
+        "redis.call('ZREM', KEYS[5], ARGV[1])\n",
+        "local h = redis.pcall('HMGET', KEYS[1], 'token', 'handoff')\n",
+        "if h['err'] then return 1 end\n",
+        "if h[2] == ARGV[1] and redis.call('LLEN', KEYS[6]) > 0 then\n",
+        "  redis.call('DEL', KEYS[6])\n",
+        "  redis.call('DEL', KEYS[1])\n",
+        "  hand_over(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[2])\n",
+        "elseif h[2] == '' and redis.call('EXISTS', KEYS[4]) == 0 and redis.call('LLEN', KEYS[3]) > 0 then\n",
+        "  redis.call('DEL', KEYS[3])\n",
+        "  redis.call('DEL', KEYS[1])\n",
+        "end\n",
+        "redis.call('DEL', KEYS[6])\n",
+        "return 1\n",
     ))
 });
 
@@ -60,44 +300,49 @@ pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
 /// Returns `1` renewed, `0` the key is gone, `-1` another owner (or another type) is there.
 pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
-        "local kind = redis.call('TYPE', KEYS[1])['ok']\n",
-        "if kind == 'none' then return 0 end\n",
-        "if kind ~= 'hash' then return -1 end\n",
-        "if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return -1 end\n",
-        "redis.call('PEXPIRE', KEYS[1], ARGV[2])\n",
-        "redis.call('HSET', KEYS[1], 'ttl', ARGV[2])\n",
-        "return 1\n",
+        "local t = redis.pcall('HGET', KEYS[1], 'token')\n",
+        "if type(t) == 'table' then return -1 end\n",
+        "if t == ARGV[1] then\n",
+        "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n",
+        "  return 1\n",
+        "end\n",
+        "if t == false and redis.call('EXISTS', KEYS[1]) == 0 then return 0 end\n",
+        "return -1\n",
     ))
 });
 
-/// Release (compare token, then delete and wake one waiter; or, inside the minimum hold, give
-/// up ownership but keep the key until `hold_until`).
-/// KEYS: lock, signal. ARGV: token, and optionally `1` to delete even inside the minimum hold
-/// (an acquisition undone because replicas did not acknowledge it was never held).
+/// Release: compare the token, then hand the lock over to a waiter (see `hand_over`) or
+/// delete it; inside the minimum hold, give up ownership but keep the key until `hold_until`
+/// (nobody is woken: waiters wait for that TTL).
+/// KEYS: lock, fence, signal, waiters, queue. ARGV: token, `1` to give the lock up even inside
+/// the minimum hold (an acquisition undone because replicas did not acknowledge it was never
+/// held) or `0`, grant token for `hand_over`, the releaser's own waiter id to forget (a lock
+/// taken by popping a grant leaves its registration behind) or "".
 /// Returns `1` released, `2` released but kept until the minimum hold has passed, `0` late
 /// (the key was already gone), `-1` lost (another owner, or another type, is there now), `-4`
 /// the signal key holds another type (nothing was changed).
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
-        "local kind = redis.call('TYPE', KEYS[1])['ok']\n",
-        "if kind == 'none' then return 0 end\n",
-        "if kind ~= 'hash' then return -1 end\n",
-        "local h = redis.call('HMGET', KEYS[1], 'token', 'hold_until', 'ttl')\n",
+        clock!(),
+        prune!(),
+        hand_over!(),
+        "local h = redis.pcall('HMGET', KEYS[1], 'token', 'hold_until')\n",
+        "if h['err'] then return -1 end\n",
+        "if h[1] == false then\n",
+        "  if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end\n",
+        "  return -1\n",
+        "end\n",
         "if h[1] ~= ARGV[1] then return -1 end\n",
-        "local sk = redis.call('TYPE', KEYS[2])['ok']\n",
+        "local sk = redis.call('TYPE', KEYS[3])['ok']\n",
         "if sk ~= 'none' and sk ~= 'list' then return -4 end\n",
-        now_ms!(),
-        "local left = (tonumber(h[2]) or 0) - now_ms\n",
-        "if left > 0 and ARGV[2] ~= '1' then\n",
+        "if ARGV[4] ~= '' then redis.call('ZREM', KEYS[4], ARGV[4]) end\n",
+        "local hold = tonumber(h[2]) or 0\n",
+        "if hold > 0 and ARGV[2] ~= '1' and hold - clock() > 0 then\n",
         "  redis.call('HSET', KEYS[1], 'token', '')\n",
-        "  redis.call('PEXPIRE', KEYS[1], left)\n",
+        "  redis.call('PEXPIRE', KEYS[1], hold - clock())\n",
         "  return 2\n",
         "end\n",
-        "redis.call('DEL', KEYS[1])\n",
-        // One element at most: each release makes room for one acquisition, so one wake-up is
-        // enough, and a list nobody pops cannot grow. It expires with the lock's TTL.
-        "if redis.call('LLEN', KEYS[2]) == 0 then redis.call('RPUSH', KEYS[2], 1) end\n",
-        "redis.call('PEXPIRE', KEYS[2], tonumber(h[3]) or 10000)\n",
+        "if not hand_over(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[3]) then redis.call('DEL', KEYS[1]) end\n",
         "return 1\n",
     ))
 });
@@ -107,11 +352,21 @@ pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
 /// `{pttl, host, pid, since, fence, meta, hold_until, token_is_empty}`.
 pub(crate) static INSPECT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
-        "local kind = redis.call('TYPE', KEYS[1])['ok']\n",
-        "if kind == 'none' then return {} end\n",
-        "if kind ~= 'hash' then return {-2} end\n",
-        "local h = redis.call('HMGET', KEYS[1], 'host', 'pid', 'since', 'fence', 'meta', 'hold_until', 'token')\n",
-        "return {redis.call('PTTL', KEYS[1]), h[1] or '', h[2] or '', h[3] or '0', h[4] or '0', h[5] or '', h[6] or '0', (h[7] == '' or h[7] == false) and 1 or 0}\n",
+        "local h = redis.pcall('HMGET', KEYS[1], 'info', 'hold_until', 'token', 'fence')\n",
+        "if h['err'] then return {-2} end\n",
+        "if h[3] == false and redis.call('EXISTS', KEYS[1]) == 0 then return {} end\n",
+        "local info = h[1] or ''\n",
+        "local f = {}\n",
+        "local pos = 1\n",
+        "for n = 1, 3 do\n",
+        "  local e = string.find(info, '\\n', pos, true)\n",
+        "  if not e then break end\n",
+        "  f[n] = string.sub(info, pos, e - 1)\n",
+        "  pos = e + 1\n",
+        "end\n",
+        "local meta = ''\n",
+        "if f[3] then meta = string.sub(info, pos) end\n",
+        "return {redis.call('PTTL', KEYS[1]), f[1] or '', f[2] or '', f[3] or '0', h[4] or '0', meta, h[2] or '0', (h[3] == '' or h[3] == false) and 1 or 0}\n",
     ))
 });
 
@@ -119,29 +374,32 @@ pub(crate) static INSPECT: LazyLock<Script> = LazyLock::new(|| {
 /// KEYS: lock. ARGV: token. Returns the PTTL (`-1` without expiry), `-2` gone, `-3` not ours.
 pub(crate) static OWNED_TTL: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
-        "local kind = redis.call('TYPE', KEYS[1])['ok']\n",
-        "if kind == 'none' then return -2 end\n",
-        "if kind ~= 'hash' then return -3 end\n",
-        "if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return -3 end\n",
-        "return redis.call('PTTL', KEYS[1])\n",
+        "local t = redis.pcall('HGET', KEYS[1], 'token')\n",
+        "if type(t) == 'table' then return -3 end\n",
+        "if t == ARGV[1] then return redis.call('PTTL', KEYS[1]) end\n",
+        "if t == false and redis.call('EXISTS', KEYS[1]) == 0 then return -2 end\n",
+        "return -3\n",
     ))
 });
 
-/// Operator's release: delete whatever lock is there and wake a waiter, returning who held it.
-/// KEYS: lock, signal. Returns `{}` when free, `{-2}` when the lock key holds another type,
-/// `{-4}` when the signal key does (nothing changed), else `{host, pid}`.
+/// Operator's release: give up whatever lock is there (handing it to a waiter, as a release
+/// does), returning who held it.
+/// KEYS: lock, fence, signal, waiters, queue. ARGV: grant token for `hand_over`. Returns `{}`
+/// when free, `{-2}` when the lock key holds another type, `{-4}` when the signal key does
+/// (nothing changed), else `{host, pid}`.
 pub(crate) static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
-        "local kind = redis.call('TYPE', KEYS[1])['ok']\n",
-        "if kind == 'none' then return {} end\n",
-        "if kind ~= 'hash' then return {-2} end\n",
-        "local sk = redis.call('TYPE', KEYS[2])['ok']\n",
+        clock!(),
+        prune!(),
+        hand_over!(),
+        "if redis.call('EXISTS', KEYS[1]) == 0 then return {} end\n",
+        "local h = redis.pcall('HGET', KEYS[1], 'info')\n",
+        "if type(h) == 'table' then return {-2} end\n",
+        "local sk = redis.call('TYPE', KEYS[3])['ok']\n",
         "if sk ~= 'none' and sk ~= 'list' then return {-4} end\n",
-        "local h = redis.call('HMGET', KEYS[1], 'host', 'pid', 'ttl')\n",
-        "redis.call('DEL', KEYS[1])\n",
-        "if redis.call('LLEN', KEYS[2]) == 0 then redis.call('RPUSH', KEYS[2], 1) end\n",
-        "redis.call('PEXPIRE', KEYS[2], tonumber(h[3]) or 10000)\n",
-        "return {h[1] or '', h[2] or ''}\n",
+        "local host, pid = string.match(h or '', '^([^\\n]*)\\n([^\\n]*)\\n')\n",
+        "if not hand_over(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[1]) then redis.call('DEL', KEYS[1]) end\n",
+        "return {host or '', pid or ''}\n",
     ))
 });
 
@@ -160,3 +418,20 @@ pub(crate) static RAISE_FENCE: LazyLock<Script> = LazyLock::new(|| {
         "return 1\n",
     ))
 });
+
+#[cfg(test)]
+mod tests {
+    use crate::waiting::{HANDOFF_GRACE, WAITER_MARGIN};
+
+    #[test]
+    fn lua_constants_match_rust() {
+        assert_eq!(
+            waiter_margin_ms!().parse::<u128>().unwrap(),
+            WAITER_MARGIN.as_millis()
+        );
+        assert_eq!(
+            handoff_grace_ms!().parse::<u128>().unwrap(),
+            HANDOFF_GRACE.as_millis()
+        );
+    }
+}

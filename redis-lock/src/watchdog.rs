@@ -2,10 +2,24 @@
 //!
 //! Spawning and joining an OS thread costs about two Redis round trips on loopback, which
 //! would halve the throughput of short lock holds. So a watchdog thread whose lock was
-//! released parks itself in `IDLE` and is handed the next lock; each held lock still has a
-//! thread of its own. A parked thread exits after `IDLE_EXIT` without work.
+//! released is handed the next lock; each held lock still has a thread of its own. A thread
+//! without work for `IDLE_EXIT` exits.
+//!
+//! Waking a thread costs a context switch, and on a small machine that is a good part of a
+//! short lock cycle (it also delays the next holder in a handoff). So neither acquisition nor
+//! release wakes the watchdog in the common case:
+//!
+//! - **Release** marks the lease stopped and puts its thread back in the idle list without
+//!   waking it. The thread sleeps on until the renewal time it had planned, then finds the
+//!   lease stopped and goes idle (or finds a new lease there).
+//! - **Acquisition** hands the new lease to an idle thread and wakes it only if the thread
+//!   would otherwise sleep past the new lease's first renewal (a thread that just released a
+//!   lock of the same TTL plans to wake earlier than the new lock needs, so it is not woken).
+//!
+//! Release still never waits for the watchdog: a renewal in flight compares the token, so it
+//! cannot revive a deleted lock or extend a new holder's.
 
-use std::sync::{Arc, LazyLock};
+use std::sync::{Arc, LazyLock, Weak};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
@@ -21,128 +35,235 @@ const IDLE_EXIT: Duration = Duration::from_secs(30);
 /// towards resident memory, so this is a ceiling, not a cost.
 const STACK_SIZE: usize = 128 * 1024;
 
-struct Worker {
-    job: Mutex<Option<Arc<Lease>>>,
+/// A renewal thread.
+pub(crate) struct Worker {
+    slot: Mutex<Slot>,
     cond: Condvar,
+}
+
+impl std::fmt::Debug for Worker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker").finish_non_exhaustive()
+    }
+}
+
+struct Slot {
+    /// The lease this thread renews. Weak: a released lease that the thread has not looked at
+    /// again must not keep the lease (and its client) alive.
+    job: Option<Weak<Lease>>,
+    mode: Mode,
+}
+
+/// What the thread is doing, so that `start` knows whether it must wake it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Running: it looks at its job again before it sleeps.
+    Awake,
+    /// Sleeping until this instant.
+    Sleeping(Instant),
+    /// Waiting for a job.
+    Idle,
 }
 
 static IDLE: LazyLock<Mutex<Vec<Arc<Worker>>>> = LazyLock::new(|| Mutex::new(Vec::new()));
 
 /// Starts renewing `lease` on a parked thread, or on a new one when none is parked.
-pub(crate) fn start(lease: Arc<Lease>) -> std::io::Result<()> {
+pub(crate) fn start(lease: &Arc<Lease>) -> std::io::Result<()> {
     let parked = IDLE.lock().pop();
     if let Some(worker) = parked {
-        *worker.job.lock() = Some(lease);
-        worker.cond.notify_one();
+        *lease.watchdog.lock() = Some(Arc::clone(&worker));
+        let first_renewal = lease.state.lock().next_renew;
+        let mut slot = worker.slot.lock();
+        slot.job = Some(Arc::downgrade(lease));
+        let wake = match slot.mode {
+            Mode::Awake => false,
+            Mode::Sleeping(until) => until > first_renewal,
+            Mode::Idle => true,
+        };
+        drop(slot);
+        if wake {
+            worker.cond.notify_one();
+        }
         return Ok(());
     }
     let worker = Arc::new(Worker {
-        job: Mutex::new(Some(lease)),
+        slot: Mutex::new(Slot {
+            job: Some(Arc::downgrade(lease)),
+            mode: Mode::Awake,
+        }),
         cond: Condvar::new(),
     });
-    std::thread::Builder::new()
+    *lease.watchdog.lock() = Some(Arc::clone(&worker));
+    let thread = Arc::clone(&worker);
+    let spawned = std::thread::Builder::new()
         .name("redis-lock-watchdog".into())
         .stack_size(STACK_SIZE)
-        .spawn(move || run(&worker))?;
+        .spawn(move || run(&thread));
+    if let Err(e) = spawned {
+        lease.watchdog.lock().take();
+        return Err(e);
+    }
     Ok(())
 }
 
-fn run(worker: &Arc<Worker>) {
-    loop {
-        let Some(lease) = next_job(worker) else {
-            return;
+/// Called by release: the thread may take a new lease at once. It is not woken; it finds the
+/// lease stopped when it next looks.
+pub(crate) fn detach(lease: &Lease) {
+    let worker = lease.watchdog.lock().take();
+    if let Some(worker) = worker {
+        IDLE.lock().push(worker);
+    }
+}
+
+/// Called when the lease's renewal schedule moved (`extend`): the thread replans.
+pub(crate) fn nudge(lease: &Lease) {
+    let worker = lease.watchdog.lock().clone();
+    if let Some(worker) = worker {
+        worker.cond.notify_one();
+    }
+}
+
+/// What the thread does next with its lease.
+enum Plan {
+    Stopped,
+    Sleep(Instant),
+    Renew(Duration),
+    MaxHoldExpired,
+}
+
+fn plan(lease: &Lease) -> Plan {
+    let st = lease.state.lock();
+    if st.stop {
+        return Plan::Stopped;
+    }
+    let now = Instant::now();
+    if now < st.next_renew {
+        return Plan::Sleep(st.next_renew);
+    }
+    if st.renew_until.is_some_and(|cap| now >= cap) {
+        // max_hold reached: stop renewing, and report the loss when the TTL has run out.
+        return if now >= st.expires_at {
+            Plan::MaxHoldExpired
+        } else {
+            Plan::Sleep(st.expires_at)
         };
-        renew_until_stopped(&lease);
-        drop(lease);
+    }
+    Plan::Renew(st.ttl)
+}
+
+fn run(worker: &Arc<Worker>) {
+    let mut slot = worker.slot.lock();
+    loop {
+        slot.mode = Mode::Awake;
+        let Some(lease) = slot.job.as_ref().and_then(Weak::upgrade) else {
+            slot.job = None;
+            slot.mode = Mode::Idle;
+            if worker.cond.wait_for(&mut slot, IDLE_EXIT).timed_out() && slot.job.is_none() {
+                drop(slot);
+                if retire(worker) {
+                    return;
+                }
+                slot = worker.slot.lock();
+            }
+            continue;
+        };
+        match plan(&lease) {
+            Plan::Stopped => {
+                // Released: `detach` has already put this thread back in the idle list.
+                if slot
+                    .job
+                    .as_ref()
+                    .is_some_and(|j| j.ptr_eq(&Arc::downgrade(&lease)))
+                {
+                    slot.job = None;
+                }
+            }
+            Plan::Sleep(until) => {
+                slot.mode = Mode::Sleeping(until);
+                worker.cond.wait_until(&mut slot, until);
+            }
+            Plan::Renew(ttl) => {
+                drop(slot);
+                let finished = renew_once(&lease, ttl);
+                slot = worker.slot.lock();
+                if finished {
+                    finish(worker, &mut slot, &lease);
+                }
+            }
+            Plan::MaxHoldExpired => {
+                drop(slot);
+                lease.mark_lost(LostReason::MaxHoldReached);
+                slot = worker.slot.lock();
+                finish(worker, &mut slot, &lease);
+            }
+        }
+    }
+}
+
+/// The thread is done with a lease that is still held (lost): it frees itself for the next one
+/// unless a release already did.
+fn finish(worker: &Arc<Worker>, slot: &mut Slot, lease: &Arc<Lease>) {
+    if slot
+        .job
+        .as_ref()
+        .is_some_and(|j| j.ptr_eq(&Arc::downgrade(lease)))
+    {
+        slot.job = None;
+    }
+    let mine = lease.watchdog.lock().take().is_some();
+    if mine {
         IDLE.lock().push(Arc::clone(worker));
     }
 }
 
-fn next_job(worker: &Arc<Worker>) -> Option<Arc<Lease>> {
-    let mut job = worker.job.lock();
-    loop {
-        if let Some(lease) = job.take() {
-            return Some(lease);
+/// Exits the idle thread unless `start` has just taken it from the idle list.
+fn retire(worker: &Arc<Worker>) -> bool {
+    let mut idle = IDLE.lock();
+    match idle.iter().position(|w| Arc::ptr_eq(w, worker)) {
+        Some(i) => {
+            idle.swap_remove(i);
+            true
         }
-        if worker.cond.wait_for(&mut job, IDLE_EXIT).timed_out() {
-            // Retire, unless `start` popped us from IDLE and is about to hand us a job. Lock
-            // order is IDLE, then job, as in `start`.
-            drop(job);
-            let mut idle = IDLE.lock();
-            job = worker.job.lock();
-            if job.is_none()
-                && let Some(i) = idle.iter().position(|w| Arc::ptr_eq(w, worker))
-            {
-                idle.swap_remove(i);
-                return None;
-            }
-            drop(idle);
-        }
+        None => false,
     }
 }
 
-fn renew_until_stopped(lease: &Lease) {
+/// One renewal; `true` when the lease turned out lost (the thread is done with it).
+fn renew_once(lease: &Lease, ttl: Duration) -> bool {
+    let sent = Instant::now();
+    let result = lease.inner.renew_lease(lease, ttl);
     let mut st = lease.state.lock();
-    loop {
-        while !st.stop {
-            let next = st.next_renew;
-            if lease.cond.wait_until(&mut st, next).timed_out() && Instant::now() >= st.next_renew {
-                break;
-            }
+    if st.stop {
+        return false;
+    }
+    match result {
+        Ok(Renewal::Renewed) => {
+            st.expires_at = sent + lease.inner.validity(ttl);
+            st.next_renew = sent + ttl / 3;
+            tracing::trace!(target: "redis_lock", key = %lease.name, ?ttl, "lock renewed");
+            false
         }
-        if st.stop {
-            return;
-        }
-        if st.renew_until.is_some_and(|cap| Instant::now() >= cap) {
-            // max_hold reached: stop renewing, and report the loss when the TTL has run out.
-            while !st.stop {
-                let expiry = st.expires_at;
-                if lease.cond.wait_until(&mut st, expiry).timed_out() {
-                    break;
-                }
-            }
-            if st.stop {
-                return;
-            }
+        Ok(Renewal::Gone) => {
             drop(st);
-            lease.mark_lost(LostReason::MaxHoldReached);
-            return;
+            lease.mark_lost(LostReason::Expired);
+            true
         }
-        let ttl = st.ttl;
-        drop(st);
-        let sent = Instant::now();
-        let result = lease.inner.renew(&lease.keys, &lease.token, ttl);
-        st = lease.state.lock();
-        if st.stop {
-            return;
+        Ok(Renewal::Taken) => {
+            drop(st);
+            lease.mark_lost(LostReason::TakenOver);
+            true
         }
-        match result {
-            Ok(Renewal::Renewed) => {
-                st.expires_at = sent + lease.inner.validity(ttl);
-                st.next_renew = sent + ttl / 3;
-                tracing::trace!(target: "redis_lock", key = %lease.name, ?ttl, "lock renewed");
-            }
-            Ok(Renewal::Gone) => {
+        Err(error) => {
+            let now = Instant::now();
+            if now >= st.expires_at {
                 drop(st);
-                lease.mark_lost(LostReason::Expired);
-                return;
+                lease.mark_lost(LostReason::RenewalFailed);
+                return true;
             }
-            Ok(Renewal::Taken) => {
-                drop(st);
-                lease.mark_lost(LostReason::TakenOver);
-                return;
-            }
-            Err(error) => {
-                let now = Instant::now();
-                if now >= st.expires_at {
-                    drop(st);
-                    lease.mark_lost(LostReason::RenewalFailed);
-                    return;
-                }
-                tracing::warn!(target: "redis_lock", key = %lease.name, %error, "renewing lock failed; retrying until it would expire");
-                let backoff = (ttl / 10).clamp(Duration::from_millis(10), Duration::from_secs(1));
-                st.next_renew = (now + backoff).min(st.expires_at);
-            }
+            tracing::warn!(target: "redis_lock", key = %lease.name, %error, "renewing lock failed; retrying until it would expire");
+            let backoff = (ttl / 10).clamp(Duration::from_millis(10), Duration::from_secs(1));
+            st.next_renew = (now + backoff).min(st.expires_at);
+            false
         }
     }
 }

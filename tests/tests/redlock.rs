@@ -165,8 +165,10 @@ fn mutual_exclusion_and_wake_up_under_redlock() {
     });
     assert_eq!(count.load(Ordering::SeqCst), THREADS as u64 * ROUNDS);
 
-    // A waiter is woken by the release, long before the holder's 30 s TTL.
-    let blpops = || -> u64 {
+    // A waiter is woken by the release, long before the holder's 30 s TTL. Under Redlock it
+    // blocks in `BLMOVE` of the wake-up list onto itself: woken without taking the grant,
+    // which its next attempt takes on every server.
+    let blocked = || -> u64 {
         [&a, &b, &c]
             .iter()
             .map(|s| {
@@ -175,7 +177,7 @@ fn mutual_exclusion_and_wake_up_under_redlock() {
                     .query(&mut s.connection())
                     .unwrap();
                 info.lines()
-                    .find_map(|l| l.strip_prefix("cmdstat_blpop:calls="))
+                    .find_map(|l| l.strip_prefix("cmdstat_blmove:calls="))
                     .and_then(|rest| rest.split(',').next())
                     .map_or(0, |n| n.parse().unwrap())
             })
@@ -187,7 +189,7 @@ fn mutual_exclusion_and_wake_up_under_redlock() {
         .acquire()
         .unwrap();
     let waiter = clients[1].clone();
-    let before = blpops();
+    let before = blocked();
     let started = Instant::now();
     let waiting = std::thread::spawn(move || {
         let g = waiter
@@ -195,8 +197,8 @@ fn mutual_exclusion_and_wake_up_under_redlock() {
             .unwrap();
         (started.elapsed(), g.map(|g| g.fencing_token()))
     });
-    // The waiter is blocked in BLPOP on one of the servers.
-    assert!(wait_until(Duration::from_secs(10), || blpops() > before));
+    // The waiter is blocked on one of the servers.
+    assert!(wait_until(Duration::from_secs(10), || blocked() > before));
     let fence = guard.fencing_token();
     assert_eq!(guard.release().unwrap(), ReleaseOutcome::Released);
     let (waited, next) = waiting.join().unwrap();

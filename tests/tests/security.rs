@@ -115,6 +115,12 @@ const COMMANDS: &[&str] = &[
     "del",
     "llen",
     "rpush",
+    "exists",
+    "zadd",
+    "zrem",
+    "zrange",
+    "zrangebyscore",
+    "zscore",
 ];
 
 fn acl_rule(commands: &[&str]) -> Vec<String> {
@@ -161,7 +167,9 @@ fn denied(server: &RedisServer) -> HashSet<String> {
 }
 
 /// Every operation of the library once: ping, acquire, extend, remaining TTL, inspect, a
-/// waiter woken by the release (BLOP), release, replica acknowledgement (WAIT), force release.
+/// waiter woken by the release (BLPOP; a fair waiter, which runs every command a non-fair one
+/// does and `ZSCORE` too) and an attempt on the lock handed to it, release, replica
+/// acknowledgement (WAIT), force release.
 fn workload(server: &RedisServer, url: &str) -> redis_lock::Result<()> {
     let locks = client_for(url);
     locks.ping()?;
@@ -176,9 +184,14 @@ fn workload(server: &RedisServer, url: &str) -> redis_lock::Result<()> {
     let waiter = {
         let other = client_for(url);
         std::thread::spawn(move || {
-            other
-                .try_lock_for("acl", Duration::from_secs(2))
-                .map(|g| g.is_some())
+            let got = other
+                .options("acl")
+                .wait(Duration::from_secs(2))
+                .retry(redis_lock::RetryStrategy::fair())
+                .try_acquire()?;
+            // An attempt on a lock that was handed over and not yet claimed (LLEN).
+            let busy = other.try_lock("acl")?.is_none();
+            Ok::<bool, Error>(got.is_some() && busy)
         })
     };
     // Release once the waiter blocks in BLPOP (or after a bounded wait if it cannot).

@@ -194,7 +194,15 @@ fn failover_loses_an_unacknowledged_lock_and_keeps_an_acknowledged_one() {
     let reason = rx
         .recv_timeout(Duration::from_secs(20))
         .expect("the first holder is told at its next renewal");
-    assert_eq!(reason, redis_lock::LostReason::TakenOver);
+    // Taken over when the renewal comes after the second client's acquisition; expired when
+    // it comes between the promotion and that acquisition (the new master never had the key).
+    assert!(
+        matches!(
+            reason,
+            redis_lock::LostReason::TakenOver | redis_lock::LostReason::Expired
+        ),
+        "{reason:?}"
+    );
     assert!(unacked.is_lost());
     assert!(!acked.is_lost());
     assert_eq!(acked.release().unwrap(), ReleaseOutcome::Released);

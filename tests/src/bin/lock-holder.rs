@@ -6,6 +6,9 @@
 //!     "check" -> "HELD" | "LOST <reason>";  "release" -> "RELEASED <outcome>";
 //!     "write PATH ENTRY" -> "WRITTEN" | "REJECTED <highest>" (a `FencedStore` write with the
 //!     guard's fencing token);  EOF -> exit
+//! lock-holder wait URL KEY MODE(notify|fair)
+//!     waits up to 60 s for KEY with that retry strategy, then behaves as `hold` (a process
+//!     that is killed while it waits shows how dead waiters are dealt with)
 //! lock-holder count URL KEY ITERATIONS
 //!     ITERATIONS times: lock KEY, GET counter, SET counter+1, unlock; then prints "DONE"
 //! lock-holder churn URL KEY DIR THREADS ITERATIONS TTL_MS
@@ -18,7 +21,7 @@
 use std::io::{BufRead, Write};
 use std::time::Duration;
 
-use redis_lock::{LockClient, LockOptions, ReleaseOutcome};
+use redis_lock::{LockClient, LockOptions, ReleaseOutcome, RetryStrategy};
 use redis_lock_tests::fenced::FencedStore;
 
 fn main() {
@@ -27,6 +30,17 @@ fn main() {
     match args.as_slice() {
         ["hold", url, key, ttl_ms, watchdog] => {
             hold(url, key, ttl_ms.parse().unwrap(), *watchdog == "on")
+        }
+        ["wait", url, key, mode] => {
+            let retry = match *mode {
+                "fair" => RetryStrategy::fair(),
+                _ => RetryStrategy::notify(),
+            };
+            let opts = LockOptions::new()
+                .ttl(Duration::from_secs(10))
+                .wait(Duration::from_secs(60))
+                .retry(retry);
+            hold_with(url, key, &opts)
         }
         ["count", url, key, iterations] => count(url, key, iterations.parse().unwrap()),
         ["churn", url, key, dir, threads, iterations, ttl_ms] => churn(
@@ -38,7 +52,9 @@ fn main() {
             ttl_ms.parse().unwrap(),
         ),
         _ => {
-            eprintln!("usage: lock-holder hold URL KEY TTL_MS on|off | count URL KEY N");
+            eprintln!(
+                "usage: lock-holder hold URL KEY TTL_MS on|off | wait URL KEY notify|fair | count URL KEY N | churn URL KEY DIR THREADS N TTL_MS"
+            );
             std::process::exit(2);
         }
     }
@@ -51,12 +67,16 @@ fn say(line: &str) {
 }
 
 fn hold(url: &str, key: &str, ttl_ms: u64, watchdog: bool) {
-    let locks = redis_lock_tests::client_for(url);
     let opts = LockOptions::new()
         .ttl(Duration::from_millis(ttl_ms))
         .watchdog(watchdog)
         .wait(Duration::from_secs(30));
-    let guard = locks.acquire_with(key, &opts).unwrap();
+    hold_with(url, key, &opts);
+}
+
+fn hold_with(url: &str, key: &str, opts: &LockOptions) {
+    let locks = redis_lock_tests::client_for(url);
+    let guard = locks.acquire_with(key, opts).unwrap();
     say(&format!("ACQUIRED {}", guard.fencing_token()));
     let token = guard.fencing_token();
     let mut guard = Some(guard);

@@ -1,0 +1,489 @@
+//! The command line: clap definitions, help texts, and the parsed settings.
+//!
+//! clap's builder API rather than its derive macros: the derive pulls in `syn` 2 while the
+//! workspace's proc macros use `syn` 3, and the builder compiles faster.
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use clap::{Arg, ArgAction, ArgMatches, Command};
+
+use crate::duration;
+use crate::exit::{self, Failure};
+
+/// Redis to use when neither `--url` nor `REDIS_URL` is given.
+pub(crate) const DEFAULT_URL: &str = "redis://127.0.0.1:6379/";
+
+/// Where the locks live.
+#[derive(Debug)]
+pub(crate) struct Connection {
+    pub(crate) url: String,
+    pub(crate) namespace: String,
+}
+
+/// What to do when the lock stays busy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OnBusy {
+    Fail,
+    Skip,
+}
+
+/// `redis-lock run`.
+#[derive(Debug)]
+pub(crate) struct RunArgs {
+    pub(crate) key: String,
+    pub(crate) ttl: Duration,
+    /// `None`: wait until the lock is free.
+    pub(crate) wait: Option<Duration>,
+    pub(crate) on_busy: OnBusy,
+    pub(crate) busy_exit_code: i32,
+    pub(crate) hold_at_least: Option<Duration>,
+    pub(crate) metadata: Option<String>,
+    /// `Some(grace)` with `--kill-on-loss`.
+    pub(crate) kill_on_loss: Option<Duration>,
+    pub(crate) command: Vec<OsString>,
+}
+
+/// One parsed invocation.
+#[derive(Debug)]
+pub(crate) enum Action {
+    Run(RunArgs),
+    Status { key: String, json: bool },
+    List { pattern: String, json: bool },
+    Release { key: String, json: bool },
+}
+
+/// What the command line asked for.
+#[derive(Debug)]
+pub(crate) enum Parsed {
+    Do(Connection, Action),
+    /// Help or version text: print it to stdout and exit 0.
+    Print(String),
+}
+
+const ABOUT: &str = "Run commands under a distributed lock on Redis: flock(1) across machines";
+
+const TOP_EXAMPLES: &str = "\
+Examples:
+  redis-lock run nightly-report -- ./report.sh --full
+  redis-lock --url redis://redis.internal:6379/ status nightly-report --json
+  redis-lock list 'report-*'
+  redis-lock release nightly-report --force
+
+  # crontab lines, on every machine: whoever comes first runs the backup, the others skip
+  # it (cron's PATH is short, so give full paths)
+  REDIS_URL=redis://redis.internal:6379/
+  */15 * * * * /usr/local/bin/redis-lock run backup --no-wait --on-busy skip -- /opt/backup.sh
+
+Redis is taken from --url, else $REDIS_URL, else redis://127.0.0.1:6379/. For TLS use
+rediss://host:port/ (rediss://host:port/#insecure skips certificate verification).
+Lock NAME is stored under the key NAMESPACE{NAME}: lock:{NAME} by default.
+
+Run 'redis-lock <command> --help' for the options of each command.";
+
+const RUN_AFTER: &str = "\
+Examples:
+  # Run the report; another machine running the same line waits until this one is done.
+  redis-lock run nightly-report -- ./report.sh --full
+
+  # crontab lines: every 15 minutes on every machine, whoever comes first runs the backup;
+  # the others exit 0 at once without running it (cron's PATH is short: give full paths).
+  REDIS_URL=redis://redis.internal:6379/
+  */15 * * * * /usr/local/bin/redis-lock run backup --no-wait --on-busy skip -- /opt/backup.sh
+
+  # Wait at most 2 minutes for the lock (exit 75 if it is still busy); stop the migration
+  # if the lock is lost while it runs.
+  redis-lock run --wait 2m --ttl 30s --kill-on-loss migrate -- ./migrate.sh
+
+  # Like flock -E 0: treat a busy lock as success, but say so on stderr.
+  redis-lock run --no-wait --busy-exit-code 0 cleanup -- ./cleanup.sh
+
+Durations: 500ms, 30s, 2m, 1h, 1.5s, or a bare number of seconds.
+
+The command inherits stdin, stdout and stderr, and gets these environment variables:
+  REDIS_LOCK_KEY            the lock name
+  REDIS_LOCK_NAMESPACE      the namespace
+  REDIS_LOCK_FENCING_TOKEN  this acquisition's fencing token: higher than every earlier
+                            holder's; pass it to what you write to, to reject stale writers
+  REDIS_LOCK_TTL_MS         the lock's TTL in milliseconds
+
+While the command runs, the lock is renewed every TTL/3; it is released when the command
+exits, and redis-lock exits with the command's exit code. SIGHUP, SIGINT, SIGQUIT, SIGTERM,
+SIGUSR1 and SIGUSR2 are forwarded to the command (SIGINT and SIGQUIT typed at the terminal
+already reach it, so they are not sent twice); redis-lock waits for it to exit, then releases
+the lock. Signals go to the command's process only: a shell script should 'exec' its last
+command or trap TERM. If redis-lock is killed with SIGKILL, the lock frees up when its TTL
+runs out. While waiting for the lock, SIGHUP, SIGINT, SIGQUIT and SIGTERM end redis-lock
+with 128+N.
+
+If the lock is lost while the command runs (it expired because renewals failed for a whole
+TTL, Redis lost it, an operator broke it), redis-lock warns on stderr and the command keeps
+running; with --kill-on-loss the command gets SIGTERM, then SIGKILL after --kill-grace, and
+redis-lock exits with 124.
+
+While waiting on a terminal, a status line on stderr shows how long it has waited and who
+holds the lock; nothing of that is printed when stderr is not a terminal.";
+
+const STATUS_AFTER: &str = "\
+Exit code 0 when the lock is held, 1 when it is free (69 when Redis cannot be asked), so
+scripts can test it:
+  if redis-lock status nightly-report >/dev/null; then echo busy; fi
+
+The JSON form is one object: {\"key\", \"namespace\", \"held\"} and, when held, \"host\", \"pid\",
+\"acquired_at\" (RFC 3339, Redis clock), \"acquired_at_unix_ms\", \"remaining_ttl_ms\" (null
+without expiry), \"fencing_token\", \"metadata\" (null when none), \"owned\" (false during a
+minimum hold after release) and \"hold_until\" (null when none).";
+
+const LIST_AFTER: &str = "\
+PATTERN is a Redis glob on lock names (default '*'): 'report-*', 'job-?', 'db-[ab]'.
+Locks are found with SCAN (never KEYS), so Redis keeps serving other clients meanwhile.
+
+The JSON form is an array of the objects 'redis-lock status --json' prints.
+
+Example:
+  redis-lock list 'report-*' --json";
+
+const RELEASE_AFTER: &str = "\
+Deletes the lock whoever holds it and wakes one waiter, then says whose lock it broke.
+The holder is not stopped: it finds out at its next renewal (redis-lock run then warns, and
+with --kill-on-loss stops its command). Exit code 0 when a lock was broken, 1 when it was not
+held.
+
+Example:
+  redis-lock release nightly-report --force";
+
+fn duration_arg(name: &'static str, value: &'static str) -> Arg {
+    Arg::new(name)
+        .long(name)
+        .value_name(value)
+        .value_parser(duration::parse)
+}
+
+fn key_arg() -> Arg {
+    Arg::new("key")
+        .value_name("KEY")
+        .required(true)
+        .help("Lock name")
+}
+
+fn json_arg(what: &'static str) -> Arg {
+    Arg::new("json")
+        .long("json")
+        .action(ArgAction::SetTrue)
+        .help(what)
+}
+
+/// The whole command-line interface.
+pub(crate) fn command() -> Command {
+    Command::new("redis-lock")
+        .version(env!("CARGO_PKG_VERSION"))
+        .about(ABOUT)
+        .after_help(format!("{TOP_EXAMPLES}\n\n{}", exit::table()))
+        .subcommand_required(true)
+        .arg_required_else_help(true)
+        .arg(
+            Arg::new("url")
+                .long("url")
+                .value_name("URL")
+                .env("REDIS_URL")
+                // The URL may carry a password: never echo it in --help.
+                .hide_env_values(true)
+                .default_value(DEFAULT_URL)
+                .global(true)
+                .help("Redis: redis://[user:password@]host[:port][/db], or rediss://"),
+        )
+        .arg(
+            Arg::new("namespace")
+                .long("namespace")
+                .value_name("PREFIX")
+                .env("REDIS_LOCK_NAMESPACE")
+                .hide_env_values(true)
+                .default_value("lock:")
+                .global(true)
+                .help("Prefix of the lock keys in Redis"),
+        )
+        .subcommand(
+            Command::new("run")
+                .about("Run a command while holding a lock")
+                .override_usage("redis-lock run KEY [OPTIONS] -- COMMAND [ARGS]...")
+                .after_help(format!("{RUN_AFTER}\n\n{}", exit::table()))
+                .arg(key_arg())
+                .arg(
+                    duration_arg("ttl", "DURATION").default_value("30s").help(
+                        "Lock TTL: renewed every TTL/3; a crashed holder's lock frees after it",
+                    ),
+                )
+                .arg(
+                    duration_arg("wait", "DURATION")
+                        .help("Longest wait for a busy lock [default: until it is free]"),
+                )
+                .arg(
+                    Arg::new("no-wait")
+                        .long("no-wait")
+                        .action(ArgAction::SetTrue)
+                        .conflicts_with("wait")
+                        .help("Do not wait: one attempt (same as --wait 0)"),
+                )
+                .arg(
+                    Arg::new("on-busy")
+                        .long("on-busy")
+                        .value_name("ACTION")
+                        .value_parser(["fail", "skip"])
+                        .default_value("fail")
+                        .help("Busy lock: fail (exit 75) or skip (exit 0, command not run)"),
+                )
+                .arg(
+                    Arg::new("busy-exit-code")
+                        .long("busy-exit-code")
+                        .value_name("N")
+                        .value_parser(clap::value_parser!(u8))
+                        .default_value("75")
+                        .help("Exit code for a busy lock with --on-busy fail, like flock -E"),
+                )
+                .arg(
+                    duration_arg("hold-at-least", "DURATION")
+                        .help("Keep the lock at least this long, even if the command ends sooner"),
+                )
+                .arg(
+                    Arg::new("metadata")
+                        .long("metadata")
+                        .value_name("TEXT")
+                        .help("Text stored with the lock, shown by status and list (not secret)"),
+                )
+                .arg(
+                    Arg::new("kill-on-loss")
+                        .long("kill-on-loss")
+                        .action(ArgAction::SetTrue)
+                        .help(
+                            "Lost lock: SIGTERM the command (SIGKILL after --kill-grace), exit 124",
+                        ),
+                )
+                .arg(
+                    duration_arg("kill-grace", "DURATION")
+                        .default_value("10s")
+                        .requires("kill-on-loss")
+                        .help("Time between SIGTERM and SIGKILL for --kill-on-loss"),
+                )
+                .arg(
+                    Arg::new("command")
+                        .value_name("COMMAND")
+                        .num_args(1..)
+                        .trailing_var_arg(true)
+                        .allow_hyphen_values(true)
+                        .value_parser(clap::value_parser!(OsString))
+                        .help("The command to run and its arguments, after --"),
+                ),
+        )
+        .subcommand(
+            Command::new("status")
+                .about("Tell whether a lock is held, and by whom")
+                .after_help(STATUS_AFTER)
+                .arg(key_arg())
+                .arg(json_arg("Print one JSON object")),
+        )
+        .subcommand(
+            Command::new("list")
+                .about("List the locks held under the namespace")
+                .after_help(LIST_AFTER)
+                .arg(
+                    Arg::new("pattern")
+                        .value_name("PATTERN")
+                        .default_value("*")
+                        .help("Glob on lock names"),
+                )
+                .arg(json_arg("Print a JSON array")),
+        )
+        .subcommand(
+            Command::new("release")
+                .about("Break a lock whoever holds it (operators only)")
+                .after_help(RELEASE_AFTER)
+                .arg(key_arg())
+                .arg(
+                    Arg::new("force")
+                        .long("force")
+                        .action(ArgAction::SetTrue)
+                        .required(true)
+                        .help("Required: breaking another's lock must be deliberate"),
+                )
+                .arg(json_arg("Print one JSON object")),
+        )
+}
+
+/// Parses `args` (program name first).
+pub(crate) fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Parsed, Failure> {
+    let matches = match command().try_get_matches_from(args) {
+        Ok(m) => m,
+        Err(e) => return clap_outcome(&e),
+    };
+    let connection = Connection {
+        url: string(&matches, "url"),
+        namespace: string(&matches, "namespace"),
+    };
+    let action = match matches.subcommand() {
+        Some(("run", m)) => Action::Run(run_args(m)?),
+        Some(("status", m)) => Action::Status {
+            key: string(m, "key"),
+            json: m.get_flag("json"),
+        },
+        Some(("list", m)) => Action::List {
+            pattern: string(m, "pattern"),
+            json: m.get_flag("json"),
+        },
+        Some(("release", m)) => Action::Release {
+            key: string(m, "key"),
+            json: m.get_flag("json"),
+        },
+        _ => {
+            return Err(Failure::usage(
+                "missing command (run, status, list, release)",
+            ));
+        }
+    };
+    Ok(Parsed::Do(connection, action))
+}
+
+fn run_args(m: &ArgMatches) -> Result<RunArgs, Failure> {
+    let command: Vec<OsString> = m
+        .get_many::<OsString>("command")
+        .map(|values| values.cloned().collect())
+        .unwrap_or_default();
+    if command.is_empty() {
+        return Err(Failure::usage(
+            "missing command after `--`: redis-lock run KEY [OPTIONS] -- COMMAND [ARGS]...",
+        ));
+    }
+    let wait = if m.get_flag("no-wait") {
+        Some(Duration::ZERO)
+    } else {
+        m.get_one::<Duration>("wait").copied()
+    };
+    Ok(RunArgs {
+        key: string(m, "key"),
+        ttl: *m
+            .get_one::<Duration>("ttl")
+            .unwrap_or(&Duration::from_secs(30)),
+        wait,
+        on_busy: match m.get_one::<String>("on-busy").map(String::as_str) {
+            Some("skip") => OnBusy::Skip,
+            _ => OnBusy::Fail,
+        },
+        busy_exit_code: i32::from(*m.get_one::<u8>("busy-exit-code").unwrap_or(&75)),
+        hold_at_least: m.get_one::<Duration>("hold-at-least").copied(),
+        metadata: m.get_one::<String>("metadata").cloned(),
+        kill_on_loss: m.get_flag("kill-on-loss").then(|| {
+            *m.get_one::<Duration>("kill-grace")
+                .unwrap_or(&Duration::from_secs(10))
+        }),
+        command,
+    })
+}
+
+fn string(m: &ArgMatches, id: &str) -> String {
+    m.get_one::<String>(id).cloned().unwrap_or_default()
+}
+
+/// Help and version go to stdout with exit 0; every other clap error becomes one line.
+fn clap_outcome(e: &clap::Error) -> Result<Parsed, Failure> {
+    use clap::error::ErrorKind;
+    match e.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => Ok(Parsed::Print(e.to_string())),
+        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => Err(Failure::usage(
+            "missing command (run, status, list, release); see 'redis-lock --help'",
+        )),
+        _ => Err(Failure::usage(one_line(&e.to_string()))),
+    }
+}
+
+/// clap's multi-line error text as one line: the first paragraph, without "error: ".
+fn one_line(text: &str) -> String {
+    let first = text.split("\n\n").next().unwrap_or(text);
+    let first = first.trim().strip_prefix("error: ").unwrap_or(first.trim());
+    first.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_args(args: &[&str]) -> Result<Parsed, Failure> {
+        parse(
+            std::iter::once("redis-lock")
+                .chain(args.iter().copied())
+                .map(OsString::from),
+        )
+    }
+
+    fn run(args: &[&str]) -> RunArgs {
+        match parse_args(args) {
+            Ok(Parsed::Do(_, Action::Run(r))) => r,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_interface_is_consistent() {
+        command().debug_assert();
+    }
+
+    #[test]
+    fn run_takes_the_command_after_double_dash() {
+        let r = run(&["run", "job", "--ttl", "5s", "--", "ls", "-l", "--ttl"]);
+        assert_eq!(r.key, "job");
+        assert_eq!(r.ttl, Duration::from_secs(5));
+        assert_eq!(r.command, ["ls", "-l", "--ttl"]);
+        assert_eq!(r.wait, None);
+        assert_eq!(r.on_busy, OnBusy::Fail);
+        assert_eq!(r.busy_exit_code, exit::BUSY);
+    }
+
+    #[test]
+    fn run_options() {
+        let r = run(&[
+            "run",
+            "--no-wait",
+            "--on-busy",
+            "skip",
+            "--kill-on-loss",
+            "--kill-grace",
+            "2s",
+            "--busy-exit-code",
+            "3",
+            "job",
+            "--",
+            "true",
+        ]);
+        assert_eq!(r.wait, Some(Duration::ZERO));
+        assert_eq!(r.on_busy, OnBusy::Skip);
+        assert_eq!(r.kill_on_loss, Some(Duration::from_secs(2)));
+        assert_eq!(r.busy_exit_code, 3);
+    }
+
+    #[test]
+    fn usage_errors_are_one_line() {
+        for args in [
+            &["run", "job", "--ttl", "5x", "--", "true"][..],
+            &["run", "job"],
+            &["run", "job", "--"],
+            &["run", "--wait", "1s", "--no-wait", "job", "--", "true"],
+            &["release", "job"],
+            &["frobnicate"],
+            &[],
+        ] {
+            match parse_args(args) {
+                Err(f) => {
+                    assert_eq!(f.code, exit::USAGE, "{args:?}");
+                    assert!(!f.message.contains('\n'), "{args:?}: {}", f.message);
+                    assert!(!f.message.is_empty());
+                }
+                Ok(other) => panic!("{args:?} parsed as {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn help_is_printed_not_failed() {
+        for args in [&["--help"][..], &["run", "--help"], &["--version"]] {
+            assert!(matches!(parse_args(args), Ok(Parsed::Print(_))), "{args:?}");
+        }
+    }
+}

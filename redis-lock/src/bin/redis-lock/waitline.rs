@@ -1,0 +1,108 @@
+//! The live status line on stderr while `run` waits for a busy lock, shown only when stderr
+//! is a terminal: how long we have waited and who holds the lock.
+
+use std::io::{IsTerminal, Write};
+use std::time::{Duration, Instant, SystemTime};
+
+use redis_lock::{LockClient, LockInfo};
+
+use crate::duration::human;
+
+/// Who holds the lock is asked at most this often.
+const INSPECT_EVERY: Duration = Duration::from_secs(1);
+
+#[derive(Debug)]
+pub(crate) struct WaitLine {
+    enabled: bool,
+    key: String,
+    started: Instant,
+    inspected: Option<Instant>,
+    holder: Option<LockInfo>,
+    shown: bool,
+}
+
+impl WaitLine {
+    pub(crate) fn new(key: &str) -> WaitLine {
+        WaitLine {
+            enabled: std::io::stderr().is_terminal(),
+            key: key.to_owned(),
+            started: Instant::now(),
+            inspected: None,
+            holder: None,
+            shown: false,
+        }
+    }
+
+    /// Redraws the line (asking Redis who holds the lock at most once a second).
+    pub(crate) fn update(&mut self, locks: &LockClient) {
+        if !self.enabled {
+            return;
+        }
+        if self
+            .inspected
+            .is_none_or(|at| at.elapsed() >= INSPECT_EVERY)
+        {
+            self.inspected = Some(Instant::now());
+            // Only decoration: a failed look-up leaves the last answer on screen.
+            if let Ok(info) = locks.inspect(&self.key) {
+                self.holder = info;
+            }
+        }
+        let mut line = format!(
+            "redis-lock: waiting {} for lock {:?}",
+            human(self.started.elapsed()),
+            self.key
+        );
+        if let Some(h) = &self.holder {
+            line.push_str(&format!(", held by {}", holder(h)));
+        }
+        let width = terminal_width().saturating_sub(1);
+        if line.chars().count() > width {
+            line = line.chars().take(width).collect();
+        }
+        let mut err = std::io::stderr().lock();
+        let _ = write!(err, "\r{line}\x1b[K");
+        let _ = err.flush();
+        self.shown = true;
+    }
+
+    /// Removes the line, before anything else is printed.
+    pub(crate) fn clear(&mut self) {
+        if self.shown {
+            let mut err = std::io::stderr().lock();
+            let _ = write!(err, "\r\x1b[K");
+            let _ = err.flush();
+            self.shown = false;
+        }
+    }
+}
+
+impl Drop for WaitLine {
+    fn drop(&mut self) {
+        self.clear();
+    }
+}
+
+/// `host (pid 42) for 1m 05s, expires in 28.1s`, for one-line messages.
+pub(crate) fn holder(info: &LockInfo) -> String {
+    let mut text = format!("{} (pid {})", info.host, info.pid);
+    if let Ok(age) = SystemTime::now().duration_since(info.acquired_at) {
+        text.push_str(&format!(" for {}", human(age)));
+    }
+    if let Some(ttl) = info.remaining_ttl {
+        text.push_str(&format!(", expires in {}", human(ttl)));
+    }
+    text
+}
+
+fn terminal_width() -> usize {
+    // SAFETY: an all-zero `winsize` is valid; TIOCGWINSZ writes one into it.
+    let mut size: libc::winsize = unsafe { std::mem::zeroed() };
+    // SAFETY: fd 2 stays open for the life of the process; `size` is a valid `winsize`.
+    let r = unsafe { libc::ioctl(libc::STDERR_FILENO, libc::TIOCGWINSZ, &mut size) };
+    if r == 0 && size.ws_col > 0 {
+        usize::from(size.ws_col)
+    } else {
+        80
+    }
+}

@@ -1,0 +1,298 @@
+//! The benchmark suite (see `BENCHMARKS.md`). Run it with `scripts/bench`, which is
+//! `cargo run --release -p redis-lock-tests --bin bench -- [OPTIONS]`:
+//!
+//! ```text
+//! --quick            smoke test: short runs (about 15 s in all)
+//! --duration SECS    length of each contended row (default 10)
+//! --workers N        contending workers (default 8)
+//! --hold-us US       how long each acquisition holds the lock (default 1000)
+//! --modes LIST       contended rows to run, of notify,fair,retry-10ms (default: all)
+//! --only LIST      sections to run, of uncontended,contended,held (default: all)
+//! --json PATH        where to write the JSON report (default target/bench.json)
+//! ```
+//!
+//! It starts its own `redis-server`s on free loopback ports: one for the locks, one for the
+//! counter the contended workers increment under the lock (so that counter traffic does not
+//! show up in the lock server's command and CPU statistics). Every figure of one run comes
+//! from the same servers, side by side.
+
+use std::time::Duration;
+
+use redis_lock::testing::RedisServer;
+
+#[path = "bench/contended.rs"]
+mod contended;
+#[path = "bench/held.rs"]
+mod held;
+#[path = "bench/report.rs"]
+mod report;
+#[path = "bench/stats.rs"]
+mod stats;
+#[path = "bench/uncontended.rs"]
+mod uncontended;
+
+use contended::Mode;
+use report::{Json, Table, f};
+
+#[derive(Debug)]
+struct Args {
+    quick: bool,
+    duration: Duration,
+    workers: usize,
+    hold: Duration,
+    modes: Vec<Mode>,
+    sections: Vec<String>,
+    json: String,
+}
+
+fn parse_args(args: &[String]) -> Result<Args, String> {
+    let mut a = Args {
+        quick: false,
+        duration: Duration::from_secs(10),
+        workers: 8,
+        hold: Duration::from_millis(1),
+        modes: vec![Mode::Notify, Mode::Fair, Mode::Poll10],
+        sections: vec!["uncontended".into(), "contended".into(), "held".into()],
+        json: "target/bench.json".to_owned(),
+    };
+    let mut duration_set = false;
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        let mut value = || it.next().ok_or(format!("{arg} needs a value"));
+        match arg.as_str() {
+            "--quick" => a.quick = true,
+            "--duration" => {
+                let s: f64 = value()?.parse().map_err(|e| format!("--duration: {e}"))?;
+                if !(s > 0.0 && s < 3600.0) {
+                    return Err("--duration must be between 0 and 3600 seconds".into());
+                }
+                a.duration = Duration::from_secs_f64(s);
+                duration_set = true;
+            }
+            "--workers" => {
+                a.workers = value()?.parse().map_err(|e| format!("--workers: {e}"))?;
+                if !(1..=64).contains(&a.workers) {
+                    return Err("--workers must be between 1 and 64".into());
+                }
+            }
+            "--hold-us" => {
+                a.hold =
+                    Duration::from_micros(value()?.parse().map_err(|e| format!("--hold-us: {e}"))?)
+            }
+            "--modes" => {
+                a.modes = value()?
+                    .split(',')
+                    .map(|m| Mode::parse(m).ok_or(format!("unknown mode {m:?}")))
+                    .collect::<Result<_, _>>()?
+            }
+            "--only" => {
+                a.sections = value()?.split(',').map(str::to_owned).collect();
+                if let Some(bad) = a
+                    .sections
+                    .iter()
+                    .find(|s| !["uncontended", "contended", "held"].contains(&s.as_str()))
+                {
+                    return Err(format!("unknown section {bad:?}"));
+                }
+            }
+            "--json" => a.json = value()?.clone(),
+            "-h" | "--help" => return Err(String::new()),
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    if a.quick && !duration_set {
+        a.duration = Duration::from_secs(1);
+    }
+    Ok(a)
+}
+
+fn machine() -> Json {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("model name")?
+                .split_once(':')
+                .map(|(_, v)| v.trim().to_owned())
+        })
+        .unwrap_or_default();
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let nproc = std::thread::available_parallelism().map_or(0, usize::from);
+    let redis = std::process::Command::new(
+        redis_lock::testing::server_binary().unwrap_or_else(|_| "redis-server".into()),
+    )
+    .arg("--version")
+    .output()
+    .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+    .unwrap_or_default();
+    Json::obj()
+        .with("nproc", nproc)
+        .with("cpu", cpu)
+        .with("loadavg", load.trim())
+        .with("redis", redis)
+}
+
+fn main() {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    if argv.first().map(String::as_str) == Some("--worker") {
+        contended::worker_main(&argv[1..]);
+        return;
+    }
+    let args = match parse_args(&argv) {
+        Ok(a) => a,
+        Err(e) => {
+            if !e.is_empty() {
+                eprintln!("bench: {e}");
+            }
+            eprintln!(
+                "usage: bench [--quick] [--duration SECS] [--workers N] [--hold-us US] [--modes notify,fair,retry-10ms] [--json PATH]"
+            );
+            std::process::exit(2);
+        }
+    };
+    let machine = machine();
+    println!("machine: {}", machine.render().replace('\n', " "));
+    let server = RedisServer::start();
+    let counter_server = RedisServer::start();
+    let url = server.url();
+    let short = if args.quick {
+        Duration::from_millis(300)
+    } else {
+        Duration::from_secs(2)
+    };
+
+    let run = |section: &str| args.sections.iter().any(|s| s == section);
+    let mut report = Json::obj()
+        .with("machine", machine)
+        .with("quick", args.quick)
+        .with("workers", args.workers)
+        .with("hold_us", args.hold.as_micros() as f64)
+        .with("contended_duration_s", args.duration.as_secs_f64());
+
+    // Round trip (always: contended handoffs are expressed in round trips), the raw baseline,
+    // and uncontended cycles, side by side.
+    let rtt = uncontended::rtt(&url, short);
+    let rtt_idle = uncontended::rtt_after_idle(&url, short);
+    report = report.with("rtt_after_idle", uncontended::json(&rtt_idle));
+    if run("uncontended") {
+        let raw = uncontended::raw_baseline(&url, short);
+        let client = contended::bench_client(&url);
+        let on = uncontended::cycles(&url, &client, true, short);
+        let off = uncontended::cycles(&url, &client, false, short);
+        drop(client);
+        let mut t = Table::new(&[
+            "uncontended",
+            "cycles/s",
+            "p50 us",
+            "p99 us",
+            "x baseline",
+            "redis exec us",
+            "redis cpu us",
+        ]);
+        let raw_rate = uncontended::per_second(&raw);
+        for (name, s) in [
+            ("PING round trip", &rtt),
+            ("PING after 1 ms idle", &rtt_idle),
+            ("raw SET NX PX + EVALSHA del", &raw),
+            ("lock + release, watchdog on", &on),
+            ("lock + release, watchdog off", &off),
+        ] {
+            t.row(vec![
+                name.to_owned(),
+                f(uncontended::per_second(s), 0),
+                f(s.lat.p50, 1),
+                f(s.lat.p99, 1),
+                f(uncontended::per_second(s) / raw_rate, 3),
+                f(s.redis_exec_us, 1),
+                f(s.redis_cpu_us, 1),
+            ]);
+        }
+        println!("\n{}", t.render());
+        report = report.with(
+            "uncontended",
+            Json::obj()
+                .with("rtt", uncontended::json(&rtt))
+                .with("raw_baseline", uncontended::json(&raw))
+                .with(
+                    "watchdog_on",
+                    uncontended::json(&on)
+                        .with("ratio_to_baseline", uncontended::per_second(&on) / raw_rate),
+                )
+                .with(
+                    "watchdog_off",
+                    uncontended::json(&off).with(
+                        "ratio_to_baseline",
+                        uncontended::per_second(&off) / raw_rate,
+                    ),
+                ),
+        );
+    } else {
+        report = report.with("rtt", uncontended::json(&rtt));
+    }
+
+    // Contended: one key, `workers` threads and then `workers` processes, per mode.
+    if run("contended") {
+        let mut t = Table::new(contended::HEADER);
+        let mut runs = Vec::new();
+        for kind in ["threads", "processes"] {
+            for &mode in &args.modes {
+                let counter_url = counter_server.url();
+                let run = if kind == "threads" {
+                    contended::threads(
+                        &url,
+                        &counter_url,
+                        mode,
+                        args.workers,
+                        args.hold,
+                        args.duration,
+                    )
+                } else {
+                    contended::processes(
+                        &url,
+                        &counter_url,
+                        mode,
+                        args.workers,
+                        args.hold,
+                        args.duration,
+                    )
+                };
+                let a = contended::analyze(&run, rtt.lat.p50);
+                eprintln!("  done: {}", run.label);
+                t.row(a.row);
+                runs.push(a.json);
+            }
+        }
+        println!(
+            "{} workers, hold {} us, {} s per row; handoff = one holder's release to the next holder's acquire (other / same worker); RT = {} us (PING p50; {} us after 1 ms idle)",
+            args.workers,
+            args.hold.as_micros(),
+            f(args.duration.as_secs_f64(), 1),
+            f(rtt.lat.p50, 1),
+            f(rtt_idle.lat.p50, 1)
+        );
+        println!("{}", t.render());
+        report = report.with("contended", Json::Arr(runs));
+    }
+
+    // Many locks held at once.
+    if run("held") {
+        let (n, ttl, watch) = if args.quick {
+            (1000, Duration::from_millis(1500), Duration::from_secs(1))
+        } else {
+            (1000, Duration::from_secs(3), Duration::from_secs(5))
+        };
+        let held = held::run(&url, n, ttl, watch);
+        for line in &held.lines {
+            println!("{line}");
+        }
+        report = report.with("held", held.json);
+    }
+
+    if let Some(dir) = std::path::Path::new(&args.json).parent()
+        && !dir.as_os_str().is_empty()
+    {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    std::fs::write(&args.json, report.render()).unwrap();
+    println!("\nJSON written to {}", args.json);
+}

@@ -1,0 +1,147 @@
+//! Clock, percentiles and what Redis says about itself (`INFO commandstats`, `INFO cpu`).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// `CLOCK_MONOTONIC` in nanoseconds: the same clock in every process on this machine, so
+/// events recorded by worker processes can be ordered against each other.
+pub(crate) fn now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec.
+    unsafe {
+        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts);
+    }
+    u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
+}
+
+/// Sleeps until `CLOCK_MONOTONIC` reaches `at_ns`.
+pub(crate) fn sleep_until_ns(at_ns: u64) {
+    let now = now_ns();
+    if at_ns > now {
+        std::thread::sleep(Duration::from_nanos(at_ns - now));
+    }
+}
+
+/// Percentiles of a sample, in the sample's unit.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Summary {
+    pub(crate) count: usize,
+    pub(crate) mean: f64,
+    pub p50: f64,
+    pub p99: f64,
+    pub p999: f64,
+    pub(crate) max: f64,
+}
+
+/// Nearest-rank percentiles of `values` (sorted in place).
+pub(crate) fn summarize(values: &mut [f64]) -> Summary {
+    if values.is_empty() {
+        return Summary::default();
+    }
+    values.sort_by(f64::total_cmp);
+    let rank = |q: f64| {
+        let i = ((q * values.len() as f64).ceil() as usize).clamp(1, values.len()) - 1;
+        values[i]
+    };
+    Summary {
+        count: values.len(),
+        mean: values.iter().sum::<f64>() / values.len() as f64,
+        p50: rank(0.50),
+        p99: rank(0.99),
+        p999: rank(0.999),
+        max: values[values.len() - 1],
+    }
+}
+
+/// A snapshot of the counters Redis keeps about itself.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct RedisCounters {
+    /// Calls per command (`INFO commandstats`), commands run inside scripts included.
+    pub(crate) calls: BTreeMap<String, u64>,
+    /// Microseconds Redis spent executing each command (`usec` in `INFO commandstats`).
+    pub(crate) usec: BTreeMap<String, u64>,
+    /// `used_cpu_sys + used_cpu_user` of the server process, seconds.
+    pub(crate) cpu_s: f64,
+}
+
+impl RedisCounters {
+    pub(crate) fn read(conn: &mut redis::Connection) -> RedisCounters {
+        let text: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(conn)
+            .expect("INFO commandstats");
+        let mut calls = BTreeMap::new();
+        let mut usec = BTreeMap::new();
+        for line in text.lines() {
+            // cmdstat_evalsha:calls=12,usec=34,...
+            let Some(rest) = line.strip_prefix("cmdstat_") else {
+                continue;
+            };
+            let Some((name, fields)) = rest.split_once(':') else {
+                continue;
+            };
+            let n = fields
+                .split(',')
+                .find_map(|f| f.strip_prefix("calls="))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            calls.insert(name.to_owned(), n);
+            let u = fields
+                .split(',')
+                .find_map(|f| f.strip_prefix("usec="))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            usec.insert(name.to_owned(), u);
+        }
+        let text: String = redis::cmd("INFO").arg("cpu").query(conn).expect("INFO cpu");
+        let field = |name: &str| -> f64 {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0.0)
+        };
+        RedisCounters {
+            calls,
+            usec,
+            cpu_s: field("used_cpu_sys") + field("used_cpu_user"),
+        }
+    }
+
+    /// Microseconds of command execution between `before` and `self` (all commands but `INFO`).
+    pub(crate) fn usec_since(&self, before: &RedisCounters) -> u64 {
+        self.usec
+            .iter()
+            .filter(|(name, _)| name.as_str() != "info")
+            .map(|(name, n)| n - before.usec.get(name).copied().unwrap_or(0))
+            .sum()
+    }
+
+    /// Calls made between `before` and `self`, per command, leaving out `INFO` (our own
+    /// probes) and commands with no calls.
+    pub(crate) fn calls_since(&self, before: &RedisCounters) -> BTreeMap<String, u64> {
+        self.calls
+            .iter()
+            .filter(|(name, _)| name.as_str() != "info")
+            .map(|(name, n)| {
+                (
+                    name.clone(),
+                    n - before.calls.get(name).copied().unwrap_or(0),
+                )
+            })
+            .filter(|(_, n)| *n > 0)
+            .collect()
+    }
+}
+
+/// Resident memory of this process, KiB (`VmRSS` in `/proc/self/status`).
+pub(crate) fn rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}

@@ -1,0 +1,147 @@
+//! Round-trip time, the raw two-round-trip baseline, and uncontended acquire + release cycles.
+
+use std::time::{Duration, Instant};
+
+use redis_lock::{LockClient, LockOptions};
+
+use crate::report::Json;
+use crate::stats::{RedisCounters, Summary, summarize};
+
+/// Compare-and-delete, the second round trip of the raw baseline.
+const CAD: &str =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
+
+/// Latencies in µs of `op` run repeatedly for `time` (after a short warm-up), and the
+/// Redis-side cost per run: command execution µs (`INFO commandstats`) and process CPU µs
+/// (`INFO cpu`).
+fn measure(url: &str, time: Duration, mut op: impl FnMut()) -> Measured {
+    for _ in 0..200 {
+        op();
+    }
+    let mut probe = redis::Client::open(url).unwrap().get_connection().unwrap();
+    let before = RedisCounters::read(&mut probe);
+    let mut lat = Vec::new();
+    let start = Instant::now();
+    while start.elapsed() < time {
+        let t = Instant::now();
+        op();
+        lat.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    let after = RedisCounters::read(&mut probe);
+    let n = lat.len().max(1) as f64;
+    let commands = after
+        .calls_since(&before)
+        .into_iter()
+        .map(|(k, v)| (k, v as f64 / n))
+        .collect();
+    Measured {
+        commands,
+        redis_exec_us: after.usec_since(&before) as f64 / n,
+        redis_cpu_us: (after.cpu_s - before.cpu_s) * 1e6 / n,
+        lat: summarize(&mut lat),
+    }
+}
+
+/// Client latency and Redis-side cost of one operation.
+#[derive(Debug, Clone)]
+pub(crate) struct Measured {
+    /// Commands per operation as Redis counts them (script-internal ones included).
+    pub(crate) commands: std::collections::BTreeMap<String, f64>,
+    pub(crate) lat: Summary,
+    pub(crate) redis_exec_us: f64,
+    pub(crate) redis_cpu_us: f64,
+}
+
+/// Cycles per second implied by a latency summary (µs).
+pub(crate) fn per_second(m: &Measured) -> f64 {
+    if m.lat.mean > 0.0 {
+        1e6 / m.lat.mean
+    } else {
+        0.0
+    }
+}
+
+/// `PING` round trips on one plain connection.
+pub(crate) fn rtt(url: &str, time: Duration) -> Measured {
+    let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
+    measure(url, time, || {
+        redis::cmd("PING").query::<String>(&mut conn).unwrap();
+    })
+}
+
+/// `PING` round trips after 1 ms of sleep each: what a round trip costs a thread that was
+/// idle, like a waiter woken from `BLPOP` or a holder coming back from a 1 ms hold (on a busy
+/// machine the thread first waits for a CPU).
+pub(crate) fn rtt_after_idle(url: &str, time: Duration) -> Measured {
+    let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
+    let mut lat = Vec::new();
+    let start = Instant::now();
+    while start.elapsed() < time {
+        std::thread::sleep(Duration::from_millis(1));
+        let t = Instant::now();
+        redis::cmd("PING").query::<String>(&mut conn).unwrap();
+        lat.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    Measured {
+        commands: std::collections::BTreeMap::new(),
+        redis_exec_us: 0.0,
+        redis_cpu_us: 0.0,
+        lat: summarize(&mut lat),
+    }
+}
+
+/// The floor for one lock cycle: `SET NX PX`, then an `EVALSHA` compare-and-delete, on one
+/// plain connection.
+pub(crate) fn raw_baseline(url: &str, time: Duration) -> Measured {
+    let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
+    let script = redis::Script::new(CAD);
+    let mut i = 0u64;
+    measure(url, time, || {
+        i += 1;
+        let token = format!("{i:032x}");
+        let ok: Option<String> = redis::cmd("SET")
+            .arg("raw")
+            .arg(&token)
+            .arg("NX")
+            .arg("PX")
+            .arg(10_000)
+            .query(&mut conn)
+            .unwrap();
+        assert!(ok.is_some(), "the raw key is never held across cycles");
+        let deleted: i64 = script.key("raw").arg(&token).invoke(&mut conn).unwrap();
+        assert_eq!(deleted, 1);
+    })
+}
+
+/// Uncontended `lock` + release of one key on one thread.
+pub(crate) fn cycles(url: &str, client: &LockClient, watchdog: bool, time: Duration) -> Measured {
+    let opts = LockOptions::new()
+        .ttl(Duration::from_secs(10))
+        .watchdog(watchdog);
+    measure(url, time, || {
+        let guard = client.acquire_with("uncontended", &opts).unwrap();
+        drop(guard);
+    })
+}
+
+pub(crate) fn json(m: &Measured) -> Json {
+    let s = &m.lat;
+    Json::obj()
+        .with("per_s", per_second(m))
+        .with("mean_us", s.mean)
+        .with("p50_us", s.p50)
+        .with("p99_us", s.p99)
+        .with("max_us", s.max)
+        .with("samples", s.count)
+        .with("redis_exec_us_per_op", m.redis_exec_us)
+        .with("redis_cpu_us_per_op", m.redis_cpu_us)
+        .with(
+            "redis_commands_per_op",
+            Json::Obj(
+                m.commands
+                    .iter()
+                    .map(|(k, v)| (k.clone(), Json::from(*v)))
+                    .collect(),
+            ),
+        )
+}

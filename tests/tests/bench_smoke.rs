@@ -1,0 +1,46 @@
+//! The benchmark suite runs (`--quick`, short rows) and its own checks hold: every contended
+//! row, in threads and in processes, notify, fair and 10 ms retrying, finds zero mutual
+//! exclusion violations, and the JSON report is written.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+#[test]
+fn quick_benchmark_runs_and_finds_no_violations() {
+    let dir = std::env::temp_dir().join(format!("redis-lock-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("bench.json");
+    let start = Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_bench"))
+        .args(["--quick", "--duration", "0.5", "--workers", "4", "--json"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "bench failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(start.elapsed() < Duration::from_secs(120));
+    let report = std::fs::read_to_string(&json).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    for label in [
+        "notify x4 threads",
+        "fair x4 threads",
+        "retry-10ms x4 threads",
+        "notify x4 processes",
+        "fair x4 processes",
+        "retry-10ms x4 processes",
+    ] {
+        assert!(report.contains(label), "row {label} missing:\n{report}");
+    }
+    let violations: Vec<&str> = report
+        .split("\"violations\": ")
+        .skip(1)
+        .map(|rest| rest.split([',', '\n']).next().unwrap_or(""))
+        .collect();
+    assert_eq!(violations, vec!["0"; 6], "{report}");
+    assert!(report.contains("\"rss_per_held_lock_kib\""), "{report}");
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("raw SET NX PX + EVALSHA del"), "{table}");
+}

@@ -1,0 +1,1060 @@
+//! The `redis-lock` command-line tool, run as a real process against real redis-server
+//! processes: mutual exclusion of `run`, busy handling, exit codes, signal forwarding, crash
+//! and loss behaviour, `status` / `list` / `release --force`, and the error cases.
+//!
+//! The binary lives in the `redis-lock` package behind the `cli` feature, so cargo does not
+//! build it for this package's tests; the first test that needs it runs
+//! `cargo build -p redis-lock --features cli --bin redis-lock` (a no-op when it is up to
+//! date) and takes the executable's path from cargo's JSON messages. Set
+//! `REDIS_LOCK_CLI_BIN` to test another build instead.
+
+use std::ffi::OsStr;
+use std::io::Read;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use redis_lock::testing::TlsRedisServer;
+use redis_lock::{LockClient, ReleaseOutcome};
+use redis_lock_tests::{RedisServer, client, free_port, signal, wait_until};
+use serde_json::Value;
+
+/// Exit codes documented in `redis-lock --help`.
+const USAGE: i32 = 64;
+const UNAVAILABLE: i32 = 69;
+const BUSY: i32 = 75;
+const LOST: i32 = 124;
+const CANNOT_EXECUTE: i32 = 126;
+const NOT_FOUND: i32 = 127;
+
+const SIGNAL_COUNTER: &str = env!("CARGO_BIN_EXE_signal-counter");
+
+/// Upper bound for anything that should be quick; generous for a loaded machine.
+const QUICK: Duration = Duration::from_secs(20);
+
+// ---------------------------------------------------------------------------------------
+// Support
+
+fn cli_binary() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        if let Some(bin) = std::env::var_os("REDIS_LOCK_CLI_BIN") {
+            return PathBuf::from(bin);
+        }
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../redis-lock/Cargo.toml");
+        let mut build = Command::new(cargo);
+        build
+            .arg("build")
+            .arg("--manifest-path")
+            .arg(&manifest)
+            .args(["--features", "cli", "--bin", "redis-lock"])
+            .args(["--message-format", "json-render-diagnostics"]);
+        if !cfg!(debug_assertions) {
+            build.arg("--release");
+        }
+        // Cargo gives this test process variables about the package under test. Build scripts
+        // that watch one of them (ring watches CARGO_MANIFEST_DIR) would rerun whenever the
+        // binary is built from elsewhere, recompiling half the tree each time.
+        for (name, _) in std::env::vars_os() {
+            let name = name.to_string_lossy();
+            if name.starts_with("CARGO_PKG_")
+                || name.starts_with("CARGO_BIN_EXE_")
+                || [
+                    "CARGO_MANIFEST_DIR",
+                    "CARGO_MANIFEST_PATH",
+                    "CARGO_CRATE_NAME",
+                    "CARGO_BIN_NAME",
+                    "CARGO_PRIMARY_PACKAGE",
+                    "CARGO_TARGET_TMPDIR",
+                    "CARGO_RUSTC_CURRENT_DIR",
+                    "OUT_DIR",
+                ]
+                .contains(&name.as_ref())
+            {
+                build.env_remove(name.as_ref());
+            }
+        }
+        let out = build.stderr(Stdio::inherit()).output().unwrap();
+        assert!(
+            out.status.success(),
+            "building the redis-lock binary failed"
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .filter(|msg| msg["reason"] == "compiler-artifact")
+            .find(|msg| msg["target"]["name"] == "redis-lock")
+            .and_then(|msg| msg["executable"].as_str().map(PathBuf::from))
+            .expect("cargo did not report the redis-lock executable")
+    })
+}
+
+/// `redis-lock` against `server`, with no namespace from the environment.
+fn tool(server: &RedisServer) -> Command {
+    tool_for(&server.url())
+}
+
+fn tool_for(url: &str) -> Command {
+    let mut cmd = Command::new(cli_binary());
+    cmd.env("REDIS_URL", url)
+        .env_remove("REDIS_LOCK_NAMESPACE")
+        .stdin(Stdio::null());
+    cmd
+}
+
+/// A running `redis-lock` whose stdout and stderr are collected as they come.
+struct Running {
+    child: Child,
+    stdout: Arc<Mutex<String>>,
+    stderr: Arc<Mutex<String>>,
+    readers: Vec<std::thread::JoinHandle<()>>,
+}
+
+/// What a finished `redis-lock` said.
+#[derive(Debug)]
+struct Finished {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn collect(
+    stream: impl Read + Send + 'static,
+    into: Arc<Mutex<String>>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut stream = stream;
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = stream.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            into.lock()
+                .unwrap()
+                .push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    })
+}
+
+impl Running {
+    fn start(cmd: &mut Command) -> Running {
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdout = Arc::new(Mutex::new(String::new()));
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let readers = vec![
+            collect(child.stdout.take().unwrap(), Arc::clone(&stdout)),
+            collect(child.stderr.take().unwrap(), Arc::clone(&stderr)),
+        ];
+        Running {
+            child,
+            stdout,
+            stderr,
+            readers,
+        }
+    }
+
+    fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// Waits for the exit, at most `limit` (then kills it and fails the test).
+    fn finish(mut self, limit: Duration) -> Finished {
+        let start = Instant::now();
+        let status = loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                break status;
+            }
+            if start.elapsed() > limit {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!(
+                    "redis-lock did not exit within {limit:?}; stderr so far:\n{}",
+                    self.stderr()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        // A process the command left behind may keep the pipes open: do not wait for it.
+        wait_until(Duration::from_secs(5), || {
+            self.readers.iter().all(|r| r.is_finished())
+        });
+        use std::os::unix::process::ExitStatusExt;
+        Finished {
+            code: status
+                .code()
+                .unwrap_or_else(|| 128 + status.signal().unwrap()),
+            stdout: self.stdout.lock().unwrap().clone(),
+            stderr: self.stderr(),
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn finish(cmd: &mut Command) -> Finished {
+    Running::start(cmd).finish(QUICK)
+}
+
+/// `sh -c SCRIPT` as the command after `--`.
+fn sh(script: &str) -> [&str; 3] {
+    ["sh", "-c", script]
+}
+
+fn held(locks: &LockClient, key: &str) -> bool {
+    locks.inspect(key).unwrap().is_some()
+}
+
+fn json(text: &str) -> Value {
+    serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
+
+fn one_line(text: &str) {
+    assert_eq!(text.trim_end().lines().count(), 1, "not one line: {text:?}");
+}
+
+fn path_arg(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// Kills a process the test left behind (the orphaned command of a killed redis-lock).
+fn kill_pid_in(file: &Path) {
+    if let Ok(text) = std::fs::read_to_string(file)
+        && let Ok(pid) = text.trim().parse::<libc::pid_t>()
+    {
+        // SAFETY: no memory-safety preconditions; a stale pid at worst gets ESRCH.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+        }
+    }
+}
+
+fn alive(pid: libc::pid_t) -> bool {
+    // SAFETY: signal 0 only checks that the process exists.
+    unsafe { libc::kill(pid, 0) == 0 }
+}
+
+// ---------------------------------------------------------------------------------------
+// run: mutual exclusion, busy handling, exit codes, environment
+
+#[test]
+fn concurrent_runs_never_interleave() {
+    let server = RedisServer::start();
+    let log = server.dir().join("appends.log");
+    let script = format!(
+        "echo \"start $$\" >> {f}; sleep 0.2; echo \"end $$\" >> {f}",
+        f = path_arg(&log)
+    );
+    let workers: Vec<_> = (0..2)
+        .map(|_| {
+            let url = server.url();
+            let script = script.clone();
+            std::thread::spawn(move || {
+                for _ in 0..3 {
+                    let done = finish(
+                        tool_for(&url)
+                            .args(["run", "appender", "--"])
+                            .args(sh(&script)),
+                    );
+                    assert_eq!(done.code, 0, "{done:?}");
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 12, "{text}");
+    for pair in lines.chunks(2) {
+        let start = pair[0].strip_prefix("start ").expect(&text);
+        let end = pair[1].strip_prefix("end ").expect(&text);
+        assert_eq!(start, end, "interleaved:\n{text}");
+    }
+}
+
+#[test]
+fn no_wait_skip_exits_at_once_without_running_the_command() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let _held = locks.lock("nightly").unwrap();
+    let marker = server.dir().join("ran");
+    let started = Instant::now();
+    let done = finish(
+        tool(&server)
+            .args(["run", "nightly", "--no-wait", "--on-busy", "skip", "--"])
+            .args(["touch", path_arg(&marker)]),
+    );
+    assert_eq!(done.code, 0, "{done:?}");
+    // Not a terminal: a skip is silent, as cron wants it.
+    assert_eq!(done.stderr, "");
+    assert!(!marker.exists());
+    // The holder keeps the lock for its 30 s TTL and beyond: no waiting happened.
+    assert!(started.elapsed() < QUICK, "took {:?}", started.elapsed());
+}
+
+#[test]
+fn no_wait_fail_exits_with_the_busy_code_and_names_the_holder() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let _held = locks.lock("nightly").unwrap();
+    let marker = server.dir().join("ran");
+    let done = finish(
+        tool(&server)
+            .args(["run", "nightly", "--no-wait", "--on-busy", "fail", "--"])
+            .args(["touch", path_arg(&marker)]),
+    );
+    assert_eq!(done.code, BUSY, "{done:?}");
+    one_line(&done.stderr);
+    assert!(done.stderr.contains("busy"), "{}", done.stderr);
+    assert!(
+        done.stderr.contains(&format!("pid {}", std::process::id())),
+        "{}",
+        done.stderr
+    );
+    assert!(!marker.exists());
+
+    // --busy-exit-code N, like flock -E; fail is the default.
+    let done = finish(
+        tool(&server)
+            .args(["run", "nightly", "--no-wait", "--busy-exit-code", "9", "--"])
+            .args(["touch", path_arg(&marker)]),
+    );
+    assert_eq!(done.code, 9, "{done:?}");
+    assert!(!marker.exists());
+}
+
+#[test]
+fn wait_gives_up_after_its_budget() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let _held = locks.lock("report").unwrap();
+    let started = Instant::now();
+    let done = finish(tool(&server).args(["run", "report", "--wait", "600ms", "--", "true"]));
+    let took = started.elapsed();
+    assert_eq!(done.code, BUSY, "{done:?}");
+    assert!(
+        done.stderr.contains("after waiting 600ms"),
+        "{}",
+        done.stderr
+    );
+    assert!(took >= Duration::from_millis(600), "gave up after {took:?}");
+    // Not a terminal: no live status line, just the one error line.
+    one_line(&done.stderr);
+    assert!(!done.stderr.contains("waiting 0") && !done.stderr.contains('\r'));
+}
+
+#[test]
+fn a_waiting_run_starts_when_the_holder_releases() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let guard = locks.lock("report").unwrap();
+    let marker = server.dir().join("ran");
+    let waiting = Running::start(
+        tool(&server)
+            .args(["run", "report", "--"])
+            .args(["touch", path_arg(&marker)]),
+    );
+    // The tool blocks on the lock's wake-up list while it waits.
+    let mut redis = server.connection();
+    assert!(wait_until(QUICK, || {
+        let clients: String = redis::cmd("CLIENT").arg("LIST").query(&mut redis).unwrap();
+        clients.contains("cmd=blpop")
+    }));
+    assert!(!marker.exists());
+    assert_eq!(guard.release().unwrap(), ReleaseOutcome::Released);
+    let done = waiting.finish(QUICK);
+    assert_eq!(done.code, 0, "{done:?}");
+    assert!(marker.exists());
+    assert!(!held(&locks, "report"));
+}
+
+#[test]
+fn exit_codes_pass_through() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    for (script, code) in [
+        ("exit 0", 0),
+        ("exit 7", 7),
+        ("exit 255", 255),
+        ("kill -KILL $$", 128 + 9),
+    ] {
+        let done = finish(tool(&server).args(["run", "job", "--"]).args(sh(script)));
+        assert_eq!(done.code, code, "{script}: {done:?}");
+        assert!(!held(&locks, "job"), "{script}: lock left behind");
+    }
+}
+
+#[test]
+fn the_command_sees_the_lock_in_its_environment() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let earlier = locks.lock("env-job").unwrap();
+    let earlier_token = earlier.fencing_token();
+    drop(earlier);
+    let done = finish(
+        tool(&server)
+            .args(["run", "env-job", "--ttl", "5s", "--"])
+            .args(sh("echo \"$REDIS_LOCK_KEY|$REDIS_LOCK_NAMESPACE|$REDIS_LOCK_FENCING_TOKEN|$REDIS_LOCK_TTL_MS\"")),
+    );
+    assert_eq!(done.code, 0, "{done:?}");
+    let fields: Vec<&str> = done.stdout.trim().split('|').collect();
+    assert_eq!(fields[..2], ["env-job", "lock:"]);
+    let token: u64 = fields[2].parse().unwrap();
+    assert!(token > earlier_token, "{token} after {earlier_token}");
+    assert_eq!(fields[3], "5000");
+}
+
+#[test]
+fn metadata_and_minimum_hold_show_in_status() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let done = finish(
+        tool(&server)
+            .args([
+                "run",
+                "weekly",
+                "--hold-at-least",
+                "3s",
+                "--metadata",
+                "weekly report",
+            ])
+            .args(["--", "true"]),
+    );
+    assert_eq!(done.code, 0, "{done:?}");
+    // The command is done, but the lock stays taken (by nobody) for the minimum hold.
+    let status = finish(tool(&server).args(["status", "weekly", "--json"]));
+    assert_eq!(status.code, 0, "{status:?}");
+    let v = json(&status.stdout);
+    assert_eq!(v["metadata"], "weekly report");
+    assert_eq!(v["owned"], false);
+    assert!(v["hold_until"].is_string(), "{v}");
+    assert!(wait_until(QUICK, || !held(&locks, "weekly")));
+}
+
+// ---------------------------------------------------------------------------------------
+// run: signals, crashes, lost locks
+
+#[test]
+fn signals_reach_the_command_and_the_lock_is_released_after_it_exits() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    for (signo, name, code) in [
+        (libc::SIGTERM, "TERM", 7),
+        (libc::SIGINT, "INT", 8),
+        (libc::SIGHUP, "HUP", 9),
+    ] {
+        let ready = server.dir().join(format!("ready-{name}"));
+        let got = server.dir().join(format!("got-{name}"));
+        let script = format!(
+            "trap 'echo {name} > {got}; exit {code}' {name}; echo ready > {ready}; while :; do sleep 0.05; done",
+            got = path_arg(&got),
+            ready = path_arg(&ready),
+        );
+        let running = Running::start(
+            tool(&server)
+                .args(["run", "signalled", "--"])
+                .args(sh(&script)),
+        );
+        assert!(
+            wait_until(QUICK, || ready.exists()),
+            "{name}: command did not start"
+        );
+        assert!(held(&locks, "signalled"));
+        signal(&running.child, signo);
+        let done = running.finish(QUICK);
+        assert_eq!(done.code, code, "{name}: {done:?}");
+        assert_eq!(std::fs::read_to_string(&got).unwrap().trim(), name);
+        assert!(!held(&locks, "signalled"), "{name}: lock not released");
+    }
+}
+
+#[test]
+fn a_signal_while_waiting_ends_the_wait() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let _held = locks.lock("busy").unwrap();
+    let marker = server.dir().join("ran");
+    let waiting = Running::start(
+        tool(&server)
+            .args(["run", "busy", "--"])
+            .args(["touch", path_arg(&marker)]),
+    );
+    let mut redis = server.connection();
+    assert!(wait_until(QUICK, || {
+        let clients: String = redis::cmd("CLIENT").arg("LIST").query(&mut redis).unwrap();
+        clients.contains("cmd=blpop")
+    }));
+    signal(&waiting.child, libc::SIGTERM);
+    let done = waiting.finish(QUICK);
+    assert_eq!(done.code, 128 + libc::SIGTERM, "{done:?}");
+    assert!(!marker.exists());
+}
+
+#[test]
+fn ctrl_c_at_the_terminal_reaches_the_command_once() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let dir = server.dir();
+    let (mut master, slave) = pty();
+    let mut cmd = tool(&server);
+    cmd.args(["run", "interactive", "--", SIGNAL_COUNTER])
+        .arg(dir)
+        .stdin(Stdio::from(slave));
+    // SAFETY: setsid and ioctl are async-signal-safe. The tool becomes a session leader with
+    // the pty (its stdin) as controlling terminal, so the pty's ^C goes to its process group:
+    // redis-lock and the command, as in an interactive shell.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(|| {
+            if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let running = Running::start(&mut cmd);
+    assert!(wait_until(QUICK, || dir.join("ready").exists()
+        && held(&locks, "interactive")));
+    // ^C typed at the terminal: the kernel signals the whole foreground process group.
+    std::io::Write::write_all(&mut master, b"\x03").unwrap();
+    assert!(
+        wait_until(QUICK, || dir.join("ints").exists()),
+        "the command got no SIGINT"
+    );
+    // A SIGTERM from a process is forwarded. Had the tool forwarded the terminal's SIGINT as
+    // well, it would have sent it before this SIGTERM, and the command would count two.
+    signal(&running.child, libc::SIGTERM);
+    let done = running.finish(QUICK);
+    assert_eq!(done.code, 4, "{done:?}");
+    assert_eq!(done.stdout.trim(), "1", "SIGINTs the command received");
+    assert!(!held(&locks, "interactive"));
+    drop(master);
+}
+
+#[test]
+fn sigkill_of_the_tool_frees_the_lock_within_its_ttl() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let pid_file = server.dir().join("command.pid");
+    let script = format!("echo $$ > {}; exec sleep 60", path_arg(&pid_file));
+    let mut running = Running::start(
+        tool(&server)
+            .args(["run", "crashy", "--ttl", "2s", "--"])
+            .args(sh(&script)),
+    );
+    assert!(wait_until(QUICK, || pid_file.exists() && held(&locks, "crashy")));
+    signal(&running.child, libc::SIGKILL);
+    running.child.wait().unwrap();
+    let killed = Instant::now();
+    let left = locks
+        .inspect("crashy")
+        .unwrap()
+        .and_then(|i| i.remaining_ttl);
+    assert!(
+        left.is_some_and(|l| l <= Duration::from_secs(2)),
+        "{left:?}"
+    );
+    // Nobody renews it any more: it expires within its 2 s TTL (plus slack for a busy box).
+    assert!(wait_until(
+        Duration::from_secs(2) + Duration::from_secs(3),
+        || { !held(&locks, "crashy") }
+    ));
+    assert!(killed.elapsed() < Duration::from_secs(5));
+    kill_pid_in(&pid_file);
+}
+
+#[test]
+fn kill_on_loss_terminates_the_command_with_the_documented_code() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let pid_file = server.dir().join("command.pid");
+    let script = format!("echo $$ > {}; exec sleep 60", path_arg(&pid_file));
+    let running = Running::start(
+        tool(&server)
+            .args(["run", "guarded", "--ttl", "1s", "--kill-on-loss", "--"])
+            .args(sh(&script)),
+    );
+    assert!(wait_until(QUICK, || pid_file.exists() && held(&locks, "guarded")));
+    let pid: libc::pid_t = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // Behind its back: an operator breaks the lock.
+    assert!(locks.force_release("guarded").unwrap().is_some());
+    let done = running.finish(QUICK);
+    assert_eq!(done.code, LOST, "{done:?}");
+    assert!(done.stderr.contains("was lost"), "{}", done.stderr);
+    assert!(done.stderr.contains("SIGTERM"), "{}", done.stderr);
+    assert!(!alive(pid), "the command still runs");
+}
+
+#[test]
+fn kill_on_loss_escalates_to_sigkill_after_the_grace_period() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let pid_file = server.dir().join("command.pid");
+    // The shell ignores SIGTERM; only SIGKILL stops it.
+    let script = format!(
+        "trap '' TERM; echo $$ > {}; while :; do sleep 0.05; done",
+        path_arg(&pid_file)
+    );
+    let running = Running::start(
+        tool(&server)
+            .args([
+                "run",
+                "stubborn",
+                "--ttl",
+                "1s",
+                "--kill-on-loss",
+                "--kill-grace",
+                "500ms",
+            ])
+            .arg("--")
+            .args(sh(&script)),
+    );
+    assert!(wait_until(QUICK, || pid_file.exists() && held(&locks, "stubborn")));
+    let pid: libc::pid_t = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let mut redis = server.connection();
+    let deleted: i64 = redis::cmd("DEL")
+        .arg("lock:{stubborn}")
+        .query(&mut redis)
+        .unwrap();
+    assert_eq!(deleted, 1);
+    let done = running.finish(QUICK);
+    assert_eq!(done.code, LOST, "{done:?}");
+    assert!(done.stderr.contains("SIGKILL"), "{}", done.stderr);
+    assert!(!alive(pid), "the command still runs");
+}
+
+#[test]
+fn a_lost_lock_without_kill_on_loss_warns_and_keeps_the_command() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let ready = server.dir().join("ready");
+    let stop = server.dir().join("stop");
+    let script = format!(
+        "echo ready > {}; while [ ! -e {} ]; do sleep 0.05; done; exit 5",
+        path_arg(&ready),
+        path_arg(&stop)
+    );
+    let running = Running::start(
+        tool(&server)
+            .args(["run", "soft", "--ttl", "1s", "--"])
+            .args(sh(&script)),
+    );
+    assert!(wait_until(QUICK, || ready.exists() && held(&locks, "soft")));
+    assert!(locks.force_release("soft").unwrap().is_some());
+    assert!(
+        wait_until(QUICK, || running.stderr().contains("was lost")),
+        "no warning: {}",
+        running.stderr()
+    );
+    std::fs::write(&stop, "").unwrap();
+    let done = running.finish(QUICK);
+    assert_eq!(done.code, 5, "{done:?}");
+    assert!(done.stderr.contains("keeps running"), "{}", done.stderr);
+}
+
+#[test]
+fn rediss_urls_work() {
+    let tls = TlsRedisServer::start();
+    let locks = client(tls.server());
+    let done = finish(
+        tool_for(&tls.insecure_url())
+            .args(["run", "over-tls", "--"])
+            .args(sh("echo \"$REDIS_LOCK_FENCING_TOKEN\"")),
+    );
+    assert_eq!(done.code, 0, "{done:?}");
+    assert_eq!(done.stdout.trim(), "1");
+    let _held = locks.lock("over-tls").unwrap();
+    let status = finish(tool_for(&tls.insecure_url()).args(["status", "over-tls", "--json"]));
+    assert_eq!(status.code, 0, "{status:?}");
+    assert_eq!(json(&status.stdout)["fencing_token"], 2);
+}
+
+// ---------------------------------------------------------------------------------------
+// status, list, release --force
+
+#[test]
+fn status_of_a_held_and_a_free_lock() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let guard = locks
+        .options("report")
+        .metadata("cron job")
+        .acquire()
+        .unwrap();
+
+    let plain = finish(tool(&server).args(["status", "report"]));
+    assert_eq!(plain.code, 0, "{plain:?}");
+    assert!(plain.stdout.contains("is held"), "{}", plain.stdout);
+    assert!(
+        plain
+            .stdout
+            .contains(&format!("pid {}", std::process::id()))
+    );
+    assert!(plain.stdout.contains("cron job"));
+
+    let v = json(&finish(tool(&server).args(["status", "report", "--json"])).stdout);
+    assert_eq!(v["key"], "report");
+    assert_eq!(v["held"], true);
+    assert_eq!(v["pid"], std::process::id());
+    assert_eq!(v["fencing_token"], guard.fencing_token());
+    assert_eq!(v["metadata"], "cron job");
+    assert_eq!(v["owned"], true);
+    let ttl = v["remaining_ttl_ms"].as_u64().unwrap();
+    assert!(ttl > 0 && ttl <= 30_000, "{ttl}");
+    assert!(v["acquired_at"].as_str().unwrap().ends_with('Z'));
+
+    drop(guard);
+    let free = finish(tool(&server).args(["status", "report"]));
+    assert_eq!(free.code, 1, "{free:?}");
+    assert!(free.stdout.contains("is free"));
+    let free = finish(tool(&server).args(["status", "report", "--json"]));
+    assert_eq!(free.code, 1, "{free:?}");
+    assert_eq!(json(&free.stdout)["held"], false);
+}
+
+#[test]
+fn list_shows_held_locks_only() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let empty = finish(tool(&server).arg("list"));
+    assert_eq!((empty.code, empty.stdout.as_str()), (0, ""), "{empty:?}");
+    assert_eq!(
+        json(&finish(tool(&server).args(["list", "--json"])).stdout),
+        Value::Array(vec![])
+    );
+
+    let _a = locks
+        .options("report-a")
+        .metadata("first")
+        .acquire()
+        .unwrap();
+    let _b = locks.lock("report-b").unwrap();
+    let _odd = locks.lock("odd}name").unwrap();
+    // Released: its fencing counter and wake-up list stay behind, but it is not held.
+    drop(locks.lock("report-c").unwrap());
+    let other_ns = LockClient::builder(&server.url())
+        .namespace("app:")
+        .build()
+        .unwrap();
+    let _elsewhere = other_ns.lock("report-z").unwrap();
+
+    let plain = finish(tool(&server).arg("list"));
+    assert_eq!(plain.code, 0, "{plain:?}");
+    let rows: Vec<&str> = plain.stdout.lines().collect();
+    assert_eq!(rows.len(), 4, "{}", plain.stdout);
+    assert!(rows[0].starts_with("KEY"));
+    assert!(rows[1].starts_with("odd}name"));
+    assert!(rows[2].starts_with("report-a") && rows[2].contains("first"));
+    assert!(rows[3].starts_with("report-b"));
+
+    let v = json(&finish(tool(&server).args(["list", "report-*", "--json"])).stdout);
+    let keys: Vec<&str> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(keys, ["report-a", "report-b"]);
+    assert_eq!(v[0]["pid"], std::process::id());
+
+    let v = json(&finish(tool(&server).args(["--namespace", "app:", "list", "--json"])).stdout);
+    assert_eq!(v.as_array().unwrap().len(), 1, "{v}");
+    assert_eq!(v[0]["key"], "report-z");
+    assert_eq!(v[0]["namespace"], "app:");
+}
+
+#[test]
+fn library_list_pages_through_scan_and_never_uses_keys() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let mut redis = server.connection();
+    // Enough other keys that SCAN needs several calls (it returns about COUNT per call).
+    let mut mset = redis::cmd("MSET");
+    for i in 0..3000 {
+        mset.arg(format!("unrelated:{i}")).arg(i);
+    }
+    mset.query::<()>(&mut redis).unwrap();
+    let guards: Vec<_> = (0..30)
+        .map(|i| locks.lock(&format!("job-{i:02}")).unwrap())
+        .collect();
+    // A key of another type where a lock would be is not a lock.
+    redis::cmd("SET")
+        .arg("lock:{not-a-lock}")
+        .arg("x")
+        .query::<()>(&mut redis)
+        .unwrap();
+    let before = locks.request_count();
+    let listed = locks.list("*").unwrap();
+    let names: Vec<String> = listed.iter().map(|i| i.key.clone()).collect();
+    let expected: Vec<String> = (0..30).map(|i| format!("job-{i:02}")).collect();
+    assert_eq!(names, expected);
+    assert!(
+        listed
+            .iter()
+            .all(|i| i.pid == std::process::id() && i.owned)
+    );
+    // One request per SCAN page plus one per lock: more than one page was needed.
+    assert!(
+        locks.request_count() - before > 31,
+        "{}",
+        locks.request_count() - before
+    );
+    assert_eq!(locks.list("job-1?").unwrap().len(), 10);
+    assert!(locks.list("nothing-*").unwrap().is_empty());
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut redis)
+        .unwrap();
+    assert!(stats.contains("cmdstat_scan:"), "{stats}");
+    assert!(!stats.contains("cmdstat_keys:"), "KEYS was used");
+    drop(guards);
+    assert!(locks.list("*").unwrap().is_empty());
+}
+
+#[test]
+fn release_force_breaks_a_held_lock_and_names_the_holder() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let guard = locks.lock("stuck").unwrap();
+    let done = finish(tool(&server).args(["release", "stuck", "--force"]));
+    assert_eq!(done.code, 0, "{done:?}");
+    assert!(
+        done.stdout.contains(&format!("pid {}", std::process::id())),
+        "{}",
+        done.stdout
+    );
+    assert!(!held(&locks, "stuck"));
+    assert_ne!(guard.release().unwrap(), ReleaseOutcome::Released);
+
+    let again = finish(tool(&server).args(["release", "stuck", "--force"]));
+    assert_eq!(again.code, 1, "{again:?}");
+    assert!(again.stdout.contains("not held"));
+
+    let _guard = locks.lock("stuck").unwrap();
+    let v = json(&finish(tool(&server).args(["release", "stuck", "--force", "--json"])).stdout);
+    assert_eq!(v["broken"], true);
+    assert_eq!(v["pid"], std::process::id());
+    let free = finish(tool(&server).args(["release", "stuck", "--force", "--json"]));
+    assert_eq!(free.code, 1);
+    assert_eq!(json(&free.stdout)["broken"], false);
+
+    // Without --force nothing is broken.
+    let _guard = locks.lock("kept").unwrap();
+    let refused = finish(tool(&server).args(["release", "kept"]));
+    assert_eq!(refused.code, USAGE, "{refused:?}");
+    assert!(held(&locks, "kept"));
+}
+
+// ---------------------------------------------------------------------------------------
+// Errors: one line, non-zero, the documented code
+
+#[test]
+fn unreachable_redis_is_one_clear_line() {
+    let port = free_port().unwrap();
+    let url = format!("redis://:hunter2@127.0.0.1:{port}/");
+    for args in [&["status", "x"][..], &["run", "x", "--", "true"], &["list"]] {
+        let done = finish(tool_for(&url).args(args));
+        assert_eq!(done.code, UNAVAILABLE, "{args:?}: {done:?}");
+        one_line(&done.stderr);
+        assert!(
+            done.stderr
+                .contains(&format!("cannot connect to Redis at 127.0.0.1:{port}")),
+            "{}",
+            done.stderr
+        );
+        assert!(!done.stderr.contains("hunter2"), "{}", done.stderr);
+    }
+}
+
+#[test]
+fn bad_command_lines_are_one_clear_line() {
+    let server = RedisServer::start();
+    let cases: [(&[&str], &str); 6] = [
+        (&["run", "x", "--ttl", "5parsecs", "--", "true"], "5parsecs"),
+        (&["run", "x", "--wait", "soon", "--", "true"], "soon"),
+        (&["run", "x"], "missing command"),
+        (&["run", "x", "--"], "missing command"),
+        (&["--namespace", "a{b", "status", "x"], "namespace"),
+        (&["run", "", "--", "true"], "key"),
+    ];
+    for (args, needle) in cases {
+        let done = finish(tool(&server).args(args));
+        assert_eq!(done.code, USAGE, "{args:?}: {done:?}");
+        one_line(&done.stderr);
+        assert!(done.stderr.contains(needle), "{args:?}: {}", done.stderr);
+    }
+    let done = finish(tool_for("redis://:hunter2@[::1").args(["status", "x"]));
+    assert_eq!(done.code, USAGE, "{done:?}");
+    one_line(&done.stderr);
+    assert!(done.stderr.contains("invalid url"), "{}", done.stderr);
+    assert!(!done.stderr.contains("hunter2"), "{}", done.stderr);
+}
+
+#[test]
+fn commands_that_cannot_start_get_127_or_126_and_free_the_lock() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let not_executable = server.dir().join("script.sh");
+    std::fs::write(&not_executable, "#!/bin/sh\necho hi\n").unwrap();
+    let cases = [
+        (OsStr::new("no-such-command-anywhere"), NOT_FOUND),
+        (not_executable.as_os_str(), CANNOT_EXECUTE),
+        (server.dir().as_os_str(), CANNOT_EXECUTE),
+    ];
+    for (command, code) in cases {
+        let done = finish(tool(&server).args(["run", "job", "--"]).arg(command));
+        assert_eq!(done.code, code, "{command:?}: {done:?}");
+        one_line(&done.stderr);
+        assert!(!held(&locks, "job"), "{command:?}: lock left behind");
+    }
+}
+
+#[test]
+fn help_has_examples_a_crontab_line_and_the_exit_codes() {
+    for args in [&["--help"][..], &["run", "--help"]] {
+        let mut cmd = Command::new(cli_binary());
+        let done = finish(cmd.args(args));
+        assert_eq!(done.code, 0, "{done:?}");
+        assert!(done.stdout.contains("Examples:"), "{args:?}");
+        assert!(
+            done.stdout.contains("*/15 * * * *"),
+            "{args:?}: no crontab line"
+        );
+        for code in ["64", "69", "75", "124", "126", "127", "128+N"] {
+            assert!(
+                done.stdout.contains(code),
+                "{args:?}: exit code {code} undocumented"
+            );
+        }
+    }
+    for sub in ["status", "list", "release"] {
+        let done = finish(Command::new(cli_binary()).args([sub, "--help"]));
+        assert_eq!(done.code, 0, "{done:?}");
+        assert!(done.stdout.contains("redis-lock "), "{sub}: no example");
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The live status line: only on a terminal
+
+#[test]
+fn the_wait_status_line_shows_on_a_terminal() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let _held = locks.options("tty-job").metadata("x").acquire().unwrap();
+    let (mut master, slave) = pty();
+    let mut running = tool(&server)
+        .args(["run", "tty-job", "--wait", "2s", "--", "true"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(slave))
+        .spawn()
+        .unwrap();
+    let screen = Arc::new(Mutex::new(String::new()));
+    let reader = {
+        let screen = Arc::clone(&screen);
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 1024];
+            // Ends with EIO once the tool (the last holder of the slave side) has exited.
+            while let Ok(n) = master.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                screen
+                    .lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        })
+    };
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = running.try_wait().unwrap() {
+            break status;
+        }
+        assert!(start.elapsed() < QUICK, "redis-lock did not give up");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    // The reader stops at EIO once no process has the terminal open any more; an unrelated
+    // process spawned meanwhile by a parallel test might keep it open, so do not insist.
+    wait_until(Duration::from_secs(5), || reader.is_finished());
+    assert_eq!(status.code(), Some(BUSY));
+    let screen = screen.lock().unwrap().clone();
+    // The status line is redrawn in place: each drawing starts with a carriage return.
+    let drawings: Vec<&str> = screen
+        .split('\r')
+        .filter(|d| d.starts_with("redis-lock: waiting "))
+        .collect();
+    let holder = format!("held by {}", gethostname());
+    assert!(
+        drawings
+            .iter()
+            .any(|d| d.contains(&holder) && d.contains(&format!("pid {}", std::process::id()))),
+        "{screen:?}"
+    );
+    // Cleared before the final message, which is on a line of its own.
+    assert!(
+        screen.contains("\r\x1b[Kredis-lock: lock \"tty-job\" is busy"),
+        "{screen:?}"
+    );
+}
+
+fn gethostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for its length.
+    let r = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    assert_eq!(r, 0);
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+/// A pseudo-terminal: the master side to read, the slave side to hand to the tool.
+fn pty() -> (std::fs::File, OwnedFd) {
+    let mut master = -1;
+    let mut slave = -1;
+    // SAFETY: both out-pointers are valid; name, termios and winsize may be null.
+    let r = unsafe {
+        libc::openpty(
+            &mut master,
+            &mut slave,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(r, 0, "openpty: {}", std::io::Error::last_os_error());
+    for fd in [master, slave] {
+        // SAFETY: `fd` is open. Close-on-exec keeps processes that parallel tests spawn from
+        // inheriting the terminal (the tool gets the slave through `Stdio`, which dups it).
+        unsafe {
+            libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+        }
+    }
+    // SAFETY: openpty returned two fresh descriptors that nothing else owns.
+    unsafe {
+        (
+            std::fs::File::from_raw_fd(master),
+            OwnedFd::from_raw_fd(slave),
+        )
+    }
+}

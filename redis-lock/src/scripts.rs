@@ -65,6 +65,16 @@ macro_rules! handoff_grace_ms {
     };
 }
 
+/// What a script does when a key it builds itself (a fair waiter's wake-up list) is not on this
+/// node: only possible while the lock's slot migrates, where Redis refuses such access. Raised
+/// before anything is written, as `TRYAGAIN`, which the cluster client retries like the
+/// `TRYAGAIN` Redis itself answers for a script whose declared keys are split.
+macro_rules! not_local {
+    () => {
+        "redis.error_reply('TRYAGAIN the wake-up list is not on this node: the slot is migrating')"
+    };
+}
+
 /// `prune(waiters, queue)`: forgets waiters whose registration lapsed (at most 100 per call,
 /// so a script stays short; later calls take the rest). Returns how many it forgot.
 macro_rules! prune {
@@ -94,7 +104,9 @@ macro_rules! prune {
 /// The per-waiter list `<signal>:<id>` is the one key a script builds itself instead of
 /// receiving it in `KEYS`: the releaser cannot know who heads the queue. It starts with the
 /// lock's hash tag, so it is in the same cluster slot as the declared keys (Redis allows
-/// undeclared keys of the script's own slot).
+/// undeclared keys of the script's own slot). While that slot migrates, the list may be on the
+/// other node, which Redis refuses; `hand_over` touches it before writing anything and raises
+/// `TRYAGAIN` (see `not_local`) instead of leaving a half-made grant.
 macro_rules! hand_over {
     () => {
         concat!(
@@ -105,13 +117,18 @@ macro_rules! hand_over {
                if not head and forgot > 0 and redis.call('EXISTS', waiters) == 0 then\n\
                  return false\n\
                end\n\
-               local f = redis.pcall('INCR', fence)\n\
-               if type(f) == 'table' then return false end\n\
                local wake = signal\n\
                local target = ''\n\
                if head then\n\
                  target = head\n\
                  wake = signal .. ':' .. head\n\
+                 if type(redis.pcall('EXISTS', wake)) == 'table' then error(",
+            not_local!(),
+            ") end\n\
+               end\n\
+               local f = redis.pcall('INCR', fence)\n\
+               if type(f) == 'table' then return false end\n\
+               if head then\n\
                  redis.call('ZREM', queue, head)\n\
                  redis.call('ZREM', waiters, head)\n\
                end\n\
@@ -146,6 +163,9 @@ macro_rules! hand_over {
 /// `hand_over`), only the waiter it is for (fair) or any caller that has been waiting (shared),
 /// which then removes the pending wake-up.
 ///
+/// A caller whose token already owns the lock gets `{1, fence, 0, 0, 0}` with the stored fencing
+/// token and nothing changes: a resent request is answered as the first one was.
+///
 /// Returns `{1, fence, 0, 0, 0}` when acquired; `{0, pttl, block, fresh, now}` when not (`pttl`: the
 /// lock's remaining TTL, `-1` without expiry, `-2` free but owed to the head of the queue;
 /// `block`: how long the registered caller should wait for its wake-up at most, `-1` when it
@@ -163,14 +183,21 @@ pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
         "local id = ARGV[6]\n",
         "local fair = string.find(ARGV[8], 'f', 1, true) ~= nil\n",
         "local waited = string.find(ARGV[8], 'w', 1, true) ~= nil\n",
-        "local h = redis.pcall('HMGET', KEYS[1], 'token', 'handoff')\n",
+        "local h = redis.pcall('HMGET', KEYS[1], 'token', 'handoff', 'fence')\n",
         "if h['err'] then return {-2, 0, 0, 0, 0} end\n",
+        // Already ours: a resent request (the cluster client resends after a reply timeout)
+        // whose first copy took the lock.
+        "if h[1] == ARGV[1] then return {1, tonumber(h[3]) or 0, 0, 0, 0} end\n",
         "local exists = h[1] ~= false\n",
         "local pending = nil\n",
         "if exists and h[2] then\n",
         "  local list = KEYS[5]\n",
         "  if h[2] ~= '' then list = KEYS[5] .. ':' .. h[2] end\n",
-        "  if redis.call('LLEN', list) > 0 then pending = list end\n",
+        "  local n = redis.pcall('LLEN', list)\n",
+        "  if type(n) == 'table' then return ",
+        not_local!(),
+        " end\n",
+        "  if n > 0 then pending = list end\n",
         "end\n",
         "local head = nil\n",
         "local mine = false\n",

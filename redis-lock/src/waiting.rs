@@ -632,3 +632,60 @@ fn parse_grant(grant: &str) -> Option<Grant> {
         server_ms,
     })
 }
+
+#[cfg(all(test, feature = "testing"))]
+mod tests {
+    use super::*;
+    use crate::testing::RedisServer;
+
+    /// The cluster client resends a script after a reply timeout; when the first copy took the
+    /// lock, the second must answer "acquired" with the same fencing token, not "busy".
+    #[test]
+    fn a_resent_acquire_finds_its_own_lock_acquired() {
+        let server = RedisServer::start();
+        let client = crate::LockClient::open(&server.url()).unwrap();
+        let inner = &client.inner;
+        let Backend::Single(store) = &inner.backend else {
+            panic!("one server is a single store");
+        };
+        let keys = LockKeys::new(&inner.config.namespace, "resent").unwrap();
+        let ids = token::new_ids().unwrap();
+        let waiter = Waiter {
+            id: ids.waiter,
+            fair: false,
+            registered: false,
+        };
+        let opts = LockOptions::default();
+        let ttl = Duration::from_secs(10);
+        let attempt = |token: &str| {
+            inner
+                .attempt_on(
+                    store,
+                    "resent",
+                    &keys,
+                    token,
+                    ttl,
+                    &opts,
+                    &waiter,
+                    &keys.signal,
+                    ttl,
+                )
+                .unwrap()
+        };
+        let Attempt::Acquired { fence } = attempt(&ids.token) else {
+            panic!("the lock is free");
+        };
+        let Attempt::Acquired { fence: again } = attempt(&ids.token) else {
+            panic!("a resent acquire was answered busy");
+        };
+        assert_eq!(again, fence, "the stored fencing token, not a new one");
+        let counter: u64 = redis::cmd("GET")
+            .arg(&keys.fence)
+            .query(&mut server.connection())
+            .unwrap();
+        assert_eq!(counter, fence, "the counter did not move");
+        // Anyone else is still refused.
+        let other = token::new_ids().unwrap().token;
+        assert!(matches!(attempt(&other), Attempt::Busy { .. }));
+    }
+}

@@ -296,3 +296,126 @@ fn lock_survives_a_slot_migration() {
     );
     assert!(exists(&cluster.nodes()[target], &lock));
 }
+
+fn zcard(node: &redis_lock::testing::RedisServer, key: &str) -> usize {
+    redis::cmd("ZCARD")
+        .arg(key)
+        .query(&mut node.connection())
+        .unwrap()
+}
+
+/// Fair mode on a cluster: each fair waiter blocks on its own wake-up list
+/// (`<signal>:<waiter id>`, a key the release script builds from the lock's hash tag, so it
+/// is in the lock's slot), and releases hand the lock over in arrival order.
+#[test]
+fn fair_waiters_are_served_in_arrival_order_on_a_cluster() {
+    let cluster = RedisCluster::start(3);
+    let name = "fair-queue";
+    let owner = cluster.node_for_slot(cluster.keyslot(&redis_keys(name)[0]));
+    let queue = format!("{}:queue", redis_keys(name)[0]);
+    let fair = redis_lock::LockOptions::new()
+        .ttl(Duration::from_secs(30))
+        .wait(Duration::from_secs(30))
+        .retry(redis_lock::RetryStrategy::fair());
+    let holder = cluster_client(&cluster);
+    let guard = holder.acquire_with(name, &fair).unwrap();
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    const N: usize = 3;
+    let mut threads = Vec::new();
+    for i in 0..N {
+        let locks = cluster_client(&cluster);
+        let (order, fair) = (Arc::clone(&order), fair.clone());
+        threads.push(std::thread::spawn(move || {
+            let g = locks.acquire_with(name, &fair).unwrap();
+            order.lock().unwrap().push(i);
+            drop(g);
+        }));
+        // The next one starts once this one holds its ticket: a known arrival order.
+        assert!(wait_until(Duration::from_secs(10), || zcard(owner, &queue) == i + 1));
+    }
+    let started = Instant::now();
+    drop(guard);
+    for t in threads {
+        t.join().unwrap();
+    }
+    // Woken by releases, not by the 30 s TTLs.
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert_eq!(*order.lock().unwrap(), (0..N).collect::<Vec<_>>());
+    assert_eq!(zcard(owner, &queue), 0);
+}
+
+/// A release that hands the lock to the head of the fair queue writes that waiter's own
+/// wake-up list, which the script names itself. While the slot migrates that list can be on
+/// the other node even when every declared key is here (so Redis runs the script here): the
+/// handover is then refused with a retryable error before anything is written, and made
+/// once the slot has moved.
+#[test]
+fn a_fair_handover_waits_for_a_migrating_slot() {
+    let cluster = RedisCluster::start(3);
+    let holder = cluster_client(&cluster);
+    let operator = cluster_client(&cluster);
+    let name = "fair-migrating";
+    let [lock, _, signal] = redis_keys(name);
+    let (waiters, queue) = (format!("{lock}:waiters"), format!("{lock}:queue"));
+    let slot = cluster.keyslot(&lock);
+    let source = cluster.node_for_slot(slot);
+    let target = cluster
+        .nodes()
+        .iter()
+        .position(|n| n.port() != source.port())
+        .unwrap();
+    let guard = holder
+        .options(name)
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .unwrap();
+    // A fair waiter queued for a minute (written as the acquire script would), and a shared
+    // wake-up list, so that every key the release declares exists on the source.
+    let head = "feedfacefeedface";
+    let mut con = source.connection();
+    let (secs, _): (u64, u64) = redis::cmd("TIME").query(&mut con).unwrap();
+    let lapse = (secs + 60) * 1000;
+    redis::pipe()
+        .zadd(&waiters, head, lapse)
+        .zadd(&queue, head, 1)
+        .rpush(&signal, "unrelated")
+        .query::<()>(&mut con)
+        .unwrap();
+    let migration = cluster.begin_migration(slot, target);
+    let started = Instant::now();
+    let err = operator.force_release(name).unwrap_err();
+    assert!(err.is_retryable(), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "retries are bounded"
+    );
+    // Nothing was written: still ours, the waiter still queued, no grant.
+    assert!(guard.remaining_ttl().unwrap().is_some());
+    assert_eq!(zcard(source, &queue), 1);
+    let handoff: Option<String> = redis::cmd("HGET")
+        .arg(&lock)
+        .arg("handoff")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(handoff, None);
+
+    migration.finish();
+    let target = &cluster.nodes()[target];
+    assert_eq!(guard.release().unwrap(), ReleaseOutcome::Released);
+    let mut con = target.connection();
+    let handoff: Option<String> = redis::cmd("HGET")
+        .arg(&lock)
+        .arg("handoff")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(
+        handoff.as_deref(),
+        Some(head),
+        "granted to the head of the queue"
+    );
+    let wake: usize = redis::cmd("LLEN")
+        .arg(format!("{signal}:{head}"))
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(wake, 1, "the grant waits on the head's own list");
+}

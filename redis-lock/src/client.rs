@@ -161,6 +161,9 @@ impl LockClient {
     /// majority and reports the lock lost when it no longer can. When fewer than a majority
     /// answer at all, calls fail with [`Error::NoQuorum`]. Fencing tokens stay strictly
     /// increasing as long as no server loses its data (SAFETY.md in the repository says more).
+    /// A waiter registers on every server and is woken by the release on the server where it
+    /// saw the holder; fair waiting ([`RetryStrategy::fair`](crate::RetryStrategy::fair)) is
+    /// refused with [`Error::InvalidInput`], since each server would keep its own queue.
     /// Each server is tried in turn with the client's `connect_timeout` and `io_timeout`: keep
     /// them well below the TTL.
     ///

@@ -94,6 +94,12 @@ impl RetryStrategy {
     ///
     /// All callers of one lock should use the same mode: non-fair callers also give way to a
     /// non-empty fair queue, but fair waiters are only woken in order among themselves.
+    ///
+    /// Not available on a Redlock client
+    /// ([`LockClient::redlock_builder`](crate::LockClient::redlock_builder)): each server would
+    /// keep a queue of its own, and no single order holds across a majority, so acquiring
+    /// with it fails with [`Error::InvalidInput`](crate::Error::InvalidInput). Single servers,
+    /// Sentinel and Cluster support it.
     pub fn fair() -> Self {
         Self::with(Kind::Fair)
     }

@@ -284,3 +284,53 @@ fn the_macro_works_on_a_redlock_client() {
     assert_eq!(locked_report(&locks, 7, &[&a, &b, &c]).unwrap(), 3);
     assert!(!holds(&a, "report:7") && !holds(&b, "report:7") && !holds(&c, "report:7"));
 }
+
+/// Fair mode would need one arrival order across a majority; each server keeps its own queue,
+/// so it is refused with a clear error instead of silently waiting unfairly.
+#[test]
+fn fair_waiting_is_refused_under_redlock() {
+    let [a, b, c] = three();
+    let locks = redlock_client(&[&a, &b, &c]);
+    let err = locks
+        .options("fair")
+        .retry(redis_lock::RetryStrategy::fair())
+        .try_acquire()
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidInput { .. }), "{err:?}");
+    assert!(err.to_string().contains("Redlock"), "{err}");
+    assert!(
+        ![&a, &b, &c].iter().any(|s| holds(s, "fair")),
+        "nothing taken"
+    );
+}
+
+/// A waiter registers on every server that finds the lock busy; when its budget runs out it
+/// leaves all of them, so no release grants the lock to a waiter that is gone.
+#[test]
+fn a_waiter_that_gives_up_leaves_every_server() {
+    let [a, b, c] = three();
+    let holder = redlock_client(&[&a, &b, &c]);
+    let waiter = redlock_client(&[&a, &b, &c]);
+    let guard = holder
+        .options("leave")
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .unwrap();
+    let registered = |s: &RedisServer| -> usize {
+        redis::cmd("ZCARD")
+            .arg("lock:{leave}:waiters")
+            .query(&mut s.connection())
+            .unwrap()
+    };
+    let w = std::thread::spawn(move || waiter.try_lock_for("leave", Duration::from_millis(1500)));
+    // Registered everywhere while it waits...
+    assert!(wait_until(Duration::from_secs(10), || {
+        [&a, &b, &c].iter().all(|s| registered(s) == 1)
+    }));
+    assert!(w.join().unwrap().unwrap().is_none(), "busy to the end");
+    // ...and nowhere once it gave up.
+    assert_eq!([&a, &b, &c].map(registered), [0, 0, 0]);
+    // So the release frees the lock instead of granting it to nobody.
+    assert_eq!(guard.release().unwrap(), ReleaseOutcome::Released);
+    assert!(![&a, &b, &c].iter().any(|s| holds(s, "leave")));
+}

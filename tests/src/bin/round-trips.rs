@@ -15,7 +15,15 @@ use redis_lock::testing::{RedisCluster, RedisServer, SentinelGroup};
 use redis_lock::{LockClient, LockOptions};
 
 /// Commands a client sends itself; the rest of `commandstats` are commands scripts ran.
-const TOP_LEVEL: &[&str] = &["evalsha", "eval", "wait", "blpop", "script|load", "ping"];
+const TOP_LEVEL: &[&str] = &[
+    "evalsha",
+    "eval",
+    "wait",
+    "blpop",
+    "blmove",
+    "script|load",
+    "ping",
+];
 
 fn top_level_calls(servers: &[&RedisServer]) -> u64 {
     servers

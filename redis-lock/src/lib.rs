@@ -70,9 +70,9 @@
 //!
 //! # Cargo features
 //!
-//! - `macros` (default): the [`#[distributed_lock]`](macro@distributed_lock) attribute, with
+//! - `macros` (default): the `#[distributed_lock]` attribute, with
 //!   [`set_default_client`] for the client it uses.
-//! - `testing`: [`testing::RedisServer`], throwaway `redis-server` processes for your tests
+//! - `testing`: `testing::RedisServer`, throwaway `redis-server` processes for your tests
 //!   (with replicas, a fault-injecting TCP proxy and TLS servers).
 //! - `tls`: `rediss://` URLs, through rustls with the ring crypto provider (builds with a C
 //!   compiler only, no OpenSSL). `rediss://host/#insecure` skips certificate verification; to

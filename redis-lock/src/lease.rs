@@ -142,9 +142,9 @@ impl Lease {
                 tracing::warn!(target: "redis_lock", key = %self.name, %error, "releasing lock failed; it expires with its ttl")
             }
         }
-        if let Ok(outcome) = result {
-            self.state.lock().released = Some(outcome);
-        }
+        // A failed release is not recorded as done: a later `release` (the guard's, after a
+        // failed `release_all`) tries again instead of reporting a release that never happened.
+        self.state.lock().released = result.as_ref().ok().copied();
         result
     }
 

@@ -74,10 +74,10 @@
 //!
 //! # Cargo features
 //!
-//! - `macros` (default): the [`#[distributed_lock]`](macro@distributed_lock) attribute, with
+//! - `macros` (default): the `#[distributed_lock]` attribute, with
 //!   [`set_default_client`] for the client it uses.
 //! - `cluster`: `LockClient::cluster_builder`, through the `redis` crate's cluster client.
-//! - `testing`: [`testing::RedisServer`], throwaway `redis-server` processes for your tests
+//! - `testing`: `testing::RedisServer`, throwaway `redis-server` processes for your tests
 //!   (with replicas, a fault-injecting TCP proxy, TLS servers, a Redis Cluster and a Sentinel
 //!   group).
 //! - `tls`: `rediss://` URLs, through rustls with the ring crypto provider (builds with a C

@@ -122,16 +122,6 @@ impl Inner {
         }
     }
 
-    /// The store `list` scans: the only one, or under Redlock the first (a lock held by a
-    /// majority is on at least one of any majority, not necessarily on the first server;
-    /// each name found is then inspected by quorum).
-    pub(crate) fn list_store(&self) -> &Store {
-        match &self.backend {
-            Backend::Single(store) => store,
-            Backend::Quorum(q) => q.stores().next().expect("a quorum has servers"),
-        }
-    }
-
     /// The stores, for `Debug`.
     pub(crate) fn stores(&self) -> Vec<&Store> {
         match &self.backend {

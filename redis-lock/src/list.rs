@@ -3,10 +3,13 @@
 use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
 
+use crate::backend::{Backend, Store};
 use crate::client::LockClient;
+use crate::connection::PooledConn;
 use crate::error::Result;
 use crate::info::LockInfo;
 use crate::keys::{LockKeys, validate_name};
+use crate::ops::Inner;
 use crate::scripts;
 
 /// Keys asked for per `SCAN` call: a hint to Redis, which may return more or fewer.
@@ -25,7 +28,9 @@ impl LockClient {
     /// match.
     ///
     /// A listing is not a snapshot: a lock taken or released while it runs may or may not
-    /// appear. On Redis Cluster only the node the client is connected to is scanned.
+    /// appear. On Redis Cluster only the node the client is connected to is scanned. Under
+    /// Redlock every server is scanned (a majority must answer) and each lock found is
+    /// inspected by quorum, as [`inspect`](LockClient::inspect) does.
     ///
     /// # Errors
     ///
@@ -48,27 +53,12 @@ impl LockClient {
         // after the `}`, so a pattern ending in `}` matches lock keys only (and lock names
         // ending in `}` still match, as they should).
         let matcher = format!("{}{{{pattern}}}", escape_glob(namespace));
-        let mut names = BTreeSet::new();
-        let mut conn = inner.conn(inner.list_store())?;
-        let mut cursor = 0u64;
-        loop {
-            // `conn()` counted the first request.
-            if cursor != 0 {
-                inner.requests.fetch_add(1, Ordering::Relaxed);
-            }
-            let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&matcher)
-                .arg("COUNT")
-                .arg(SCAN_COUNT)
-                .query(conn.con())?;
-            names.extend(keys.iter().filter_map(|key| lock_name(namespace, key)));
-            if next == 0 {
-                break;
-            }
-            cursor = next;
-        }
+        let store = match &inner.backend {
+            Backend::Single(store) => store,
+            Backend::Quorum(q) => return list_by_quorum(inner, q.stores(), &matcher),
+        };
+        let mut conn = inner.conn(store)?;
+        let names = scan_names(inner, &mut conn, &matcher)?;
         let mut locks = Vec::with_capacity(names.len());
         for name in names {
             let keys = LockKeys::new(namespace, &name)?;
@@ -81,6 +71,69 @@ impl LockClient {
         }
         Ok(locks)
     }
+}
+
+/// The names of the lock keys matching `matcher` on the server behind `conn`.
+fn scan_names(inner: &Inner, conn: &mut PooledConn, matcher: &str) -> Result<BTreeSet<String>> {
+    let namespace = &inner.config.namespace;
+    let mut names = BTreeSet::new();
+    let mut cursor = 0u64;
+    loop {
+        // `conn()` counted the first request.
+        if cursor != 0 {
+            inner.requests.fetch_add(1, Ordering::Relaxed);
+        }
+        let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(matcher)
+            .arg("COUNT")
+            .arg(SCAN_COUNT)
+            .query(conn.con())?;
+        names.extend(keys.iter().filter_map(|key| lock_name(namespace, key)));
+        if next == 0 {
+            return Ok(names);
+        }
+        cursor = next;
+    }
+}
+
+/// Redlock: a lock held by a majority is on at least one server of any majority, so the names
+/// found on a majority of the servers include every held lock; each is then inspected by
+/// quorum (listed when a majority agrees on its holder). Fewer than a majority scanned is the
+/// error of the last server that failed.
+fn list_by_quorum<'a>(
+    inner: &Inner,
+    stores: impl Iterator<Item = &'a Store>,
+    matcher: &str,
+) -> Result<Vec<LockInfo>> {
+    let mut names = BTreeSet::new();
+    let (mut total, mut scanned, mut failed) = (0, 0, None);
+    for store in stores {
+        total += 1;
+        match inner
+            .conn(store)
+            .and_then(|mut conn| scan_names(inner, &mut conn, matcher))
+        {
+            Ok(found) => {
+                scanned += 1;
+                names.extend(found);
+            }
+            Err(e) => failed = Some(e),
+        }
+    }
+    if let Some(e) = failed
+        && scanned < total / 2 + 1
+    {
+        return Err(e);
+    }
+    let mut locks = Vec::with_capacity(names.len());
+    for name in names {
+        if let Some(info) = inner.inspect(&name)? {
+            locks.push(info);
+        }
+    }
+    Ok(locks)
 }
 
 /// The lock name in `key` if it is a lock key (`ns{name}`) under `namespace`.

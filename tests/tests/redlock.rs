@@ -334,3 +334,26 @@ fn a_waiter_that_gives_up_leaves_every_server() {
     assert_eq!(guard.release().unwrap(), ReleaseOutcome::Released);
     assert!(![&a, &b, &c].iter().any(|s| holds(s, "leave")));
 }
+
+/// `list` scans every server and inspects each lock found by quorum, so a lock is listed even
+/// when the first server is down.
+#[test]
+fn list_finds_the_majority_locks_with_a_server_down() {
+    let [mut a, b, c] = three();
+    let locks = redlock_client(&[&a, &b, &c]);
+    let report = locks
+        .options("report")
+        .metadata("nightly")
+        .acquire()
+        .unwrap();
+    let _other = locks.lock("other").unwrap();
+    let names = |list: Vec<redis_lock::LockInfo>| -> Vec<String> {
+        list.into_iter().map(|i| i.key).collect()
+    };
+    assert_eq!(names(locks.list("*").unwrap()), ["other", "report"]);
+    a.kill();
+    let listed = locks.list("rep*").unwrap();
+    assert_eq!(names(listed.clone()), ["report"]);
+    assert_eq!(listed[0].fencing_token, report.fencing_token());
+    assert_eq!(listed[0].metadata.as_deref(), Some("nightly"));
+}

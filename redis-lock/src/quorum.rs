@@ -206,21 +206,25 @@ impl Quorum {
                 }
             }
         }
+        let leave_busy = || {
+            if register.is_zero() {
+                return;
+            }
+            for (i, _) in &busy {
+                let _ = self.members[*i].call(|s| {
+                    inner.leave_on(s, keys, waiter);
+                    Ok(())
+                });
+            }
+        };
         let q = self.majority();
         if acquired.len() >= q
             && let Some(fence) = self.settle_fence(inner, keys, token, &acquired)
             && start.elapsed() + drift(ttl) < ttl
         {
-            if !register.is_zero() {
-                // The busy minority registered us: a release there must not grant the lock to
-                // a waiter that is gone.
-                for (i, _) in &busy {
-                    let _ = self.members[*i].call(|s| {
-                        inner.leave_on(s, keys, waiter);
-                        Ok(())
-                    });
-                }
-            }
+            // The busy minority registered us: a release there must not grant the lock to a
+            // waiter that is gone.
+            leave_busy();
             return Ok(Attempt::Acquired { fence });
         }
         // Not ours: undo everywhere we may have written (a failed reply may still have been
@@ -233,10 +237,13 @@ impl Quorum {
                 let _ = m.call(|s| inner.release_on(s, keys, token, &grant, ""));
             }
         }
+        // An error ends the acquisition: leave the servers that registered us.
         if let Some(e) = answers.hard_error() {
+            leave_busy();
             return Err(e);
         }
         if answers.ok.len() < q {
+            leave_busy();
             return Err(self.no_quorum(keys, &answers));
         }
         WAIT_ON.with(|w| w.set(busy_at.first().copied()));

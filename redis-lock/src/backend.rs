@@ -24,6 +24,8 @@ pub(crate) struct Store {
     pub(crate) waiters: r2d2::Pool<Manager>,
     /// The store's address without credentials, for errors and logs.
     pub(crate) label: String,
+    /// The last failed connect of either pool (see `connection::LastConnectError`).
+    pub(crate) connect_error: crate::connection::LastConnectError,
 }
 
 impl std::fmt::Debug for Store {

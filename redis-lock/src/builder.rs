@@ -390,7 +390,7 @@ impl Builder {
                 .thread_name_pattern("redis-lock-pool")
                 .build(),
         );
-        let pool_builder = |size: u32| {
+        let pool_builder = |size: u32, errors: &crate::connection::LastConnectError| {
             r2d2::Pool::builder()
                 .max_size(size)
                 .min_idle(Some(0))
@@ -398,7 +398,7 @@ impl Builder {
                 .test_on_check_out(true)
                 .connection_timeout(self.pool_timeout)
                 .thread_pool(Arc::clone(&housekeeping))
-                .error_handler(Box::new(LogErrors))
+                .error_handler(Box::new(LogErrors(Arc::clone(errors))))
         };
         let quorum = matches!(self.source, Source::Redlock(_));
         let mut external = match self.source {
@@ -424,15 +424,20 @@ impl Builder {
                 connect_timeout: self.connect_timeout,
                 io_timeout: self.io_timeout,
             };
-            let waiters = pool_builder(self.waiter_pool_size).build_unchecked(manager.clone());
+            let connect_error = crate::connection::LastConnectError::default();
+            let waiters = pool_builder(self.waiter_pool_size, &connect_error)
+                .build_unchecked(manager.clone());
             let pool = match external.take() {
                 Some(pool) => Pool::External(pool),
-                None => Pool::Managed(pool_builder(self.pool_size).build_unchecked(manager)),
+                None => Pool::Managed(
+                    pool_builder(self.pool_size, &connect_error).build_unchecked(manager),
+                ),
             };
             stores.push(Store {
                 pool,
                 waiters,
                 label,
+                connect_error,
             });
         }
         let backend = if quorum {

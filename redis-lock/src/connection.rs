@@ -287,12 +287,25 @@ impl std::fmt::Debug for Pool {
     }
 }
 
-/// Error handler that keeps r2d2's connect failures in our log stream (r2d2 would use `log`).
+/// The last connect failure of one store's pools. r2d2 reports a checkout that timed out
+/// with its own error, which says only "timed out"; this keeps what actually went wrong, so a
+/// wrong password is reported as the Redis error it is, not as an unreachable server.
+pub(crate) type LastConnectError = Arc<parking_lot::Mutex<Option<RedisError>>>;
+
+/// Error handler that keeps r2d2's connect failures in our log stream (r2d2 would use `log`)
+/// and remembers the last one.
 #[derive(Debug)]
-pub(crate) struct LogErrors;
+pub(crate) struct LogErrors(pub(crate) LastConnectError);
 
 impl r2d2::HandleError<RedisError> for LogErrors {
     fn handle_error(&self, error: RedisError) {
         tracing::warn!(target: "redis_lock", %error, "connecting to redis failed");
+        *self.0.lock() = Some(error);
     }
+}
+
+/// `true` for failures of the network path (refused, reset, timed out), as opposed to a
+/// server that answered with an error (authentication, ACL, wrong database).
+pub(crate) fn is_network_error(e: &RedisError) -> bool {
+    e.is_io_error() || e.is_connection_refusal() || e.is_timeout() || e.is_connection_dropped()
 }

@@ -74,6 +74,10 @@ pub enum Error {
         /// The last server error seen, for diagnosis.
         last_error: String,
     },
+    /// The operating system refused something the lock needs: a watchdog thread, random
+    /// numbers for the owner token.
+    #[error("the operating system refused a resource: {0}")]
+    System(std::io::Error),
     /// A Redis command failed (I/O, protocol or server error).
     #[error("redis error: {0}")]
     Redis(#[from] redis::RedisError),
@@ -127,12 +131,7 @@ impl Error {
     pub fn is_connection_error(&self) -> bool {
         match self {
             Error::Pool(_) | Error::NoQuorum { .. } => true,
-            Error::Redis(e) => {
-                e.is_io_error()
-                    || e.is_connection_refusal()
-                    || e.is_timeout()
-                    || e.is_connection_dropped()
-            }
+            Error::Redis(e) => crate::connection::is_network_error(e),
             _ => false,
         }
     }
@@ -140,7 +139,8 @@ impl Error {
     /// `true` when the same call may succeed if retried later: a connection error (see
     /// [`is_connection_error`](Self::is_connection_error)), or a Redis Cluster in transition
     /// (`TRYAGAIN` or `ASK` while a lock's slot migrates, `MOVED` after redirections ran out,
-    /// `CLUSTERDOWN`, `MASTERDOWN`, `READONLY` during a failover). Busy and lost locks are
+    /// `CLUSTERDOWN`, `MASTERDOWN`, `READONLY` during a failover), or a server still loading
+    /// its data after a restart (`LOADING`). Busy and lost locks are
     /// not errors of this kind: see [`is_busy`](Self::is_busy) and [`is_lost`](Self::is_lost).
     pub fn is_retryable(&self) -> bool {
         use redis::{ErrorKind, ServerErrorKind};
@@ -157,6 +157,7 @@ impl Error {
                         | ServerErrorKind::ClusterDown
                         | ServerErrorKind::MasterDown
                         | ServerErrorKind::ReadOnly
+                        | ServerErrorKind::BusyLoading
                 )
             ),
             _ => false,
@@ -173,3 +174,27 @@ impl Error {
 
 /// `Result` with [`Error`] as the default error type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::Error;
+    use redis::{ErrorKind, RedisError, ServerErrorKind};
+
+    fn server(kind: ServerErrorKind) -> Error {
+        Error::Redis(RedisError::from((ErrorKind::Server(kind), "test")))
+    }
+
+    #[test]
+    fn a_loading_server_is_worth_retrying_but_is_not_an_outage() {
+        let e = server(ServerErrorKind::BusyLoading);
+        assert!(e.is_retryable());
+        assert!(!e.is_connection_error());
+    }
+
+    #[test]
+    fn refused_resources_and_server_answers_are_not_retryable() {
+        assert!(!Error::System(std::io::Error::other("no threads")).is_retryable());
+        let auth = Error::Redis(RedisError::from((ErrorKind::AuthenticationFailed, "test")));
+        assert!(!auth.is_retryable() && !auth.is_connection_error());
+    }
+}

@@ -139,7 +139,12 @@ impl Inner {
         } else {
             self.config.pool_timeout
         };
-        let conn = store.pool.get_timeout(timeout)?;
+        let conn = store.pool.get_timeout(timeout).map_err(|pool_error| {
+            match store.connect_error.lock().take() {
+                Some(e) if !crate::connection::is_network_error(&e) => Error::Redis(e),
+                _ => Error::Pool(pool_error),
+            }
+        })?;
         self.requests.fetch_add(1, Ordering::Relaxed);
         Ok(conn)
     }
@@ -394,7 +399,7 @@ impl Inner {
         });
         if watchdog && let Err(e) = watchdog::start(&lease) {
             let _ = lease.release();
-            return Err(Error::Redis(redis::RedisError::from(e)));
+            return Err(Error::System(e));
         }
         self.held.lock().insert(id, Arc::downgrade(&lease));
         reentrant::remember(self, &lease);

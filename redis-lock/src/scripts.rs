@@ -188,6 +188,8 @@ pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
         // Already ours: a resent request (the cluster client resends after a reply timeout)
         // whose first copy took the lock.
         "if h[1] == ARGV[1] then return {1, tonumber(h[3]) or 0, 0, 0, 0} end\n",
+        // A hash without an owner token was not written by redis-lock: never write into it.
+        "if h[1] == false and redis.call('EXISTS', KEYS[1]) == 1 then return {-2, 0, 0, 0, 0} end\n",
         "local exists = h[1] ~= false\n",
         "local pending = nil\n",
         "if exists and h[2] then\n",

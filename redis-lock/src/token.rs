@@ -17,7 +17,7 @@ pub(crate) struct Ids {
 pub(crate) fn new_ids() -> Result<Ids> {
     let mut bytes = [0u8; 40];
     getrandom::fill(&mut bytes)
-        .map_err(|e| Error::invalid("token", format!("OS random source failed: {e}")))?;
+        .map_err(|e| Error::System(std::io::Error::other(format!("OS random source: {e}"))))?;
     Ok(Ids {
         token: hex(&bytes[..16]),
         waiter: hex(&bytes[16..24]),

@@ -81,6 +81,7 @@ fn seed(server: &RedisServer) {
     cmd(&["SET", "lock:{string}", "user data"]);
     cmd(&["RPUSH", "lock:{list}", "a", "b"]);
     cmd(&["SADD", "lock:{set}", "a"]);
+    cmd(&["HSET", "lock:{hash}", "user", "data"]);
     cmd(&["ZADD", "lock:{zset}", "1", "a"]);
     cmd(&["XADD", "lock:{stream}", "*", "f", "v"]);
     cmd(&["RPUSH", "lock:{fence-list}:fence", "x"]);
@@ -308,6 +309,11 @@ fn bad_input_table() {
             "lock key is a set",
             locks.try_lock_for("set", Duration::from_secs(1)).map(drop),
             Expect::WrongType("lock:{set}"),
+        ),
+        (
+            "lock key is a hash redis-lock did not write",
+            locks.try_lock("hash").map(drop),
+            Expect::WrongType("lock:{hash}"),
         ),
         (
             "lock key is a sorted set",

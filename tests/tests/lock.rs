@@ -545,6 +545,9 @@ fn passwords_stay_out_of_debug_and_errors() {
         redis_lock_tests::client_for(&format!("redis://:wrong-pass@127.0.0.1:{}/", server.port()));
     let err = wrong.try_lock("secret").unwrap_err();
     assert!(!format!("{err} {err:?}").contains("wrong-pass"), "{err:?}");
+    // A refused password is the server's answer, not an outage: retrying will not help.
+    assert!(matches!(err, redis_lock::Error::Redis(_)), "{err:?}");
+    assert!(!err.is_connection_error() && !err.is_retryable(), "{err:?}");
     let bad = redis_lock::LockClient::open("redis://:hunter2-secret@[::1").unwrap_err();
     assert!(!format!("{bad} {bad:?}").contains("hunter2"), "{bad:?}");
 }

@@ -68,6 +68,7 @@ impl Failure {
                 format!("cannot connect to Redis at {server}: {}", root_cause(e)),
             ),
             Error::WrongType { .. } => Failure::new(UNAVAILABLE, error.to_string()),
+            Error::System(_) => Failure::new(INTERNAL, error.to_string()),
             _ => Failure::new(UNAVAILABLE, format!("Redis at {server}: {error}")),
         }
     }

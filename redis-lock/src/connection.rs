@@ -304,8 +304,17 @@ impl r2d2::HandleError<RedisError> for LogErrors {
     }
 }
 
-/// `true` for failures of the network path (refused, reset, timed out), as opposed to a
-/// server that answered with an error (authentication, ACL, wrong database).
+/// `true` for failures of the network path (refused, reset, timed out).
 pub(crate) fn is_network_error(e: &RedisError) -> bool {
     e.is_io_error() || e.is_connection_refusal() || e.is_timeout() || e.is_connection_dropped()
+}
+
+/// `true` when a server answered the connect with a refusal (wrong password, ACL, a command
+/// it rejects): retrying will not help. Anything else (refused, reset, no sentinel knows the
+/// master) stays an outage.
+pub(crate) fn is_refused_by_server(e: &RedisError) -> bool {
+    matches!(
+        e.kind(),
+        redis::ErrorKind::AuthenticationFailed | redis::ErrorKind::Server(_)
+    ) && !is_network_error(e)
 }

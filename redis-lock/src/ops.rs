@@ -141,7 +141,7 @@ impl Inner {
         };
         let conn = store.pool.get_timeout(timeout).map_err(|pool_error| {
             match store.connect_error.lock().take() {
-                Some(e) if !crate::connection::is_network_error(&e) => Error::Redis(e),
+                Some(e) if crate::connection::is_refused_by_server(&e) => Error::Redis(e),
                 _ => Error::Pool(pool_error),
             }
         })?;

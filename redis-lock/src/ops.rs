@@ -101,6 +101,29 @@ pub(crate) fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
+/// The RELEASE script (see `scripts::RELEASE` for its replies). `ignore_min_hold` deletes the
+/// lock even inside a minimum hold: an acquisition being undone was never held.
+fn run_release(
+    conn: &mut PooledConn,
+    keys: &LockKeys,
+    token: &str,
+    ignore_min_hold: bool,
+    grant: &str,
+    registration: &str,
+) -> Result<i64> {
+    Ok(scripts::RELEASE
+        .key(&keys.lock)
+        .key(&keys.fence)
+        .key(&keys.signal)
+        .key(&keys.waiters)
+        .key(&keys.queue)
+        .arg(token)
+        .arg(i32::from(ignore_min_hold))
+        .arg(grant)
+        .arg(registration)
+        .invoke(conn.con())?)
+}
+
 pub(crate) fn validate_ttl(ttl: Duration) -> Result<()> {
     if ttl < Duration::from_millis(1) {
         return Err(Error::invalid(
@@ -215,17 +238,7 @@ impl Inner {
         token: &str,
     ) {
         let run = |conn: &mut PooledConn| -> Result<i64> {
-            Ok(scripts::RELEASE
-                .key(&keys.lock)
-                .key(&keys.fence)
-                .key(&keys.signal)
-                .key(&keys.waiters)
-                .key(&keys.queue)
-                .arg(token)
-                .arg(1)
-                .arg(token::new_token()?)
-                .arg("")
-                .invoke(conn.con())?)
+            run_release(conn, keys, token, true, &token::new_token()?, "")
         };
         let result = if conn.con().is_open() {
             self.requests.fetch_add(1, Ordering::Relaxed);
@@ -274,17 +287,7 @@ impl Inner {
         registration: &str,
     ) -> Result<ReleaseOutcome> {
         let mut conn = self.conn(store)?;
-        let r: i64 = scripts::RELEASE
-            .key(&keys.lock)
-            .key(&keys.fence)
-            .key(&keys.signal)
-            .key(&keys.waiters)
-            .key(&keys.queue)
-            .arg(token)
-            .arg(0)
-            .arg(grant)
-            .arg(registration)
-            .invoke(conn.con())?;
+        let r = run_release(&mut conn, keys, token, false, grant, registration)?;
         Ok(match r {
             1 | 2 => ReleaseOutcome::Released,
             0 => ReleaseOutcome::Late,

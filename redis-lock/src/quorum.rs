@@ -39,9 +39,8 @@ use crate::info::LockInfo;
 use crate::keys::LockKeys;
 use crate::lease::ReleaseOutcome;
 use crate::ops::{Inner, OwnedTtl, Renewal};
-use crate::options::LockOptions;
 use crate::scripts;
-use crate::waiting::{Attempt, Waiter, Wake};
+use crate::waiting::{Attempt, AttemptArgs, Wake};
 
 /// How long a server that failed with a connection error is skipped.
 const DOWN_FOR: Duration = Duration::from_millis(500);
@@ -169,23 +168,18 @@ impl Quorum {
     /// One attempt on every server. A waiter registers on each server that finds the lock
     /// busy (`register`), so that a release on any of them wakes it; its next attempt takes
     /// the grant a release left on each server (see `wait`).
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn attempt(
-        &self,
-        inner: &Inner,
-        name: &str,
-        keys: &LockKeys,
-        token: &str,
-        ttl: Duration,
-        opts: &LockOptions,
-        waiter: &Waiter,
-        wake: &str,
-        register: Duration,
-    ) -> Result<Attempt> {
+    pub(crate) fn attempt(&self, inner: &Inner, args: &AttemptArgs<'_>) -> Result<Attempt> {
+        let AttemptArgs {
+            keys,
+            token,
+            ttl,
+            waiter,
+            register,
+            ..
+        } = *args;
         WAIT_ON.with(|w| w.set(None));
         let start = Instant::now();
-        let mut answers = self
-            .each(|s| inner.attempt_on(s, name, keys, token, ttl, opts, waiter, wake, register));
+        let mut answers = self.each(|s| inner.attempt_on(s, args));
         let mut acquired = Vec::new();
         let mut busy = Vec::new();
         let mut block: Option<Duration> = None;

@@ -112,46 +112,42 @@ impl Waiter {
     }
 }
 
+/// What one acquisition attempt sends, the same to every store it goes to. If the lock is
+/// busy and `register` is not zero, the script registers us as a waiter that comes back within
+/// `register` (see `scripts::ACQUIRE`); `wake` is the list we block on.
+#[derive(Clone, Copy)]
+pub(crate) struct AttemptArgs<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) keys: &'a LockKeys,
+    pub(crate) token: &'a str,
+    pub(crate) ttl: Duration,
+    pub(crate) opts: &'a LockOptions,
+    pub(crate) waiter: &'a Waiter,
+    pub(crate) wake: &'a str,
+    pub(crate) register: Duration,
+}
+
 impl Inner {
-    /// One attempt. If the lock is busy and `register` is not zero, the same script registers
-    /// us as a waiter that comes back within `register` (see `scripts::ACQUIRE`). `wake` is the
-    /// list we block on.
-    #[allow(clippy::too_many_arguments)]
-    fn attempt(
-        &self,
-        name: &str,
-        keys: &LockKeys,
-        token: &str,
-        ttl: Duration,
-        opts: &LockOptions,
-        waiter: &Waiter,
-        wake: &str,
-        register: Duration,
-    ) -> Result<Attempt> {
+    /// One attempt, on the single store or on every server of a quorum.
+    fn attempt(&self, args: &AttemptArgs<'_>) -> Result<Attempt> {
         match &self.backend {
-            Backend::Single(store) => {
-                self.attempt_on(store, name, keys, token, ttl, opts, waiter, wake, register)
-            }
-            Backend::Quorum(q) => {
-                q.attempt(self, name, keys, token, ttl, opts, waiter, wake, register)
-            }
+            Backend::Single(store) => self.attempt_on(store, args),
+            Backend::Quorum(q) => q.attempt(self, args),
         }
     }
 
     /// One attempt on one store (see `attempt`).
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn attempt_on(
-        &self,
-        store: &Store,
-        name: &str,
-        keys: &LockKeys,
-        token: &str,
-        ttl: Duration,
-        opts: &LockOptions,
-        waiter: &Waiter,
-        wake: &str,
-        register: Duration,
-    ) -> Result<Attempt> {
+    pub(crate) fn attempt_on(&self, store: &Store, args: &AttemptArgs<'_>) -> Result<Attempt> {
+        let AttemptArgs {
+            name,
+            keys,
+            token,
+            ttl,
+            opts,
+            waiter,
+            wake,
+            register,
+        } = *args;
         let mut conn = self.conn(store)?;
         let (status, value, block, fresh, server_ms): (i64, i64, i64, i64, i64) = scripts::ACQUIRE
             .key(&keys.lock)
@@ -443,7 +439,16 @@ impl Inner {
                 Duration::ZERO
             };
             let sent = Instant::now();
-            let result = self.attempt(name, &keys, &token, ttl, opts, &waiter, &wake, register);
+            let result = self.attempt(&AttemptArgs {
+                name,
+                keys: &keys,
+                token: &token,
+                ttl,
+                opts,
+                waiter: &waiter,
+                wake: &wake,
+                register,
+            });
             let (holder_ttl, block) = match result {
                 Err(e) => {
                     if waiter.registered {
@@ -658,19 +663,17 @@ mod tests {
         let opts = LockOptions::default();
         let ttl = Duration::from_secs(10);
         let attempt = |token: &str| {
-            inner
-                .attempt_on(
-                    store,
-                    "resent",
-                    &keys,
-                    token,
-                    ttl,
-                    &opts,
-                    &waiter,
-                    &keys.signal,
-                    ttl,
-                )
-                .unwrap()
+            let args = AttemptArgs {
+                name: "resent",
+                keys: &keys,
+                token,
+                ttl,
+                opts: &opts,
+                waiter: &waiter,
+                wake: &keys.signal,
+                register: ttl,
+            };
+            inner.attempt_on(store, &args).unwrap()
         };
         let Attempt::Acquired { fence } = attempt(&ids.token) else {
             panic!("the lock is free");

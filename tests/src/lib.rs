@@ -57,6 +57,14 @@ pub fn redlock_client(servers: &[&RedisServer]) -> LockClient {
         .unwrap()
 }
 
+/// Whether `server` has the lock key of `name` under the default namespace (`lock:{name}`).
+pub fn holds(server: &RedisServer, name: &str) -> bool {
+    redis::cmd("EXISTS")
+        .arg(format!("lock:{{{name}}}"))
+        .query::<i64>(&mut server.connection())
+        .is_ok_and(|n| n == 1)
+}
+
 /// Polls `condition` every 5 ms until it holds or `limit` passes; returns whether it held.
 pub fn wait_until(limit: Duration, mut condition: impl FnMut() -> bool) -> bool {
     let start = Instant::now();

@@ -41,15 +41,7 @@ fn keys_in_slot(node: &redis_lock::testing::RedisServer, slot: u16) -> Vec<Strin
 }
 
 fn calls(node: &redis_lock::testing::RedisServer, command: &str) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut node.connection())
-        .unwrap();
-    let prefix = format!("cmdstat_{command}:calls=");
-    info.lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |n| n.parse().unwrap())
+    node.command_calls(command).unwrap()
 }
 
 #[test]

@@ -43,14 +43,7 @@ fn keys(server: &RedisServer) -> Vec<String> {
 }
 
 fn blpop_calls(server: &RedisServer) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut server.connection())
-        .unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix("cmdstat_blpop:calls="))
-        .and_then(|v| v.split(',').next()?.parse().ok())
-        .unwrap_or(0)
+    server.command_calls("blpop").unwrap()
 }
 
 #[test]

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use redis_lock::{Error, LockClient, LostReason, ReleaseOutcome};
-use redis_lock_tests::{RedisServer, redlock_client, wait_until};
+use redis_lock_tests::{RedisServer, holds, redlock_client, wait_until};
 
 fn three() -> [RedisServer; 3] {
     [
@@ -15,13 +15,6 @@ fn three() -> [RedisServer; 3] {
         RedisServer::start(),
         RedisServer::start(),
     ]
-}
-
-fn holds(server: &RedisServer, name: &str) -> bool {
-    redis::cmd("EXISTS")
-        .arg(format!("lock:{{{name}}}"))
-        .query::<i64>(&mut server.connection())
-        .is_ok_and(|n| n == 1)
 }
 
 #[test]
@@ -171,16 +164,7 @@ fn mutual_exclusion_and_wake_up_under_redlock() {
     let blocked = || -> u64 {
         [&a, &b, &c]
             .iter()
-            .map(|s| {
-                let info: String = redis::cmd("INFO")
-                    .arg("commandstats")
-                    .query(&mut s.connection())
-                    .unwrap();
-                info.lines()
-                    .find_map(|l| l.strip_prefix("cmdstat_blmove:calls="))
-                    .and_then(|rest| rest.split(',').next())
-                    .map_or(0, |n| n.parse().unwrap())
-            })
+            .map(|s| s.command_calls("blmove").unwrap())
             .sum()
     };
     let guard = clients[0]

@@ -15,14 +15,8 @@ fn lock_exists(server: &RedisServer, key: &str) -> bool {
         == 1
 }
 
-/// `calls` of `cmdstat_<cmd>` in the server's `INFO commandstats` (0 when never called).
 fn command_calls(server: &RedisServer, cmd: &str) -> u64 {
-    let line = server
-        .info_field("commandstats", &format!("cmdstat_{cmd}"))
-        .unwrap();
-    line.split(',')
-        .find_map(|kv| kv.strip_prefix("calls="))
-        .map_or(0, |n| n.parse().unwrap())
+    server.command_calls(cmd).unwrap()
 }
 
 fn server_version(server: &RedisServer) -> (u32, u32) {

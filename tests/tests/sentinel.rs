@@ -4,14 +4,7 @@ use std::time::Duration;
 
 use redis_lock::testing::{RedisServer, SentinelGroup};
 use redis_lock::{Error, LockClient, ReleaseOutcome};
-use redis_lock_tests::{sentinel_client, wait_until};
-
-fn holds(server: &RedisServer, name: &str) -> bool {
-    redis::cmd("EXISTS")
-        .arg(format!("lock:{{{name}}}"))
-        .query::<i64>(&mut server.connection())
-        .is_ok_and(|n| n == 1)
-}
+use redis_lock_tests::{holds, sentinel_client, wait_until};
 
 #[test]
 fn acquisitions_follow_a_failover_to_the_new_master() {

@@ -83,6 +83,21 @@ impl RedisServer {
             .to_owned())
     }
 
+    /// How often Redis ran `command` (`calls` of `cmdstat_<command>` in `INFO commandstats`,
+    /// commands run inside scripts included); 0 when it never did.
+    ///
+    /// # Errors
+    ///
+    /// When the server cannot be asked.
+    pub fn command_calls(&self, command: &str) -> io::Result<u64> {
+        let line = self.info_field("commandstats", &format!("cmdstat_{command}"))?;
+        Ok(line
+            .split(',')
+            .find_map(|kv| kv.strip_prefix("calls="))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0))
+    }
+
     /// The text of `INFO <section>`.
     ///
     /// # Errors

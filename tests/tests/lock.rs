@@ -340,7 +340,15 @@ fn a_waiter_is_woken_by_the_release() {
         let g = other.try_lock_for("wake", Duration::from_secs(20)).unwrap();
         (g.is_some(), start.elapsed())
     });
-    std::thread::sleep(Duration::from_millis(200));
+    // Release only once the waiter is blocked: it registers in the same script that finds
+    // the lock busy.
+    let mut redis = server.connection();
+    assert!(wait_until(Duration::from_secs(10), || {
+        redis::cmd("ZCARD")
+            .arg("lock:{wake}:waiters")
+            .query::<i64>(&mut redis)
+            .is_ok_and(|n| n == 1)
+    }));
     drop(held);
     let (got, waited) = waiter.join().unwrap();
     assert!(got);

@@ -1,16 +1,20 @@
 //! `Builder`: every client setting and its default in one place.
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
-use crate::backend::{Backend, Store};
 use crate::client::LockClient;
-use crate::connection::{LogErrors, Manager, Pool, Target};
+use crate::deploy::Deployment;
+use crate::deploy::quorum::Quorum;
 use crate::error::{Error, Result};
-use crate::keys::validate_namespace;
-use crate::ops::{Config, Inner, validate_ttl};
-use crate::quorum::Quorum;
-use crate::retry::RetryStrategy;
+use crate::hold::retry::RetryStrategy;
+use crate::hold::{Config, Inner};
+use crate::options::validate_ttl;
+use crate::store::connection::{LastConnectError, LogErrors, Manager, Pool, Target};
+use crate::store::sentinel::SentinelTarget;
+use crate::store::{Store, Timeouts};
+use crate::wire::keys::validate_namespace;
 
 enum Source {
     Url(String),
@@ -343,7 +347,7 @@ impl Builder {
                     redis::IntoConnectionInfo::into_connection_info("redis://127.0.0.1/")
                         .map_err(Error::Redis)?
                         .set_redis_settings(settings);
-                Target::Sentinel(Arc::new(crate::sentinel::SentinelTarget::new(
+                Target::Sentinel(Arc::new(SentinelTarget::new(
                     master.clone(),
                     infos,
                     template,
@@ -390,7 +394,7 @@ impl Builder {
                 .thread_name_pattern("redis-lock-pool")
                 .build(),
         );
-        let pool_builder = |size: u32, errors: &crate::connection::LastConnectError| {
+        let pool_builder = |size: u32, errors: &LastConnectError| {
             r2d2::Pool::builder()
                 .max_size(size)
                 .min_idle(Some(0))
@@ -406,6 +410,7 @@ impl Builder {
             _ => None,
         };
         let mut stores = Vec::with_capacity(targets.len());
+        let requests = Arc::new(AtomicU64::new(0));
         for (target, label) in targets {
             if let Target::Sentinel(sentinel) = &target {
                 let sentinel = Arc::downgrade(sentinel);
@@ -424,7 +429,7 @@ impl Builder {
                 connect_timeout: self.connect_timeout,
                 io_timeout: self.io_timeout,
             };
-            let connect_error = crate::connection::LastConnectError::default();
+            let connect_error = LastConnectError::default();
             let waiters = pool_builder(self.waiter_pool_size, &connect_error)
                 .build_unchecked(manager.clone());
             let pool = match external.take() {
@@ -433,17 +438,22 @@ impl Builder {
                     pool_builder(self.pool_size, &connect_error).build_unchecked(manager),
                 ),
             };
-            stores.push(Store {
+            stores.push(Store::new(
                 pool,
                 waiters,
                 label,
                 connect_error,
-            });
+                Timeouts {
+                    connect: self.connect_timeout,
+                    pool: self.pool_timeout,
+                },
+                Arc::clone(&requests),
+            ));
         }
-        let backend = if quorum {
-            Backend::Quorum(Quorum::new(stores))
+        let deployment = if quorum {
+            Deployment::Quorum(Quorum::new(stores))
         } else {
-            Backend::Single(
+            Deployment::Single(
                 stores
                     .pop()
                     .ok_or_else(|| Error::invalid("url", "no store"))?,
@@ -456,12 +466,11 @@ impl Builder {
             default_wait: self.default_wait,
             default_retry: self.default_retry,
             watchdog: self.watchdog,
-            connect_timeout: self.connect_timeout,
-            pool_timeout: self.pool_timeout,
-            host,
             redacted_url,
         };
-        Ok(LockClient::from_inner(Inner::new(backend, config)))
+        Ok(LockClient::from_inner(Inner::new(
+            deployment, config, requests, &host,
+        )))
     }
 }
 

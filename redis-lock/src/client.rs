@@ -1,17 +1,17 @@
 //! `LockClient`: the handle applications keep and clone.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::builder::Builder;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
+use crate::hold::Inner;
+use crate::hold::acquire::Deadline;
+use crate::hold::lease::ReleaseOutcome;
+use crate::hold::retry::RetryStrategy;
 use crate::info::LockInfo;
-use crate::lease::ReleaseOutcome;
-use crate::ops::{Deadline, Inner};
 use crate::options::LockOptions;
-use crate::retry::RetryStrategy;
 
 /// A client for distributed locks on one Redis server: a connection pool plus settings.
 ///
@@ -48,7 +48,7 @@ impl std::fmt::Debug for LockClient {
         f.debug_struct("LockClient")
             .field("url", &self.inner.config.redacted_url)
             .field("namespace", &self.inner.config.namespace)
-            .field("stores", &self.inner.stores())
+            .field("stores", &self.inner.deployment.stores())
             .finish_non_exhaustive()
     }
 }
@@ -282,7 +282,7 @@ impl LockClient {
         };
         Ok(self
             .inner
-            .acquire(key, &opts, &deadline)?
+            .acquire(&self.inner.mutex, key, &opts, &deadline)?
             .map(LockGuard::new))
     }
 
@@ -352,7 +352,7 @@ impl LockClient {
         let deadline = Deadline { at, started };
         Ok(self
             .inner
-            .acquire(key, opts, &deadline)?
+            .acquire(&self.inner.mutex, key, opts, &deadline)?
             .map(LockGuard::new))
     }
 
@@ -362,7 +362,9 @@ impl LockClient {
     ///
     /// [`Error::InvalidInput`] for a bad key, [`Error::WrongType`], Redis and pool errors.
     pub fn inspect(&self, key: &str) -> Result<Option<LockInfo>> {
-        self.inner.inspect(key)
+        let keys = self.inner.keys(key)?;
+        let holder = self.inner.deployment.inspect(&*self.inner.mutex, &keys)?;
+        Ok(holder.map(|h| LockInfo::from_holder(key, h)))
     }
 
     /// Breaks `key` whoever holds it, as an operator would, and wakes a waiter. Returns the
@@ -373,7 +375,10 @@ impl LockClient {
     ///
     /// [`Error::InvalidInput`] for a bad key, [`Error::WrongType`], Redis and pool errors.
     pub fn force_release(&self, key: &str) -> Result<Option<(String, u32)>> {
-        self.inner.force_release(key)
+        let keys = self.inner.keys(key)?;
+        self.inner
+            .deployment
+            .force_release(&*self.inner.mutex, &keys)
     }
 
     /// Releases every lock this client (any of its clones) still holds, and returns how many
@@ -386,7 +391,7 @@ impl LockClient {
     pub fn release_all(&self) -> Result<usize> {
         let mut released = 0;
         let mut first_error = None;
-        for lease in self.inner.held_leases() {
+        for lease in self.inner.registry.leases() {
             match lease.release() {
                 Ok(ReleaseOutcome::Released) => released += 1,
                 Ok(_) => {}
@@ -401,7 +406,7 @@ impl LockClient {
     /// How many Redis requests this client (all clones) has sent so far: one per script call
     /// or command, including renewals and blocking waits. For benchmarks and diagnostics.
     pub fn request_count(&self) -> u64 {
-        self.inner.requests.load(Ordering::Relaxed)
+        self.inner.requests()
     }
 
     /// Sends `PING`: checks that Redis is reachable with the client's settings.
@@ -411,7 +416,7 @@ impl LockClient {
     /// A pool error when Redis cannot be reached within the connect timeout; a Redis error
     /// (for example, authentication failed).
     pub fn ping(&self) -> Result<()> {
-        self.inner.ping()
+        self.inner.deployment.ping()
     }
 }
 

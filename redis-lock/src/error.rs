@@ -90,8 +90,12 @@ pub enum Error {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum LostReason {
-    /// The key was gone: the lock expired (or was deleted) and nobody holds it now.
+    /// The key was gone after its TTL had run out: the lock expired and nobody holds it now.
     Expired,
+    /// The key was gone while its TTL still ran: somebody deleted it (an operator's
+    /// [`force_release`](crate::LockClient::force_release) with nobody waiting, a `DEL`, an
+    /// eviction, or a failover to a replica that never had it).
+    Deleted,
     /// Another owner's token is under the key now.
     TakenOver,
     /// Renewal kept failing (Redis unreachable) until the lock's TTL had run out.
@@ -104,6 +108,7 @@ impl std::fmt::Display for LostReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             LostReason::Expired => "it expired",
+            LostReason::Deleted => "it was deleted before its ttl ran out",
             LostReason::TakenOver => "another owner holds it now",
             LostReason::RenewalFailed => "renewal failed until the ttl ran out",
             LostReason::MaxHoldReached => "max_hold was reached and the ttl ran out",
@@ -131,7 +136,7 @@ impl Error {
     pub fn is_connection_error(&self) -> bool {
         match self {
             Error::Pool(_) | Error::NoQuorum { .. } => true,
-            Error::Redis(e) => crate::connection::is_network_error(e),
+            Error::Redis(e) => is_network_error(e),
             _ => false,
         }
     }
@@ -170,6 +175,11 @@ impl Error {
             reason: reason.into(),
         }
     }
+}
+
+/// `true` for failures of the network path (refused, reset, timed out).
+pub(crate) fn is_network_error(e: &redis::RedisError) -> bool {
+    e.is_io_error() || e.is_connection_refusal() || e.is_timeout() || e.is_connection_dropped()
 }
 
 /// `Result` with [`Error`] as the default error type.

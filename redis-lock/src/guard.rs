@@ -1,11 +1,11 @@
 //! The RAII guard of a held lock.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::lease::{Lease, ReleaseOutcome};
-use crate::ops::validate_ttl;
+use crate::hold::lease::{Lease, ReleaseOutcome};
+use crate::options::validate_ttl;
 
 /// A held lock. The lock is released when the guard is dropped.
 ///
@@ -115,7 +115,7 @@ impl LockGuard {
     /// [`Error::Lost`] when the lock is gone or owned by someone else (the guard is then marked
     /// lost); a Redis or pool error when Redis cannot be asked.
     pub fn remaining_ttl(&self) -> Result<Option<Duration>> {
-        self.lease.inner.owned_ttl(&self.lease)
+        self.lease.remaining_ttl()
     }
 
     /// Makes the lock expire `ttl` from now, and makes `ttl` the TTL the watchdog renews to
@@ -127,33 +127,7 @@ impl LockGuard {
     /// gone or owned by someone else; a Redis or pool error.
     pub fn extend(&self, ttl: Duration) -> Result<()> {
         validate_ttl(ttl)?;
-        let lease = &self.lease;
-        let sent = Instant::now();
-        match lease.inner.renew(&lease.keys, &lease.token, ttl)? {
-            crate::ops::Renewal::Renewed => {
-                {
-                    let mut st = lease.state.lock();
-                    st.ttl = ttl;
-                    st.expires_at = sent + lease.inner.validity(ttl);
-                    st.next_renew = sent + ttl / 3;
-                }
-                crate::watchdog::nudge(lease);
-                tracing::debug!(target: "redis_lock", key = %lease.name, ?ttl, "lock extended");
-                Ok(())
-            }
-            other => {
-                let reason = if matches!(other, crate::ops::Renewal::Gone) {
-                    crate::LostReason::Expired
-                } else {
-                    crate::LostReason::TakenOver
-                };
-                lease.mark_lost(reason);
-                Err(Error::Lost {
-                    key: lease.name.clone(),
-                    reason,
-                })
-            }
-        }
+        self.lease.extend(ttl)
     }
 
     /// Releases the lock now and tells what happened (see [`ReleaseOutcome`]). A lock that

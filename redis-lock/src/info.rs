@@ -1,11 +1,8 @@
 //! What `inspect` tells about a lock.
 
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use redis::Value;
-
-use crate::error::{Error, Result};
-use crate::ops::unix_ms;
+use crate::wire::Holder;
 
 /// Who holds a lock and since when, as stored with the lock by the holder.
 ///
@@ -36,43 +33,22 @@ pub struct LockInfo {
     pub hold_until: Option<SystemTime>,
 }
 
-fn text(v: &Value) -> String {
-    match v {
-        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-        Value::SimpleString(s) => s.clone(),
-        Value::Int(i) => i.to_string(),
-        _ => String::new(),
-    }
-}
-
-fn int(v: &Value) -> i64 {
-    match v {
-        Value::Int(i) => *i,
-        other => text(other).parse().unwrap_or(0),
-    }
+fn unix_ms(t: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(t)
 }
 
 impl LockInfo {
-    pub(crate) fn from_reply(key: &str, v: &[Value]) -> Result<LockInfo> {
-        let [pttl, host, pid, since, fence, meta, hold_until, no_owner] = v else {
-            return Err(Error::Redis(redis::RedisError::from((
-                redis::ErrorKind::UnexpectedReturnType,
-                "unexpected inspect reply",
-            ))));
-        };
-        let since = u64::try_from(int(since)).unwrap_or(0);
-        let hold_until = u64::try_from(int(hold_until)).unwrap_or(0);
-        let meta = text(meta);
-        Ok(LockInfo {
+    pub(crate) fn from_holder(key: &str, h: Holder) -> LockInfo {
+        LockInfo {
             key: key.to_owned(),
-            host: text(host),
-            pid: u32::try_from(int(pid)).unwrap_or(0),
-            acquired_at: unix_ms(since),
-            remaining_ttl: u64::try_from(int(pttl)).ok().map(Duration::from_millis),
-            fencing_token: u64::try_from(int(fence)).unwrap_or(0),
-            metadata: (!meta.is_empty()).then_some(meta),
-            owned: int(no_owner) == 0,
-            hold_until: (hold_until > since).then(|| unix_ms(hold_until)),
-        })
+            host: h.host,
+            pid: h.pid,
+            acquired_at: unix_ms(h.since_ms),
+            remaining_ttl: h.remaining_ttl,
+            fencing_token: h.fence,
+            metadata: h.meta,
+            owned: h.owned,
+            hold_until: h.hold_until_ms.map(unix_ms),
+        }
     }
 }

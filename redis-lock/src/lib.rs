@@ -90,30 +90,26 @@
 #![warn(missing_docs)]
 #![cfg_attr(not(test), deny(clippy::panic))]
 
+// Layers, bottom up (arrows point down only; `scripts/check-layers` enforces it):
+// wire (what Redis sees) <- store (connections to one deployment) <- deploy (one store or a
+// quorum; the primitive seam) <- hold (acquire loop, lease, watchdog, registry, retry) <- the
+// public surface below. `error` and `options` are vocabulary every layer may use.
+mod deploy;
+mod hold;
+mod store;
+mod wire;
+
 #[doc(hidden)]
 #[path = "private.rs"]
 pub mod __private;
-mod backend;
 mod builder;
 mod client;
-mod connection;
 mod error;
 mod global;
 mod guard;
 mod info;
-mod keys;
-mod lease;
 mod list;
-mod ops;
 mod options;
-mod quorum;
-mod reentrant;
-mod retry;
-mod scripts;
-mod sentinel;
-mod token;
-mod waiting;
-mod watchdog;
 
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -123,11 +119,11 @@ pub use client::{LockClient, LockRequest};
 pub use error::{Error, LostReason, Result};
 pub use global::{default_client, set_default_client};
 pub use guard::LockGuard;
+pub use hold::lease::ReleaseOutcome;
+pub use hold::retry::RetryStrategy;
 pub use info::LockInfo;
-pub use keys::{MAX_KEY_LEN, MAX_NAMESPACE_LEN};
-pub use lease::ReleaseOutcome;
 pub use options::{LockOptions, LostEvent, MAX_METADATA_LEN, MAX_TTL};
-pub use retry::RetryStrategy;
+pub use wire::keys::{MAX_KEY_LEN, MAX_NAMESPACE_LEN};
 
 #[cfg(feature = "macros")]
 pub use redis_lock_macros::distributed_lock;

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::LostReason;
-use crate::retry::RetryStrategy;
+use crate::hold::retry::RetryStrategy;
 
 /// Longest accepted TTL. Redis would take more, but a lease this long is a bug, and the bound
 /// keeps every millisecond figure far from integer overflow.
@@ -12,6 +12,23 @@ pub const MAX_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// Longest accepted metadata string, in bytes.
 pub const MAX_METADATA_LEN: usize = 64 * 1024;
+
+/// A TTL is at least 1 ms (Redis expiry has millisecond resolution) and at most [`MAX_TTL`].
+pub(crate) fn validate_ttl(ttl: Duration) -> crate::error::Result<()> {
+    if ttl < Duration::from_millis(1) {
+        return Err(crate::error::Error::invalid(
+            "ttl",
+            format!("{ttl:?} is shorter than 1 ms (Redis expiry has millisecond resolution)"),
+        ));
+    }
+    if ttl > MAX_TTL {
+        return Err(crate::error::Error::invalid(
+            "ttl",
+            format!("{ttl:?} is longer than the limit of {MAX_TTL:?}"),
+        ));
+    }
+    Ok(())
+}
 
 /// What a loss callback is told.
 #[derive(Debug, Clone)]

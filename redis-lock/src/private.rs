@@ -21,7 +21,7 @@ use std::time::Duration;
 use crate::client::LockClient;
 use crate::error::{Error, LostReason, Result};
 use crate::guard::LockGuard;
-use crate::lease::ReleaseOutcome;
+use crate::hold::lease::ReleaseOutcome;
 use crate::options::LockOptions;
 
 pub use crate::global::default_client;

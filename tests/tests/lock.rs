@@ -211,10 +211,11 @@ fn extend_and_remaining_ttl_report_loss() {
         .arg("lock:{ext}")
         .query(&mut server.connection())
         .unwrap();
+    // Gone long before its 5 s TTL ran out: deleted, not expired.
     assert!(matches!(
         guard.remaining_ttl(),
         Err(Error::Lost {
-            reason: LostReason::Expired,
+            reason: LostReason::Deleted,
             ..
         })
     ));
@@ -231,12 +232,14 @@ fn watchdog_reports_a_deleted_lock_through_the_callback() {
     let locks = client(&server);
     let calls = Arc::new(AtomicUsize::new(0));
     let seen = Arc::clone(&calls);
+    let (tx, rx) = std::sync::mpsc::channel();
     let guard = locks
         .options("watched")
         .ttl(Duration::from_millis(300))
         .on_lost(move |e| {
             assert_eq!(e.key, "watched");
             seen.fetch_add(1, Ordering::SeqCst);
+            let _ = tx.send(e.reason);
         })
         .acquire()
         .unwrap();
@@ -248,7 +251,48 @@ fn watchdog_reports_a_deleted_lock_through_the_callback() {
     assert!(wait_until(Duration::from_secs(1), || calls
         .load(Ordering::SeqCst)
         == 1));
+    // Found gone at a renewal, while the TTL it set still ran: somebody deleted it.
+    assert_eq!(
+        rx.recv_timeout(Duration::from_secs(1)).unwrap(),
+        LostReason::Deleted
+    );
     assert_eq!(guard.release().unwrap(), ReleaseOutcome::Late);
+}
+
+/// Redis keeps expiries in whole milliseconds. A TTL with a fraction of a millisecond is sent
+/// rounded down, and the holder's own estimate must use the rounded value: it may never call
+/// the lock held once Redis has dropped the key.
+#[test]
+fn the_local_expiry_is_never_later_than_redis() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let mut raw = server.connection();
+    for round in 0..5 {
+        let guard = locks
+            .options("fraction")
+            .ttl(Duration::from_micros(30_990))
+            .watchdog(false)
+            .acquire()
+            .unwrap();
+        // Ask (bounded, without sleeping: the window under test is below a millisecond) until
+        // Redis no longer has the key; EXISTS expires it lazily, on time.
+        let started = Instant::now();
+        while redis::cmd("EXISTS")
+            .arg("lock:{fraction}")
+            .query::<bool>(&mut raw)
+            .unwrap()
+        {
+            assert!(
+                started.elapsed() < Duration::from_secs(1),
+                "round {round}: never expired"
+            );
+        }
+        assert!(
+            guard.is_lost(),
+            "round {round}: Redis dropped the key but the guard still calls it held"
+        );
+        assert_eq!(guard.release().unwrap(), ReleaseOutcome::Late);
+    }
 }
 
 #[test]

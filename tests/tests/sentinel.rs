@@ -187,12 +187,13 @@ fn failover_loses_an_unacknowledged_lock_and_keeps_an_acknowledged_one() {
     let reason = rx
         .recv_timeout(Duration::from_secs(20))
         .expect("the first holder is told at its next renewal");
-    // Taken over when the renewal comes after the second client's acquisition; expired when
-    // it comes between the promotion and that acquisition (the new master never had the key).
+    // Taken over when the renewal comes after the second client's acquisition; deleted when
+    // it comes between the promotion and that acquisition (the new master never had the key,
+    // so it is gone while its TTL still runs).
     assert!(
         matches!(
             reason,
-            redis_lock::LostReason::TakenOver | redis_lock::LostReason::Expired
+            redis_lock::LostReason::TakenOver | redis_lock::LostReason::Deleted
         ),
         "{reason:?}"
     );

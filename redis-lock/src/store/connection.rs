@@ -11,11 +11,12 @@
 //! cluster connection that routes by slot) and a sentinel-managed master.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use redis::{ConnectionLike, ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
 
-use crate::sentinel::SentinelTarget;
+use super::sentinel::SentinelTarget;
 
 /// Where new connections go.
 #[derive(Debug, Clone)]
@@ -233,17 +234,31 @@ pub(crate) enum Pool {
     External(r2d2::Pool<redis::Client>),
 }
 
-/// A checked-out connection; returns to its pool on drop.
-pub(crate) enum PooledConn {
+/// A checked-out connection; returns to its pool on drop. Every request sent through it is
+/// counted in the client's request counter: the one place requests are counted.
+pub(crate) struct PooledConn {
+    conn: Checkout,
+    requests: Arc<AtomicU64>,
+}
+
+enum Checkout {
     Managed(r2d2::PooledConnection<Manager>),
     External(r2d2::PooledConnection<redis::Client>),
 }
 
 impl Pool {
-    pub(crate) fn get_timeout(&self, timeout: Duration) -> Result<PooledConn, r2d2::Error> {
-        Ok(match self {
-            Pool::Managed(p) => PooledConn::Managed(p.get_timeout(timeout)?),
-            Pool::External(p) => PooledConn::External(p.get_timeout(timeout)?),
+    pub(crate) fn get_timeout(
+        &self,
+        timeout: Duration,
+        requests: &Arc<AtomicU64>,
+    ) -> Result<PooledConn, r2d2::Error> {
+        let conn = match self {
+            Pool::Managed(p) => Checkout::Managed(p.get_timeout(timeout)?),
+            Pool::External(p) => Checkout::External(p.get_timeout(timeout)?),
+        };
+        Ok(PooledConn {
+            conn,
+            requests: Arc::clone(requests),
         })
     }
 
@@ -256,24 +271,108 @@ impl Pool {
 }
 
 impl PooledConn {
-    pub(crate) fn con(&mut self) -> &mut dyn ConnectionLike {
-        match self {
-            PooledConn::Managed(c) => &mut **c,
-            PooledConn::External(c) => &mut **c,
+    /// A connection of the waiter pool (always one of ours).
+    pub(crate) fn waiter(
+        conn: r2d2::PooledConnection<Manager>,
+        requests: &Arc<AtomicU64>,
+    ) -> PooledConn {
+        PooledConn {
+            conn: Checkout::Managed(conn),
+            requests: Arc::clone(requests),
         }
     }
 
-    /// A command the server may hold for up to `block` before replying (`WAIT`). On an
-    /// application's pool the connection's own timeouts apply.
+    fn raw(&mut self) -> &mut dyn ConnectionLike {
+        match &mut self.conn {
+            Checkout::Managed(c) => &mut **c,
+            Checkout::External(c) => &mut **c,
+        }
+    }
+
+    fn raw_ref(&self) -> &dyn ConnectionLike {
+        match &self.conn {
+            Checkout::Managed(c) => &**c,
+            Checkout::External(c) => &**c,
+        }
+    }
+
+    fn count(&self, n: usize) {
+        self.requests
+            .fetch_add(u64::try_from(n).unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+
+    /// A command the server may hold for up to `block` before replying (`WAIT`, `BLPOP`). On
+    /// an application's pool the connection's own timeouts apply.
     pub(crate) fn blocking_query<T: redis::FromRedisValue>(
         &mut self,
         cmd: &redis::Cmd,
         block: Duration,
     ) -> RedisResult<T> {
-        match self {
-            PooledConn::Managed(c) => c.blocking_query(cmd, block),
-            PooledConn::External(c) => cmd.query(&mut **c),
+        self.count(1);
+        match &mut self.conn {
+            Checkout::Managed(c) => c.blocking_query(cmd, block),
+            Checkout::External(c) => cmd.query(&mut **c),
         }
+    }
+}
+
+/// A script's first run on a server is answered `NOSCRIPT`, and `redis` then loads it
+/// (`SCRIPT LOAD`) and runs it again: the script cache's round trips, once per server, not the
+/// caller's requests, so the counter leaves them out (a lock cycle is two requests, always).
+fn is_no_script(reply: &RedisResult<Value>) -> bool {
+    matches!(reply, Ok(Value::ServerError(e)) if e.kind() == Some(ServerErrorKind::NoScript))
+}
+
+fn is_script_load(cmd: &redis::Cmd) -> bool {
+    cmd.args_iter().next().is_some_and(
+        |a| matches!(a, redis::Arg::Simple(name) if name.eq_ignore_ascii_case(b"SCRIPT")),
+    )
+}
+
+impl ConnectionLike for PooledConn {
+    fn req_packed_command(&mut self, cmd: &[u8]) -> RedisResult<Value> {
+        self.count(1);
+        self.raw().req_packed_command(cmd)
+    }
+
+    fn req_packed_commands(
+        &mut self,
+        cmd: &[u8],
+        offset: usize,
+        count: usize,
+    ) -> RedisResult<Vec<Value>> {
+        self.count(count);
+        self.raw().req_packed_commands(cmd, offset, count)
+    }
+
+    fn req_command(&mut self, cmd: &redis::Cmd) -> RedisResult<Value> {
+        // Counted when sent (a request waiting for its reply is in flight), taken back for
+        // the script cache's own round trips.
+        let load = is_script_load(cmd);
+        if !load {
+            self.count(1);
+        }
+        let r = self.raw().req_command(cmd);
+        if !load && is_no_script(&r) {
+            self.requests.fetch_sub(1, Ordering::Relaxed);
+        }
+        r
+    }
+
+    fn get_db(&self) -> i64 {
+        self.raw_ref().get_db()
+    }
+
+    fn supports_pipelining(&self) -> bool {
+        self.raw_ref().supports_pipelining()
+    }
+
+    fn check_connection(&mut self) -> bool {
+        self.raw().check_connection()
+    }
+
+    fn is_open(&self) -> bool {
+        self.raw_ref().is_open()
     }
 }
 
@@ -304,11 +403,6 @@ impl r2d2::HandleError<RedisError> for LogErrors {
     }
 }
 
-/// `true` for failures of the network path (refused, reset, timed out).
-pub(crate) fn is_network_error(e: &RedisError) -> bool {
-    e.is_io_error() || e.is_connection_refusal() || e.is_timeout() || e.is_connection_dropped()
-}
-
 /// `true` when a server answered the connect with a refusal (wrong password, ACL, a command
 /// it rejects): retrying will not help. Anything else (refused, reset, no sentinel knows the
 /// master) stays an outage.
@@ -316,5 +410,5 @@ pub(crate) fn is_refused_by_server(e: &RedisError) -> bool {
     matches!(
         e.kind(),
         redis::ErrorKind::AuthenticationFailed | redis::ErrorKind::Server(_)
-    ) && !is_network_error(e)
+    ) && !crate::error::is_network_error(e)
 }

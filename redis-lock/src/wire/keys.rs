@@ -1,4 +1,5 @@
-//! How a lock name becomes Redis keys, and which names are accepted.
+//! How a lock name becomes Redis keys, which names are accepted, and how lock keys are found
+//! again by `SCAN`.
 
 use crate::error::{Error, Result};
 
@@ -102,6 +103,36 @@ pub(crate) fn validate_namespace(namespace: &str) -> Result<()> {
     Ok(())
 }
 
+/// The `SCAN ... MATCH` pattern for the lock keys under `namespace` whose names match the
+/// glob `pattern`. A lock's own key is `ns{name}`; its companions add a suffix after the `}`,
+/// so a pattern ending in `}` matches lock keys only (and names ending in `}` still match).
+pub(crate) fn scan_pattern(namespace: &str, pattern: &str) -> String {
+    format!("{}{{{pattern}}}", escape_glob(namespace))
+}
+
+/// The lock name in `key` if it is a lock key (`ns{name}`) under `namespace`.
+pub(crate) fn lock_name(namespace: &str, key: &[u8]) -> Option<String> {
+    let key = std::str::from_utf8(key).ok()?;
+    let name = key
+        .strip_prefix(namespace)?
+        .strip_prefix('{')?
+        .strip_suffix('}')?;
+    validate_name(name).ok()?;
+    Some(name.to_owned())
+}
+
+/// `text` with the characters that are special in a Redis glob escaped.
+fn escape_glob(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -134,5 +165,24 @@ mod tests {
         assert!(LockKeys::new("lock:", "}x").is_err());
         assert!(validate_namespace("a{b:").is_err());
         assert!(validate_namespace("").is_ok());
+    }
+
+    #[test]
+    fn lock_keys_are_told_from_their_companions() {
+        assert_eq!(lock_name("lock:", b"lock:{report}"), Some("report".into()));
+        assert_eq!(lock_name("lock:", b"lock:{report}:fence"), None);
+        assert_eq!(lock_name("lock:", b"lock:{report}:signal"), None);
+        assert_eq!(lock_name("lock:", b"lock:{a}b}"), Some("a}b".into()));
+        assert_eq!(lock_name("lock:", b"other:{report}"), None);
+        assert_eq!(lock_name("lock:", b"lock:{}"), None);
+        assert_eq!(lock_name("lock:", b"lock:{}x}"), None);
+        assert_eq!(lock_name("", b"{x}"), Some("x".into()));
+    }
+
+    #[test]
+    fn namespaces_are_escaped_for_match() {
+        assert_eq!(escape_glob("lock:"), "lock:");
+        assert_eq!(escape_glob("a*b?[c]\\"), "a\\*b\\?\\[c\\]\\\\");
+        assert_eq!(scan_pattern("ns*", "r-*"), "ns\\*{r-*}");
     }
 }

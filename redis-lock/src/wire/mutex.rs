@@ -1,4 +1,5 @@
-//! The Lua scripts. Every state change of a lock is one of these, run atomically by Redis.
+//! The mutex on the wire: its Lua scripts, and one typed function per script (below them).
+//! Every state change of a lock is one of these scripts, run atomically by Redis.
 //!
 //! Keys travel in `KEYS`, values in `ARGV`; nothing user-supplied is spliced into script text,
 //! so the SHA1 of each script is fixed and `EVALSHA` hits the script cache. All keys of one
@@ -29,124 +30,15 @@
 //! Every one of these keys expires; only the fencing counter `<lock>:fence` stays.
 
 use std::sync::LazyLock;
+use std::time::Duration;
 
-use redis::Script;
+use redis::{ConnectionLike, Script, Value};
 
-/// Unix milliseconds from the Redis server clock, read at most once per script run (`clock()`).
-/// Scripts are replicated by effects (the default since Redis 5), so reading `TIME` inside a
-/// script is allowed and safe.
-macro_rules! clock {
-    () => {
-        "local __now = nil\n\
-         local function clock()\n\
-           if not __now then\n\
-             local t = redis.call('TIME')\n\
-             __now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n\
-           end\n\
-           return __now\n\
-         end\n"
-    };
-}
-
-/// How long a waiter's registration outlives the wait it announced, in ms: time for the waiter
-/// to come back after its `BLPOP` ends. A waiter that has not come back by then is taken for
-/// dead (`WAITER_MARGIN` in Rust).
-macro_rules! waiter_margin_ms {
-    () => {
-        "1000"
-    };
-}
-
-/// How long a release's grant lives unless its waiter claims or renews it, in ms; also the
-/// lifetime of the wake-up element (`HANDOFF_GRACE` in Rust).
-macro_rules! handoff_grace_ms {
-    () => {
-        "1000"
-    };
-}
-
-/// What a script does when a key it builds itself (a fair waiter's wake-up list) is not on this
-/// node: only possible while the lock's slot migrates, where Redis refuses such access. Raised
-/// before anything is written, as `TRYAGAIN`, which the cluster client retries like the
-/// `TRYAGAIN` Redis itself answers for a script whose declared keys are split.
-macro_rules! not_local {
-    () => {
-        "redis.error_reply('TRYAGAIN the wake-up list is not on this node: the slot is migrating')"
-    };
-}
-
-/// `prune(waiters, queue)`: forgets waiters whose registration lapsed (at most 100 per call,
-/// so a script stays short; later calls take the rest). Returns how many it forgot.
-macro_rules! prune {
-    () => {
-        "local function prune(waiters, queue)\n\
-           local dead = redis.call('ZRANGEBYSCORE', waiters, '-inf', clock(), 'LIMIT', 0, 100)\n\
-           if #dead > 0 then\n\
-             redis.call('ZREM', waiters, unpack(dead))\n\
-             redis.call('ZREM', queue, unpack(dead))\n\
-           end\n\
-           return #dead\n\
-         end\n"
-    };
-}
-
-/// `hand_over(lock, fence, signal, waiters, queue, grant)`: called when the lock is being given
-/// up. With live waiters registered, the lock is *granted*: it gets the owner token `grant`
-/// (made by the releasing client), a new fencing token, the field `handoff` naming whom it is
-/// for, and the handoff grace as its TTL; and `grant fence time` (time: server Unix ms) is
-/// pushed to one wake-up list. For
-/// the head of the fair queue that is its own list (`handoff` = its id; it leaves the queue
-/// now); otherwise the shared list (`handoff` = ""), from which Redis hands the element to the
-/// waiter that has blocked longest. Whoever pops the element owns the lock under `grant`. A
-/// grant nobody takes lapses with the grace. Returns `true` when it granted the lock; with no
-/// live waiter it touches nothing and returns `false`.
-///
-/// The per-waiter list `<signal>:<id>` is the one key a script builds itself instead of
-/// receiving it in `KEYS`: the releaser cannot know who heads the queue. It starts with the
-/// lock's hash tag, so it is in the same cluster slot as the declared keys (Redis allows
-/// undeclared keys of the script's own slot). While that slot migrates, the list may be on the
-/// other node, which Redis refuses; `hand_over` touches it before writing anything and raises
-/// `TRYAGAIN` (see `not_local`) instead of leaving a half-made grant.
-macro_rules! hand_over {
-    () => {
-        concat!(
-            "local function hand_over(lock, fence, signal, waiters, queue, grant)\n\
-               if redis.call('EXISTS', waiters) == 0 then return false end\n\
-               local forgot = prune(waiters, queue)\n\
-               local head = redis.call('ZRANGE', queue, 0, 0)[1]\n\
-               if not head and forgot > 0 and redis.call('EXISTS', waiters) == 0 then\n\
-                 return false\n\
-               end\n\
-               local wake = signal\n\
-               local target = ''\n\
-               if head then\n\
-                 target = head\n\
-                 wake = signal .. ':' .. head\n\
-                 if type(redis.pcall('EXISTS', wake)) == 'table' then error(",
-            not_local!(),
-            ") end\n\
-               end\n\
-               local f = redis.pcall('INCR', fence)\n\
-               if type(f) == 'table' then return false end\n\
-               if head then\n\
-                 redis.call('ZREM', queue, head)\n\
-                 redis.call('ZREM', waiters, head)\n\
-               end\n\
-               redis.call('DEL', lock)\n\
-               redis.call('HSET', lock, 'token', grant, 'fence', f, 'handoff', target)\n\
-               redis.call('PEXPIRE', lock, ",
-            handoff_grace_ms!(),
-            ")\n\
-               redis.call('DEL', wake)\n\
-               redis.call('RPUSH', wake, grant .. ' ' .. f .. ' ' .. clock())\n\
-               redis.call('PEXPIRE', wake, ",
-            handoff_grace_ms!(),
-            ")\n\
-               return true\n\
-             end\n"
-        )
-    };
-}
+use super::{
+    Attempt, AttemptArgs, Broken, Claim, Holder, LockKeys, OwnedTtl, Release, Renewal, int, millis,
+    ms, text, unexpected,
+};
+use crate::error::{Error, Result};
 
 /// Acquire, or register as a waiter.
 ///
@@ -174,7 +66,7 @@ macro_rules! hand_over {
 /// compare with the time in a grant); `{-2, …}` when the lock key holds another type, `{-3, …}` when
 /// the fence key does, `{-4, …}` when the wake-up list does. Types
 /// are checked before anything is written: a script that fails half-way keeps what it wrote.
-pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         clock!(),
         prune!(),
@@ -276,11 +168,16 @@ pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
 /// makes it its own: compare the grant token, then write the holder information and the full
 /// TTL. Also the first renewal of a grant taken without this.
 /// KEYS: lock, waiters. ARGV: token (the grant), ttl_ms, holder, meta, min_hold_ms, waiter id.
-/// Returns the fencing token, or `-1` when the grant is not there any more.
-pub(crate) static CLAIM: LazyLock<Script> = LazyLock::new(|| {
+/// Returns the fencing token, `-2` when the key is gone (the grant expired), `-1` when another
+/// token (or another type) is there.
+static CLAIM: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         "local h = redis.pcall('HMGET', KEYS[1], 'token', 'fence')\n",
-        "if h['err'] or h[1] ~= ARGV[1] then return -1 end\n",
+        "if h['err'] then return -1 end\n",
+        "if h[1] ~= ARGV[1] then\n",
+        "  if h[1] == false and redis.call('EXISTS', KEYS[1]) == 0 then return -2 end\n",
+        "  return -1\n",
+        "end\n",
         "local t = redis.call('TIME')\n",
         "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n",
         "local info = ARGV[3] .. now .. '\\n' .. ARGV[4]\n",
@@ -302,7 +199,7 @@ pub(crate) static CLAIM: LazyLock<Script> = LazyLock::new(|| {
 /// take frees the lock.
 /// KEYS: lock, fence, signal, waiters, queue, own wake-up list. ARGV: waiter id, grant token
 /// (for passing on). Returns `1`.
-pub(crate) static LEAVE: LazyLock<Script> = LazyLock::new(|| {
+static LEAVE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         clock!(),
         prune!(),
@@ -327,7 +224,7 @@ pub(crate) static LEAVE: LazyLock<Script> = LazyLock::new(|| {
 /// Renew (compare token, then extend).
 /// KEYS: lock. ARGV: token, ttl_ms.
 /// Returns `1` renewed, `0` the key is gone, `-1` another owner (or another type) is there.
-pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| {
+static RENEW: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         "local t = redis.pcall('HGET', KEYS[1], 'token')\n",
         "if type(t) == 'table' then return -1 end\n",
@@ -350,7 +247,7 @@ pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| {
 /// Returns `1` released, `2` released but kept until the minimum hold has passed, `0` late
 /// (the key was already gone), `-1` lost (another owner, or another type, is there now), `-4`
 /// the signal key holds another type (nothing was changed).
-pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
+static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         clock!(),
         prune!(),
@@ -379,7 +276,7 @@ pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
 /// Read holder information and the remaining TTL in one go.
 /// KEYS: lock. Returns `{}` when free, `{-2}` for another type, else
 /// `{pttl, host, pid, since, fence, meta, hold_until, token_is_empty}`.
-pub(crate) static INSPECT: LazyLock<Script> = LazyLock::new(|| {
+static INSPECT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         "local h = redis.pcall('HMGET', KEYS[1], 'info', 'hold_until', 'token', 'fence')\n",
         "if h['err'] then return {-2} end\n",
@@ -401,7 +298,7 @@ pub(crate) static INSPECT: LazyLock<Script> = LazyLock::new(|| {
 
 /// Remaining TTL, for the holder only.
 /// KEYS: lock. ARGV: token. Returns the PTTL (`-1` without expiry), `-2` gone, `-3` not ours.
-pub(crate) static OWNED_TTL: LazyLock<Script> = LazyLock::new(|| {
+static OWNED_TTL: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         "local t = redis.pcall('HGET', KEYS[1], 'token')\n",
         "if type(t) == 'table' then return -3 end\n",
@@ -416,7 +313,7 @@ pub(crate) static OWNED_TTL: LazyLock<Script> = LazyLock::new(|| {
 /// KEYS: lock, fence, signal, waiters, queue. ARGV: grant token for `hand_over`. Returns `{}`
 /// when free, `{-2}` when the lock key holds another type, `{-4}` when the signal key does
 /// (nothing changed), else `{host, pid}`.
-pub(crate) static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| {
+static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         clock!(),
         prune!(),
@@ -436,7 +333,7 @@ pub(crate) static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| {
 /// highest counter of the majority), and record that token with the lock, if the lock is
 /// still ours here. See `quorum.rs` for why this keeps tokens monotonic.
 /// KEYS: lock, fence. ARGV: token, fence. Returns `1` raised (or already there), `0` not ours.
-pub(crate) static RAISE_FENCE: LazyLock<Script> = LazyLock::new(|| {
+static RAISE_FENCE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         "if redis.call('TYPE', KEYS[1])['ok'] ~= 'hash' then return 0 end\n",
         "if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return 0 end\n",
@@ -448,19 +345,460 @@ pub(crate) static RAISE_FENCE: LazyLock<Script> = LazyLock::new(|| {
     ))
 });
 
+// ---------------------------------------------------------------------------------------------
+// Typed calls: the only code that builds `KEYS`/`ARGV` for these scripts or reads their codes.
+
+/// `flags` of `ACQUIRE`: `f` fair, `w` registered before in this acquisition.
+fn waiter_flags(fair: bool, registered: bool) -> &'static str {
+    match (fair, registered) {
+        (false, false) => "",
+        (false, true) => "w",
+        (true, false) => "f",
+        (true, true) => "fw",
+    }
+}
+
+/// The wake-up list an acquisition blocks on: fair waiters are woken one by one on their own
+/// list, the others share one, from which Redis serves the longest-blocked first.
+pub(crate) fn wake_list(keys: &LockKeys, waiter: &str, fair: bool) -> String {
+    if fair {
+        keys.wake(waiter)
+    } else {
+        keys.signal.clone()
+    }
+}
+
+/// `ACQUIRE`: take the lock, or find it busy (and register as a waiter if `register` is set).
+pub(crate) fn acquire(con: &mut dyn ConnectionLike, a: &AttemptArgs<'_>) -> Result<Attempt> {
+    let keys = a.keys;
+    let wake = wake_list(keys, a.waiter, a.fair);
+    let reply: (i64, i64, i64, i64, i64) = ACQUIRE
+        .key(&keys.lock)
+        .key(&keys.fence)
+        .key(&keys.waiters)
+        .key(&keys.queue)
+        .key(&keys.signal)
+        .key(wake)
+        .arg(a.token)
+        .arg(ms(a.ttl))
+        .arg(a.holder)
+        .arg(a.meta)
+        .arg(ms(a.min_hold))
+        .arg(a.waiter)
+        .arg(ms(a.register))
+        .arg(waiter_flags(a.fair, a.registered))
+        .invoke(con)?;
+    decode_acquire(keys, reply)
+}
+
+fn decode_acquire(
+    keys: &LockKeys,
+    (status, value, block, fresh, server_ms): (i64, i64, i64, i64, i64),
+) -> Result<Attempt> {
+    let wrong = |key: &String| {
+        Err(Error::WrongType {
+            redis_key: key.clone(),
+        })
+    };
+    match status {
+        1 => Ok(Attempt::Acquired {
+            fence: u64::try_from(value).unwrap_or(0),
+        }),
+        0 => Ok(Attempt::Busy {
+            holder_ttl: millis(value),
+            block: millis(block),
+            fresh: fresh == 1,
+            server_ms: u64::try_from(server_ms).unwrap_or(0),
+        }),
+        -2 => wrong(&keys.lock),
+        -3 => wrong(&keys.fence),
+        -4 => wrong(&keys.signal),
+        _ => Err(unexpected("unexpected acquire reply")),
+    }
+}
+
+/// `CLAIM`: make a popped grant ours (holder information, minimum hold, full TTL) and forget
+/// the waiter registration `registration` (if not empty).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn claim(
+    con: &mut dyn ConnectionLike,
+    keys: &LockKeys,
+    grant: &str,
+    ttl: Duration,
+    holder: &str,
+    meta: &str,
+    min_hold: Duration,
+    registration: &str,
+) -> Result<Claim> {
+    let r: i64 = CLAIM
+        .key(&keys.lock)
+        .key(&keys.waiters)
+        .arg(grant)
+        .arg(ms(ttl))
+        .arg(holder)
+        .arg(meta)
+        .arg(ms(min_hold))
+        .arg(registration)
+        .invoke(con)?;
+    Ok(decode_claim(r))
+}
+
+fn decode_claim(r: i64) -> Claim {
+    match r {
+        -2 => Claim::Gone,
+        r if r < 0 => Claim::NotOurs,
+        fence => Claim::Claimed {
+            fence: u64::try_from(fence).unwrap_or(0),
+        },
+    }
+}
+
+/// `LEAVE`: a waiter gives up; a grant made for it is passed on under `grant`.
+pub(crate) fn leave(
+    con: &mut dyn ConnectionLike,
+    keys: &LockKeys,
+    waiter: &str,
+    grant: &str,
+) -> Result<()> {
+    LEAVE
+        .key(&keys.lock)
+        .key(&keys.fence)
+        .key(&keys.signal)
+        .key(&keys.waiters)
+        .key(&keys.queue)
+        .key(keys.wake(waiter))
+        .arg(waiter)
+        .arg(grant)
+        .invoke::<i64>(con)?;
+    Ok(())
+}
+
+/// `RENEW`: compare the token, then set the TTL.
+pub(crate) fn renew(
+    con: &mut dyn ConnectionLike,
+    keys: &LockKeys,
+    token: &str,
+    ttl: Duration,
+) -> Result<Renewal> {
+    let r: i64 = RENEW.key(&keys.lock).arg(token).arg(ms(ttl)).invoke(con)?;
+    Ok(decode_renew(r))
+}
+
+fn decode_renew(r: i64) -> Renewal {
+    match r {
+        1 => Renewal::Renewed,
+        0 => Renewal::Gone,
+        _ => Renewal::NotOurs,
+    }
+}
+
+/// How a release treats a minimum hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MinHold {
+    /// Keep the lock ownerless until the minimum hold has passed.
+    Respect,
+    /// Delete it anyway: an acquisition being undone was never held.
+    Ignore,
+}
+
+/// `RELEASE`: compare the token, then hand the lock to a waiter under `grant` or delete it.
+/// `registration`: our own leftover waiter id to forget (or "").
+pub(crate) fn release(
+    con: &mut dyn ConnectionLike,
+    keys: &LockKeys,
+    token: &str,
+    min_hold: MinHold,
+    grant: &str,
+    registration: &str,
+) -> Result<Release> {
+    let r: i64 = RELEASE
+        .key(&keys.lock)
+        .key(&keys.fence)
+        .key(&keys.signal)
+        .key(&keys.waiters)
+        .key(&keys.queue)
+        .arg(token)
+        .arg(i32::from(min_hold == MinHold::Ignore))
+        .arg(grant)
+        .arg(registration)
+        .invoke(con)?;
+    decode_release(keys, r)
+}
+
+fn decode_release(keys: &LockKeys, r: i64) -> Result<Release> {
+    Ok(match r {
+        1 => Release::Released,
+        2 => Release::Kept,
+        0 => Release::Late,
+        -4 => {
+            return Err(Error::WrongType {
+                redis_key: keys.signal.clone(),
+            });
+        }
+        _ => Release::Lost,
+    })
+}
+
+/// `OWNED_TTL`: the remaining TTL of a lock we hold.
+pub(crate) fn owned_ttl(
+    con: &mut dyn ConnectionLike,
+    keys: &LockKeys,
+    token: &str,
+) -> Result<OwnedTtl> {
+    let r: i64 = OWNED_TTL.key(&keys.lock).arg(token).invoke(con)?;
+    Ok(decode_owned_ttl(r))
+}
+
+fn decode_owned_ttl(r: i64) -> OwnedTtl {
+    match r {
+        -1 => OwnedTtl::NoExpiry,
+        -2 => OwnedTtl::Gone,
+        -3 => OwnedTtl::NotOurs,
+        ms => OwnedTtl::Left(Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
+    }
+}
+
+/// `INSPECT`: who holds the lock, `None` when it is free.
+pub(crate) fn inspect(con: &mut dyn ConnectionLike, keys: &LockKeys) -> Result<Option<Holder>> {
+    let v: Vec<Value> = INSPECT.key(&keys.lock).invoke(con)?;
+    decode_inspect(keys, &v)
+}
+
+fn decode_inspect(keys: &LockKeys, v: &[Value]) -> Result<Option<Holder>> {
+    match v {
+        [] => Ok(None),
+        [_] => Err(Error::WrongType {
+            redis_key: keys.lock.clone(),
+        }),
+        [pttl, host, pid, since, fence, meta, hold_until, no_owner] => {
+            let since_ms = int(since).and_then(|s| u64::try_from(s).ok()).unwrap_or(0);
+            let hold_until_ms = int(hold_until)
+                .and_then(|h| u64::try_from(h).ok())
+                .filter(|h| *h > since_ms);
+            let meta = text(meta);
+            Ok(Some(Holder {
+                remaining_ttl: int(pttl).and_then(millis),
+                host: text(host),
+                pid: int(pid).and_then(|p| u32::try_from(p).ok()).unwrap_or(0),
+                since_ms,
+                fence: int(fence).and_then(|f| u64::try_from(f).ok()).unwrap_or(0),
+                meta: (!meta.is_empty()).then_some(meta),
+                hold_until_ms,
+                owned: int(no_owner) == Some(0),
+            }))
+        }
+        _ => Err(unexpected("unexpected inspect reply")),
+    }
+}
+
+/// `FORCE_RELEASE`: break the lock whoever holds it (handing it to a waiter under `grant`).
+pub(crate) fn force_release(
+    con: &mut dyn ConnectionLike,
+    keys: &LockKeys,
+    grant: &str,
+) -> Result<Broken> {
+    let v: Vec<String> = FORCE_RELEASE
+        .key(&keys.lock)
+        .key(&keys.fence)
+        .key(&keys.signal)
+        .key(&keys.waiters)
+        .key(&keys.queue)
+        .arg(grant)
+        .invoke(con)?;
+    decode_force_release(keys, &v)
+}
+
+fn decode_force_release(keys: &LockKeys, v: &[String]) -> Result<Broken> {
+    match v {
+        [] => Ok(None),
+        [host, pid] => Ok(Some((host.clone(), pid.parse().unwrap_or(0)))),
+        [code] if code == "-4" => Err(Error::WrongType {
+            redis_key: keys.signal.clone(),
+        }),
+        _ => Err(Error::WrongType {
+            redis_key: keys.lock.clone(),
+        }),
+    }
+}
+
+/// `RAISE_FENCE` (Redlock): `true` when raised (or already there), `false` when the lock is
+/// not ours on this server.
+pub(crate) fn raise_fence(
+    con: &mut dyn ConnectionLike,
+    keys: &LockKeys,
+    token: &str,
+    fence: u64,
+) -> Result<bool> {
+    let r: i64 = RAISE_FENCE
+        .key(&keys.lock)
+        .key(&keys.fence)
+        .arg(token)
+        .arg(fence)
+        .invoke(con)?;
+    Ok(r == 1)
+}
+
 #[cfg(test)]
 mod tests {
-    use crate::waiting::{HANDOFF_GRACE, WAITER_MARGIN};
+    use super::*;
+
+    fn keys() -> LockKeys {
+        LockKeys::new("lock:", "k").unwrap()
+    }
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
 
     #[test]
-    fn lua_constants_match_rust() {
+    fn acquire_replies_decode() {
+        let k = keys();
         assert_eq!(
-            waiter_margin_ms!().parse::<u128>().unwrap(),
-            WAITER_MARGIN.as_millis()
+            decode_acquire(&k, (1, 7, 0, 0, 0)).unwrap(),
+            Attempt::Acquired { fence: 7 }
         );
         assert_eq!(
-            handoff_grace_ms!().parse::<u128>().unwrap(),
-            HANDOFF_GRACE.as_millis()
+            decode_acquire(&k, (0, 250, 251, 1, 99)).unwrap(),
+            Attempt::Busy {
+                holder_ttl: Some(Duration::from_millis(250)),
+                block: Some(Duration::from_millis(251)),
+                fresh: true,
+                server_ms: 99,
+            }
         );
+        // No expiry (-1), or free but owed to a fair head (-2); not registered (-1).
+        let Attempt::Busy {
+            holder_ttl, block, ..
+        } = decode_acquire(&k, (0, -2, -1, 0, 0)).unwrap()
+        else {
+            panic!("busy");
+        };
+        assert_eq!((holder_ttl, block), (None, None));
+        for (code, key) in [(-2, &k.lock), (-3, &k.fence), (-4, &k.signal)] {
+            match decode_acquire(&k, (code, 0, 0, 0, 0)) {
+                Err(Error::WrongType { redis_key }) => assert_eq!(&redis_key, key),
+                other => panic!("{code}: {other:?}"),
+            }
+        }
+        assert!(decode_acquire(&k, (9, 0, 0, 0, 0)).is_err());
+    }
+
+    #[test]
+    fn claim_tells_an_expired_grant_from_a_taken_one() {
+        assert_eq!(decode_claim(12), Claim::Claimed { fence: 12 });
+        assert_eq!(decode_claim(-2), Claim::Gone);
+        assert_eq!(decode_claim(-1), Claim::NotOurs);
+    }
+
+    #[test]
+    fn renew_release_and_owned_ttl_codes() {
+        assert_eq!(decode_renew(1), Renewal::Renewed);
+        assert_eq!(decode_renew(0), Renewal::Gone);
+        assert_eq!(decode_renew(-1), Renewal::NotOurs);
+        let k = keys();
+        assert_eq!(decode_release(&k, 1).unwrap(), Release::Released);
+        assert_eq!(decode_release(&k, 2).unwrap(), Release::Kept);
+        assert_eq!(decode_release(&k, 0).unwrap(), Release::Late);
+        assert_eq!(decode_release(&k, -1).unwrap(), Release::Lost);
+        assert!(matches!(
+            decode_release(&k, -4),
+            Err(Error::WrongType { .. })
+        ));
+        assert_eq!(decode_owned_ttl(-1), OwnedTtl::NoExpiry);
+        assert_eq!(decode_owned_ttl(-2), OwnedTtl::Gone);
+        assert_eq!(decode_owned_ttl(-3), OwnedTtl::NotOurs);
+        assert_eq!(
+            decode_owned_ttl(1500),
+            OwnedTtl::Left(Duration::from_millis(1500))
+        );
+    }
+
+    #[test]
+    fn inspect_reply_decodes() {
+        let k = keys();
+        assert_eq!(decode_inspect(&k, &[]).unwrap(), None);
+        assert!(matches!(
+            decode_inspect(&k, &[Value::Int(-2)]),
+            Err(Error::WrongType { .. })
+        ));
+        let v = [
+            Value::Int(900),
+            bulk("web-1"),
+            bulk("4242"),
+            bulk("1700000000000"),
+            bulk("17"),
+            bulk("nightly"),
+            bulk("1700000005000"),
+            Value::Int(0),
+        ];
+        let h = decode_inspect(&k, &v).unwrap().unwrap();
+        assert_eq!(
+            h,
+            Holder {
+                remaining_ttl: Some(Duration::from_millis(900)),
+                host: "web-1".into(),
+                pid: 4242,
+                since_ms: 1_700_000_000_000,
+                fence: 17,
+                meta: Some("nightly".into()),
+                hold_until_ms: Some(1_700_000_005_000),
+                owned: true,
+            }
+        );
+        // A grant not yet claimed: empty holder fields, no expiry, no hold.
+        let v = [
+            Value::Int(-1),
+            bulk(""),
+            bulk(""),
+            bulk("0"),
+            bulk("3"),
+            bulk(""),
+            bulk("0"),
+            Value::Int(1),
+        ];
+        let h = decode_inspect(&k, &v).unwrap().unwrap();
+        assert_eq!(
+            (h.remaining_ttl, h.meta, h.hold_until_ms, h.owned),
+            (None, None, None, false)
+        );
+        assert!(decode_inspect(&k, &[Value::Int(1), Value::Int(2)]).is_err());
+    }
+
+    #[test]
+    fn force_release_reply_decodes() {
+        let k = keys();
+        assert_eq!(decode_force_release(&k, &[]).unwrap(), None);
+        assert_eq!(
+            decode_force_release(&k, &["h".into(), "12".into()]).unwrap(),
+            Some(("h".into(), 12))
+        );
+        match decode_force_release(&k, &["-4".into()]) {
+            Err(Error::WrongType { redis_key }) => assert_eq!(redis_key, k.signal),
+            other => panic!("{other:?}"),
+        }
+        match decode_force_release(&k, &["-2".into()]) {
+            Err(Error::WrongType { redis_key }) => assert_eq!(redis_key, k.lock),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn grants_and_flags() {
+        use super::super::Grant;
+        assert_eq!(
+            super::super::parse_grant("abc 5 123"),
+            Some(Grant {
+                token: "abc".into(),
+                fence: 5,
+                server_ms: 123
+            })
+        );
+        assert_eq!(super::super::parse_grant("abc 5"), None);
+        assert_eq!(super::super::parse_grant("abc x 1"), None);
+        assert_eq!(waiter_flags(false, false), "");
+        assert_eq!(waiter_flags(true, true), "fw");
+        let k = keys();
+        assert_eq!(wake_list(&k, "w1", true), "lock:{k}:signal:w1");
+        assert_eq!(wake_list(&k, "w1", false), "lock:{k}:signal");
     }
 }

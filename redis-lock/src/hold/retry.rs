@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::token::random_below;
+use crate::wire::token::random_below;
 
 /// How to wait between acquisition attempts while another owner holds the lock.
 ///

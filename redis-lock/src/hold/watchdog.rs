@@ -1,4 +1,5 @@
-//! The watchdog: one renewal thread per held lock, taken from a pool of parked threads.
+//! The watchdog: one renewal thread per held lock, taken from a pool of parked threads. It
+//! talks only to the lease: asks it what is next, tells it to renew.
 //!
 //! Spawning and joining an OS thread costs about two Redis round trips on loopback, which
 //! would halve the throughput of short lock holds. So a watchdog thread whose lock was
@@ -24,9 +25,8 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
+use super::lease::{Lease, Next};
 use crate::error::LostReason;
-use crate::lease::Lease;
-use crate::ops::Renewal;
 
 /// How long a parked watchdog thread waits for a new lock before it exits.
 const IDLE_EXIT: Duration = Duration::from_secs(30);
@@ -72,7 +72,7 @@ pub(crate) fn start(lease: &Arc<Lease>) -> std::io::Result<()> {
     let parked = IDLE.lock().pop();
     if let Some(worker) = parked {
         *lease.watchdog.lock() = Some(Arc::clone(&worker));
-        let first_renewal = lease.state.lock().next_renew;
+        let first_renewal = lease.first_renewal();
         let mut slot = worker.slot.lock();
         slot.job = Some(Arc::downgrade(lease));
         let wake = match slot.mode {
@@ -123,34 +123,6 @@ pub(crate) fn nudge(lease: &Lease) {
     }
 }
 
-/// What the thread does next with its lease.
-enum Plan {
-    Stopped,
-    Sleep(Instant),
-    Renew(Duration),
-    MaxHoldExpired,
-}
-
-fn plan(lease: &Lease) -> Plan {
-    let st = lease.state.lock();
-    if st.stop {
-        return Plan::Stopped;
-    }
-    let now = Instant::now();
-    if now < st.next_renew {
-        return Plan::Sleep(st.next_renew);
-    }
-    if st.renew_until.is_some_and(|cap| now >= cap) {
-        // max_hold reached: stop renewing, and report the loss when the TTL has run out.
-        return if now >= st.expires_at {
-            Plan::MaxHoldExpired
-        } else {
-            Plan::Sleep(st.expires_at)
-        };
-    }
-    Plan::Renew(st.ttl)
-}
-
 fn run(worker: &Arc<Worker>) {
     let mut slot = worker.slot.lock();
     loop {
@@ -167,30 +139,25 @@ fn run(worker: &Arc<Worker>) {
             }
             continue;
         };
-        match plan(&lease) {
-            Plan::Stopped => {
-                // Released: `detach` has already put this thread back in the idle list.
-                if slot
-                    .job
-                    .as_ref()
-                    .is_some_and(|j| j.ptr_eq(&Arc::downgrade(&lease)))
-                {
-                    slot.job = None;
-                }
+        match lease.next(Instant::now()) {
+            Next::Stopped => {
+                // Released (`detach` has already put this thread back in the idle list) or
+                // lost (it frees itself here).
+                finish(worker, &mut slot, &lease);
             }
-            Plan::Sleep(until) => {
+            Next::Sleep(until) => {
                 slot.mode = Mode::Sleeping(until);
                 worker.cond.wait_until(&mut slot, until);
             }
-            Plan::Renew(ttl) => {
+            Next::Renew => {
                 drop(slot);
-                let finished = renew_once(&lease, ttl);
+                let finished = lease.renew_now();
                 slot = worker.slot.lock();
                 if finished {
                     finish(worker, &mut slot, &lease);
                 }
             }
-            Plan::MaxHoldExpired => {
+            Next::MaxHoldExpired => {
                 drop(slot);
                 lease.mark_lost(LostReason::MaxHoldReached);
                 slot = worker.slot.lock();
@@ -225,45 +192,5 @@ fn retire(worker: &Arc<Worker>) -> bool {
             true
         }
         None => false,
-    }
-}
-
-/// One renewal; `true` when the lease turned out lost (the thread is done with it).
-fn renew_once(lease: &Lease, ttl: Duration) -> bool {
-    let sent = Instant::now();
-    let result = lease.inner.renew_lease(lease, ttl);
-    let mut st = lease.state.lock();
-    if st.stop {
-        return false;
-    }
-    match result {
-        Ok(Renewal::Renewed) => {
-            st.expires_at = sent + lease.inner.validity(ttl);
-            st.next_renew = sent + ttl / 3;
-            tracing::trace!(target: "redis_lock", key = %lease.name, ?ttl, "lock renewed");
-            false
-        }
-        Ok(Renewal::Gone) => {
-            drop(st);
-            lease.mark_lost(LostReason::Expired);
-            true
-        }
-        Ok(Renewal::Taken) => {
-            drop(st);
-            lease.mark_lost(LostReason::TakenOver);
-            true
-        }
-        Err(error) => {
-            let now = Instant::now();
-            if now >= st.expires_at {
-                drop(st);
-                lease.mark_lost(LostReason::RenewalFailed);
-                return true;
-            }
-            tracing::warn!(target: "redis_lock", key = %lease.name, %error, "renewing lock failed; retrying until it would expire");
-            let backoff = (ttl / 10).clamp(Duration::from_millis(10), Duration::from_secs(1));
-            st.next_renew = (now + backoff).min(st.expires_at);
-            false
-        }
     }
 }

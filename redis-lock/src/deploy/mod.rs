@@ -1,0 +1,306 @@
+//! Where locks live: one store, or a Redlock quorum of independent stores. The only place that
+//! matches on the deployment; it runs a primitive's operations (the `seam`) on the store or on
+//! every server of the quorum and hands back one combined answer.
+
+pub(crate) mod quorum;
+pub(crate) mod seam;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::store::connection::PooledConn;
+use crate::store::{Ack, Store, Wake};
+use crate::wire::token::new_token;
+use crate::wire::{
+    Attempt, AttemptArgs, Broken, Claim, Holder, LockKeys, OwnedTtl, Release, Renewal,
+};
+use quorum::Quorum;
+use seam::Primitive;
+
+#[derive(Debug)]
+pub(crate) enum Deployment {
+    Single(Store),
+    Quorum(Quorum),
+}
+
+/// The combined answer to one attempt, and where a waiter should block next.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Attempted {
+    pub(crate) attempt: Attempt,
+    /// The server a quorum saw the holder on: its release pushes the wake-up there. What the
+    /// wait step needs from the attempt travels here, not through shared state.
+    pub(crate) wait_on: Option<usize>,
+}
+
+/// A waiter's claim of a popped grant. Only a single store hands out grants to pop: under
+/// Redlock each server's release grants its copy of the lock under the same token, so a
+/// waiter only peeks and takes the grants by attempting again.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ClaimArgs<'a> {
+    pub(crate) keys: &'a LockKeys,
+    pub(crate) grant: &'a str,
+    pub(crate) ttl: Duration,
+    pub(crate) holder: &'a str,
+    pub(crate) meta: &'a str,
+    pub(crate) min_hold: Duration,
+    pub(crate) registration: &'a str,
+    pub(crate) ack: Option<Ack>,
+}
+
+impl Deployment {
+    /// How long a lock taken or renewed with `ttl` is safe to rely on, measured from just
+    /// before the request was sent. One store: the TTL. A quorum: the TTL minus the clock
+    /// drift allowance, since each server's clock times the key on its own.
+    pub(crate) fn validity(&self, ttl: Duration) -> Duration {
+        match self {
+            Deployment::Single(_) => ttl,
+            Deployment::Quorum(_) => ttl.saturating_sub(quorum::drift(ttl)),
+        }
+    }
+
+    /// Fair waiting needs one queue; a quorum would keep one per server, and no one order
+    /// holds across a majority.
+    pub(crate) fn allows_fair(&self) -> bool {
+        matches!(self, Deployment::Single(_))
+    }
+
+    pub(crate) fn attempt(
+        &self,
+        p: &dyn Primitive,
+        args: &AttemptArgs<'_>,
+        ack: Option<Ack>,
+    ) -> Result<Attempted> {
+        match self {
+            Deployment::Single(store) => Ok(Attempted {
+                attempt: attempt_on(store, p, args, ack)?,
+                wait_on: None,
+            }),
+            Deployment::Quorum(q) => q.attempt(p, args, ack),
+        }
+    }
+
+    /// `Ok(None)` when this deployment does not hand out grants to pop.
+    pub(crate) fn claim(&self, p: &dyn Primitive, c: &ClaimArgs<'_>) -> Result<Option<Claim>> {
+        match self {
+            Deployment::Single(store) => claim_on(store, p, c).map(Some),
+            Deployment::Quorum(_) => Ok(None),
+        }
+    }
+
+    pub(crate) fn renew(
+        &self,
+        p: &dyn Primitive,
+        keys: &LockKeys,
+        token: &str,
+        ttl: Duration,
+    ) -> Result<Renewal> {
+        match self {
+            Deployment::Single(store) => renew_on(store, p, keys, token, ttl),
+            Deployment::Quorum(q) => q.renew(p, keys, token, ttl),
+        }
+    }
+
+    /// Gives the lock up, handing it over to a waiter under the token `grant` where one is
+    /// registered; `registration` is our own leftover waiter id to forget (or "").
+    pub(crate) fn release(
+        &self,
+        p: &dyn Primitive,
+        keys: &LockKeys,
+        token: &str,
+        grant: &str,
+        registration: &str,
+    ) -> Result<Release> {
+        match self {
+            Deployment::Single(store) => release_on(store, p, keys, token, grant, registration),
+            Deployment::Quorum(q) => q.release(p, keys, token, grant, registration),
+        }
+    }
+
+    pub(crate) fn owned_ttl(
+        &self,
+        p: &dyn Primitive,
+        keys: &LockKeys,
+        token: &str,
+    ) -> Result<OwnedTtl> {
+        match self {
+            Deployment::Single(store) => {
+                let mut conn = store.conn()?;
+                p.owned_ttl(&mut conn, keys, token)
+            }
+            Deployment::Quorum(q) => q.owned_ttl(p, keys, token),
+        }
+    }
+
+    /// Unregisters a waiter that gives up, passing on a grant a release made for it. Best
+    /// effort: a registration that is not removed lapses by itself within the waiter margin.
+    pub(crate) fn leave(&self, p: &dyn Primitive, keys: &LockKeys, waiter: &str) {
+        for store in self.stores() {
+            leave_on(store, p, keys, waiter);
+        }
+    }
+
+    /// Blocks until a release wakes us or `timeout` passes. A single store pops the grant; a
+    /// quorum only peeks, on the server `wait_on` the attempt saw the holder on.
+    pub(crate) fn wait(&self, list: &str, timeout: Duration, wait_on: Option<usize>) -> Wake {
+        match self {
+            Deployment::Single(store) => store.wait(list, timeout, true),
+            Deployment::Quorum(q) => q.wait(list, timeout, wait_on),
+        }
+    }
+
+    pub(crate) fn inspect(&self, p: &dyn Primitive, keys: &LockKeys) -> Result<Option<Holder>> {
+        match self {
+            Deployment::Single(store) => {
+                let mut conn = store.conn()?;
+                p.inspect(&mut conn, keys)
+            }
+            Deployment::Quorum(q) => q.inspect(p, keys),
+        }
+    }
+
+    pub(crate) fn force_release(&self, p: &dyn Primitive, keys: &LockKeys) -> Result<Broken> {
+        match self {
+            Deployment::Single(store) => {
+                let mut conn = store.conn()?;
+                p.force_release(&mut conn, keys, &new_token()?)
+            }
+            Deployment::Quorum(q) => q.force_release(p, keys),
+        }
+    }
+
+    /// The names of the lock keys matching the `SCAN` pattern `pattern`. A quorum scans every
+    /// server (a majority must answer): a lock held by a majority is on at least one server
+    /// of any majority.
+    pub(crate) fn scan(&self, namespace: &str, pattern: &str) -> Result<BTreeSet<String>> {
+        match self {
+            Deployment::Single(store) => store.scan(namespace, pattern),
+            Deployment::Quorum(q) => q.scan(namespace, pattern),
+        }
+    }
+
+    /// `PING`: one store must answer; a quorum, a majority of its servers.
+    pub(crate) fn ping(&self) -> Result<()> {
+        match self {
+            Deployment::Single(store) => store.ping(),
+            Deployment::Quorum(q) => q.ping(),
+        }
+    }
+
+    /// The stores, for `Debug` and for operations that go to every one of them.
+    pub(crate) fn stores(&self) -> Vec<&Store> {
+        match self {
+            Deployment::Single(store) => vec![store],
+            Deployment::Quorum(q) => q.stores().collect(),
+        }
+    }
+}
+
+/// One attempt on one store; with replica acknowledgement asked for, an acquisition that too
+/// few replicas acknowledge is undone on the same connection and fails.
+pub(crate) fn attempt_on(
+    store: &Store,
+    p: &dyn Primitive,
+    args: &AttemptArgs<'_>,
+    ack: Option<Ack>,
+) -> Result<Attempt> {
+    let mut conn = store.conn()?;
+    let attempt = p.attempt(&mut conn, args)?;
+    if let (Attempt::Acquired { .. }, Some(ack)) = (attempt, ack) {
+        acknowledged(store, conn, p, args.keys, args.token, ack)?;
+    }
+    Ok(attempt)
+}
+
+/// A claim on one store, with replica acknowledgement as for an attempt.
+fn claim_on(store: &Store, p: &dyn Primitive, c: &ClaimArgs<'_>) -> Result<Claim> {
+    let mut conn = store.conn()?;
+    let claim = p.claim(
+        &mut conn,
+        c.keys,
+        c.grant,
+        c.ttl,
+        c.holder,
+        c.meta,
+        c.min_hold,
+        c.registration,
+    )?;
+    if let (Claim::Claimed { .. }, Some(ack)) = (claim, c.ack) {
+        acknowledged(store, conn, p, c.keys, c.grant, ack)?;
+    }
+    Ok(claim)
+}
+
+/// Waits for `ack`; on a shortfall (or a failed wait) deletes the lock this call wrote
+/// (ignoring any minimum hold, handing it to a waiter if one is registered) and fails. Uses
+/// the same connection when it still works, so a pool of one needs no second connection.
+fn acknowledged(
+    store: &Store,
+    mut conn: PooledConn,
+    p: &dyn Primitive,
+    keys: &LockKeys,
+    token: &str,
+    ack: Ack,
+) -> Result<()> {
+    let error = match store.await_replicas(&mut conn, ack) {
+        Ok(acked) if acked >= ack.count => return Ok(()),
+        Ok(acked) => Error::ReplicaAck {
+            key: keys.name().to_owned(),
+            required: ack.count,
+            acked,
+        },
+        Err(e) => e,
+    };
+    let undo = |conn: &mut PooledConn| -> Result<Release> {
+        p.release(conn, keys, token, true, &new_token()?, "")
+    };
+    let undone = if redis::ConnectionLike::is_open(&conn) {
+        undo(&mut conn)
+    } else {
+        // The connection broke (the WAIT timed out or was cut): it goes back to be dropped.
+        drop(conn);
+        store.conn().and_then(|mut fresh| undo(&mut fresh))
+    };
+    match undone {
+        Ok(_) => {
+            tracing::debug!(target: "redis_lock", key = keys.name(), "acquisition undone: replicas did not acknowledge it")
+        }
+        Err(error) => {
+            tracing::warn!(target: "redis_lock", key = keys.name(), %error, "undoing an unacknowledged acquisition failed; the lock expires with its ttl")
+        }
+    }
+    Err(error)
+}
+
+fn renew_on(
+    store: &Store,
+    p: &dyn Primitive,
+    keys: &LockKeys,
+    token: &str,
+    ttl: Duration,
+) -> Result<Renewal> {
+    let mut conn = store.conn()?;
+    p.renew(&mut conn, keys, token, ttl)
+}
+
+fn release_on(
+    store: &Store,
+    p: &dyn Primitive,
+    keys: &LockKeys,
+    token: &str,
+    grant: &str,
+    registration: &str,
+) -> Result<Release> {
+    let mut conn = store.conn()?;
+    p.release(&mut conn, keys, token, false, grant, registration)
+}
+
+fn leave_on(store: &Store, p: &dyn Primitive, keys: &LockKeys, waiter: &str) {
+    let r = store
+        .conn()
+        .and_then(|mut conn| p.leave(&mut conn, keys, waiter, &new_token()?));
+    if let Err(error) = r {
+        // The registration lapses by itself within the waiter margin.
+        tracing::debug!(target: "redis_lock", %error, "leaving the waiter registry failed");
+    }
+}

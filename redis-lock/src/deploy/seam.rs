@@ -1,0 +1,98 @@
+//! The seam every lock primitive plugs into: what a primitive does on *one* store, in one
+//! round trip each. The deployment runs these on its single store or on every server of a
+//! quorum and combines the answers; the acquire loop, waiting, watchdog, lease, registry and
+//! retry above only ever see the combined answer. A primitive is its `wire/` module (scripts
+//! and typed calls), an implementation of this trait that calls them, and a guard type.
+//!
+//! It lives in the deployment layer (not in `hold/`) because Redlock must run each operation
+//! per server: undoing a partial acquisition, leaving the servers that registered a waiter,
+//! settling the fencing counter.
+
+use std::time::Duration;
+
+use redis::ConnectionLike;
+
+use crate::error::Result;
+use crate::wire::{
+    Attempt, AttemptArgs, Broken, Claim, Holder, LockKeys, OwnedTtl, Release, Renewal,
+};
+
+/// A lock primitive's operations on one store. Each takes a connection checked out by the
+/// deployment, so the request counter, the reply timeouts and broken-connection handling are
+/// the store's and not the primitive's business.
+pub(crate) trait Primitive: Send + Sync + std::fmt::Debug {
+    /// Take the lock, or find it busy (registering as a waiter as `args` say).
+    fn attempt(&self, con: &mut dyn ConnectionLike, args: &AttemptArgs<'_>) -> Result<Attempt>;
+
+    /// Make a popped grant ours: holder information, minimum hold, full TTL.
+    #[allow(clippy::too_many_arguments)]
+    fn claim(
+        &self,
+        con: &mut dyn ConnectionLike,
+        keys: &LockKeys,
+        grant: &str,
+        ttl: Duration,
+        holder: &str,
+        meta: &str,
+        min_hold: Duration,
+        registration: &str,
+    ) -> Result<Claim>;
+
+    /// Extend the TTL of a lock we hold.
+    fn renew(
+        &self,
+        con: &mut dyn ConnectionLike,
+        keys: &LockKeys,
+        token: &str,
+        ttl: Duration,
+    ) -> Result<Renewal>;
+
+    /// Give the lock up (handing it to a waiter under `grant`). `undo`: the acquisition is
+    /// being undone (it was never held), so a minimum hold does not apply.
+    fn release(
+        &self,
+        con: &mut dyn ConnectionLike,
+        keys: &LockKeys,
+        token: &str,
+        undo: bool,
+        grant: &str,
+        registration: &str,
+    ) -> Result<Release>;
+
+    /// The remaining TTL of a lock we hold.
+    fn owned_ttl(
+        &self,
+        con: &mut dyn ConnectionLike,
+        keys: &LockKeys,
+        token: &str,
+    ) -> Result<OwnedTtl>;
+
+    /// A waiter gives up: unregister, passing on a grant made for it under `grant`.
+    fn leave(
+        &self,
+        con: &mut dyn ConnectionLike,
+        keys: &LockKeys,
+        waiter: &str,
+        grant: &str,
+    ) -> Result<()>;
+
+    /// Redlock: raise this server's fencing counter to `fence` if the lock is ours here.
+    fn raise_fence(
+        &self,
+        con: &mut dyn ConnectionLike,
+        keys: &LockKeys,
+        token: &str,
+        fence: u64,
+    ) -> Result<bool>;
+
+    /// Who holds the lock.
+    fn inspect(&self, con: &mut dyn ConnectionLike, keys: &LockKeys) -> Result<Option<Holder>>;
+
+    /// Break the lock whoever holds it, handing it to a waiter under `grant`.
+    fn force_release(
+        &self,
+        con: &mut dyn ConnectionLike,
+        keys: &LockKeys,
+        grant: &str,
+    ) -> Result<Broken>;
+}

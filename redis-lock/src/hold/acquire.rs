@@ -1,0 +1,518 @@
+//! The acquire loop and the client side of the handoff, for any primitive.
+//!
+//! One mechanism, in one place (the Redis side is the primitive's scripts: for the mutex,
+//! `ACQUIRE`, `CLAIM`, `LEAVE` and the `hand_over` part of `RELEASE` in `wire::mutex`;
+//! ARCHITECTURE.md explains the design):
+//!
+//! 1. An attempt that finds the lock busy registers the caller as a waiter, if it will wait,
+//!    and says how long it may block (`block`) and whether its registration can vouch for a
+//!    later grant (`fresh`, server time).
+//! 2. The waiter blocks on a wake-up list (the shared one, or its own in fair mode) on a
+//!    connection of the waiter pool, for at most `block` and its remaining budget.
+//! 3. A release that sees live waiters grants the lock through that list to exactly one
+//!    waiter: the one that pops it. The popper adopts the grant (no round trip; its watchdog
+//!    claims it later) or claims it at once (`take_grant`).
+//! 4. A waiter whose budget runs out leaves, passing on a grant made for it.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::lease::{Lease, Start};
+use super::retry::{RetryStrategy, Step};
+use super::{Inner, registry, watchdog};
+use crate::deploy::ClaimArgs;
+use crate::deploy::seam::Primitive;
+use crate::error::{Error, Result};
+use crate::options::{LockOptions, MAX_METADATA_LEN, MAX_TTL, validate_ttl};
+use crate::store::{Ack, NO_CONNECTION_POLL, Wake};
+use crate::wire::token::{Ids, new_ids};
+use crate::wire::{Attempt, AttemptArgs, Claim, Grant, HANDOFF_GRACE, LockKeys, mutex};
+
+/// Longest single wait of a fair waiter: it checks in at least this often, so a dead one is
+/// noticed within `FAIR_CHECK_IN + WAITER_MARGIN`.
+pub(crate) const FAIR_CHECK_IN: Duration = Duration::from_secs(2);
+
+/// When the acquire loop gives up, and when it started.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Deadline {
+    pub(crate) at: Instant,
+    pub(crate) started: Instant,
+}
+
+/// What a registered waiter remembers of its latest registration, to judge a grant it pops.
+#[derive(Debug, Clone, Copy)]
+struct Registration {
+    /// When the registering attempt was sent: any grant made later expires no earlier than
+    /// this plus the handoff grace.
+    sent: Instant,
+    fresh: bool,
+    /// Server time of the registration, Unix ms: a grant stamped at or after it was made
+    /// after the registration.
+    server_ms: u64,
+}
+
+/// One acquisition: what it asked for, and who it is.
+struct Acquisition<'a> {
+    inner: &'a Arc<Inner>,
+    primitive: &'a Arc<dyn Primitive>,
+    name: &'a str,
+    keys: LockKeys,
+    opts: &'a LockOptions,
+    ttl: Duration,
+    ack: Option<Ack>,
+    watchdog: bool,
+    ids: Ids,
+    fair: bool,
+}
+
+/// What a grant we popped is worth.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum GrantUse {
+    /// Ours on our own estimate of its life: no round trip; the watchdog claims it.
+    Adopt,
+    /// Claim it now (one round trip): it may predate our registration, or we need our
+    /// holder information, minimum hold or replica acknowledgement in place at once.
+    Claim,
+}
+
+/// How to use a grant popped at `now`, given the registration that made us a waiter: adopt
+/// it only if the registration vouches that it was made afterwards (so it lives at least until
+/// the registration was sent plus the grace) and there is time left in the first half of the
+/// grace for the watchdog to claim it.
+pub(crate) fn grant_use(
+    grant_server_ms: u64,
+    registration: Option<(Instant, bool, u64)>,
+    now: Instant,
+    needs_claim: bool,
+) -> GrantUse {
+    let vouched = registration.is_some_and(|(sent, fresh, server_ms)| {
+        fresh && grant_server_ms >= server_ms && now.duration_since(sent) < HANDOFF_GRACE / 2
+    });
+    if vouched && !needs_claim {
+        GrantUse::Adopt
+    } else {
+        GrantUse::Claim
+    }
+}
+
+impl Inner {
+    /// The acquire loop: attempt, then wait as the retry strategy says, until acquired, the
+    /// wait budget is spent, or the strategy gives up. `Ok(None)`: busy until the end.
+    pub(crate) fn acquire(
+        self: &Arc<Self>,
+        primitive: &Arc<dyn Primitive>,
+        name: &str,
+        opts: &LockOptions,
+        deadline: &Deadline,
+    ) -> Result<Option<Arc<Lease>>> {
+        let keys = self.keys(name)?;
+        let ttl = opts.ttl.unwrap_or(self.config.default_ttl);
+        validate(ttl, opts)?;
+        if opts.reentrant
+            && let Some(lease) = registry::held_here(self, name)
+        {
+            lease.add_hold();
+            tracing::debug!(target: "redis_lock", key = name, "lock re-entered");
+            return Ok(Some(lease));
+        }
+        let retry = opts.retry.as_ref().unwrap_or(&self.config.default_retry);
+        if retry.is_fair() && !self.deployment.allows_fair() {
+            return Err(Error::invalid(
+                "retry",
+                "fair waiting is not available under Redlock: each server would keep its own \
+                 queue, and no one order holds across a majority; use a non-fair strategy",
+            ));
+        }
+        let a = Acquisition {
+            inner: self,
+            primitive,
+            name,
+            keys,
+            opts,
+            ttl,
+            ack: opts.replicas.map(|r| Ack {
+                count: r.count,
+                timeout: r.timeout,
+                fsync: r.fsync,
+            }),
+            watchdog: opts.watchdog.unwrap_or(self.config.watchdog),
+            ids: new_ids()?,
+            fair: retry.is_fair(),
+        };
+        a.run(retry, deadline)
+    }
+}
+
+/// Bad input is refused before anything is sent.
+fn validate(ttl: Duration, opts: &LockOptions) -> Result<()> {
+    validate_ttl(ttl)?;
+    if opts.hold_at_least > MAX_TTL {
+        return Err(Error::invalid(
+            "hold_at_least",
+            format!("longer than {MAX_TTL:?}"),
+        ));
+    }
+    if let Some(ack) = opts.replicas
+        && ack.timeout > MAX_TTL
+    {
+        return Err(Error::invalid(
+            "replicas",
+            format!("the acknowledgement timeout is longer than {MAX_TTL:?}"),
+        ));
+    }
+    if opts
+        .metadata
+        .as_ref()
+        .is_some_and(|m| m.len() > MAX_METADATA_LEN)
+    {
+        return Err(Error::invalid(
+            "metadata",
+            format!("longer than {MAX_METADATA_LEN} bytes"),
+        ));
+    }
+    Ok(())
+}
+
+impl Acquisition<'_> {
+    fn meta(&self) -> &str {
+        self.opts.metadata.as_deref().unwrap_or("")
+    }
+
+    fn leave(&self) {
+        self.inner
+            .deployment
+            .leave(&**self.primitive, &self.keys, &self.ids.waiter);
+    }
+
+    fn run(self, retry: &RetryStrategy, deadline: &Deadline) -> Result<Option<Arc<Lease>>> {
+        let wake = mutex::wake_list(&self.keys, &self.ids.waiter, self.fair);
+        let mut registration: Option<Registration> = None;
+        let mut attempt = 0u32;
+        loop {
+            attempt += 1;
+            let left = deadline.at.saturating_duration_since(Instant::now());
+            let register = if retry.notified() && retry.may_wait_after(attempt, left) {
+                if self.fair {
+                    left.min(FAIR_CHECK_IN)
+                } else {
+                    left
+                }
+            } else {
+                Duration::ZERO
+            };
+            let sent = Instant::now();
+            let args = AttemptArgs {
+                keys: &self.keys,
+                token: &self.ids.token,
+                ttl: self.ttl,
+                holder: &self.inner.holder,
+                meta: self.meta(),
+                min_hold: self.opts.hold_at_least,
+                waiter: &self.ids.waiter,
+                register,
+                fair: self.fair,
+                registered: registration.is_some(),
+            };
+            let attempted = match self
+                .inner
+                .deployment
+                .attempt(&**self.primitive, &args, self.ack)
+            {
+                Ok(a) => a,
+                Err(e) => {
+                    if registration.is_some() {
+                        self.leave();
+                    }
+                    return Err(e);
+                }
+            };
+            let (holder_ttl, block) = match attempted.attempt {
+                Attempt::Acquired { fence } => {
+                    let lease = self.hold(self.taken(self.ids.token.clone(), fence, sent))?;
+                    tracing::debug!(
+                        target: "redis_lock",
+                        key = self.name,
+                        fence,
+                        attempts = attempt,
+                        waited = ?deadline.started.elapsed(),
+                        "lock acquired"
+                    );
+                    return Ok(Some(lease));
+                }
+                Attempt::Busy {
+                    holder_ttl,
+                    block,
+                    fresh,
+                    server_ms,
+                } => {
+                    if block.is_some() {
+                        registration = Some(Registration {
+                            sent,
+                            fresh,
+                            server_ms,
+                        });
+                    }
+                    (holder_ttl, block)
+                }
+            };
+            let left = deadline.at.saturating_duration_since(Instant::now());
+            let popped = match retry.next(attempt, left, holder_ttl, block) {
+                Step::Stop => {
+                    if registration.is_some() {
+                        self.leave();
+                    }
+                    return Ok(None);
+                }
+                Step::Sleep(d) => {
+                    std::thread::sleep(d);
+                    None
+                }
+                Step::WaitSignal(d) => self.wait(&wake, d, attempted.wait_on),
+            };
+            let Some(grant) = popped else {
+                continue;
+            };
+            if let Some(lease) = self.take_grant(grant, registration, deadline)? {
+                return Ok(Some(lease));
+            }
+        }
+    }
+
+    /// Blocks until a release pushes a grant to the wake-up list, or `timeout` passes.
+    fn wait(&self, list: &str, timeout: Duration, wait_on: Option<usize>) -> Option<Grant> {
+        match self.inner.deployment.wait(list, timeout, wait_on) {
+            Wake::Grant(grant) => Some(grant),
+            Wake::Nothing => None,
+            Wake::Failed => {
+                // Do not spin against a Redis that fails at once.
+                std::thread::sleep(timeout.min(NO_CONNECTION_POLL));
+                None
+            }
+        }
+    }
+
+    /// A release granted us the lock through the wake-up list: adopt the grant, or claim it.
+    /// `Ok(None)` when somebody took the grant first (it had lapsed): keep waiting.
+    fn take_grant(
+        &self,
+        grant: Grant,
+        registration: Option<Registration>,
+        deadline: &Deadline,
+    ) -> Result<Option<Arc<Lease>>> {
+        // Fair waiters left the registry with the grant; a non-fair registration is removed by
+        // the claim or the release.
+        let leftover = if self.fair {
+            String::new()
+        } else {
+            self.ids.waiter.clone()
+        };
+        let now = Instant::now();
+        let needs_claim =
+            !self.watchdog || !self.opts.hold_at_least.is_zero() || self.ack.is_some();
+        let reg = registration.map(|r| (r.sent, r.fresh, r.server_ms));
+        if let (GrantUse::Adopt, Some(r)) = (
+            grant_use(grant.server_ms, reg, now, needs_claim),
+            registration,
+        ) {
+            // Ours without another round trip. The watchdog claims it (holder information,
+            // full TTL) at its first renewal.
+            let lease = self.hold(Start {
+                token: grant.token,
+                fence: grant.fence,
+                acquired: now,
+                sent: r.sent,
+                set_ttl: HANDOFF_GRACE,
+                ttl: self.ttl,
+                unclaimed: Some(self.meta().to_owned()),
+                registration: leftover,
+                grant: self.ids.grant.clone(),
+                max_hold: self.opts.max_hold,
+                on_lost: self.opts.on_lost.clone(),
+            })?;
+            tracing::debug!(target: "redis_lock", key = self.name, fence = grant.fence, waited = ?deadline.started.elapsed(), "lock handed over");
+            return Ok(Some(lease));
+        }
+        let sent = Instant::now();
+        let claimed = self.inner.deployment.claim(
+            &**self.primitive,
+            &ClaimArgs {
+                keys: &self.keys,
+                grant: &grant.token,
+                ttl: self.ttl,
+                holder: &self.inner.holder,
+                meta: self.meta(),
+                min_hold: self.opts.hold_at_least,
+                registration: &leftover,
+                ack: self.ack,
+            },
+        )?;
+        let Some(Claim::Claimed { fence }) = claimed else {
+            return Ok(None);
+        };
+        let lease = self.hold(self.taken(grant.token, fence, sent))?;
+        tracing::debug!(target: "redis_lock", key = self.name, fence, waited = ?deadline.started.elapsed(), "lock handed over and claimed");
+        Ok(Some(lease))
+    }
+
+    /// How a lease starts that was taken under `token` by a request (attempt or claim) sent
+    /// at `sent`, which set the full TTL and the holder information.
+    fn taken(&self, token: String, fence: u64, sent: Instant) -> Start {
+        Start {
+            token,
+            fence,
+            acquired: sent,
+            sent,
+            set_ttl: self.ttl,
+            ttl: self.ttl,
+            unclaimed: None,
+            registration: String::new(),
+            grant: self.ids.grant.clone(),
+            max_hold: self.opts.max_hold,
+            on_lost: self.opts.on_lost.clone(),
+        }
+    }
+
+    /// Makes an acquired lock a lease: registry, watchdog.
+    fn hold(&self, start: Start) -> Result<Arc<Lease>> {
+        let inner = self.inner;
+        let lease = Arc::new(Lease::new(
+            inner.registry.next_id(),
+            Arc::clone(inner),
+            Arc::clone(self.primitive),
+            self.name,
+            self.keys.clone(),
+            start,
+        ));
+        if self.watchdog
+            && let Err(e) = watchdog::start(&lease)
+        {
+            let _ = lease.release();
+            return Err(Error::System(e));
+        }
+        inner.registry.remember(&lease);
+        registry::remember_here(inner, &lease);
+        Ok(lease)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn a_grant_is_adopted_only_when_the_registration_vouches_for_it() {
+        let sent = Instant::now();
+        let reg = Some((sent, true, 1_000));
+        assert_eq!(
+            grant_use(1_000, reg, sent + 10 * MS, false),
+            GrantUse::Adopt
+        );
+        // Made before the registration (server clock), or something poppable was pending.
+        assert_eq!(grant_use(999, reg, sent + 10 * MS, false), GrantUse::Claim);
+        assert_eq!(
+            grant_use(1_000, Some((sent, false, 1_000)), sent, false),
+            GrantUse::Claim
+        );
+        // Too late in the grace for the watchdog to claim it in time.
+        assert_eq!(
+            grant_use(1_000, reg, sent + HANDOFF_GRACE / 2, false),
+            GrantUse::Claim
+        );
+        // Holder information, minimum hold or acknowledgement needed now.
+        assert_eq!(grant_use(1_000, reg, sent, true), GrantUse::Claim);
+        assert_eq!(grant_use(1_000, None, sent, false), GrantUse::Claim);
+    }
+}
+
+#[cfg(all(test, feature = "testing"))]
+mod server_tests {
+    use super::*;
+    use crate::deploy::Deployment;
+    use crate::testing::RedisServer;
+    use crate::wire::Release;
+
+    /// The cluster client resends a script after a reply timeout; when the first copy took the
+    /// lock, the second must answer "acquired" with the same fencing token, not "busy".
+    #[test]
+    fn a_resent_acquire_finds_its_own_lock_acquired() {
+        let server = RedisServer::start();
+        let client = crate::LockClient::open(&server.url()).unwrap();
+        let inner = &client.inner;
+        let Deployment::Single(store) = &inner.deployment else {
+            panic!("one server is a single store");
+        };
+        let keys = inner.keys("resent").unwrap();
+        let ids = new_ids().unwrap();
+        let ttl = Duration::from_secs(10);
+        let attempt = |token: &str| {
+            let args = AttemptArgs {
+                keys: &keys,
+                token,
+                ttl,
+                holder: &inner.holder,
+                meta: "",
+                min_hold: Duration::ZERO,
+                waiter: &ids.waiter,
+                register: ttl,
+                fair: false,
+                registered: false,
+            };
+            crate::deploy::attempt_on(store, &*inner.mutex, &args, None).unwrap()
+        };
+        let Attempt::Acquired { fence } = attempt(&ids.token) else {
+            panic!("the lock is free");
+        };
+        let Attempt::Acquired { fence: again } = attempt(&ids.token) else {
+            panic!("a resent acquire was answered busy");
+        };
+        assert_eq!(again, fence, "the stored fencing token, not a new one");
+        let counter: u64 = redis::cmd("GET")
+            .arg(&keys.fence)
+            .query(&mut server.connection())
+            .unwrap();
+        assert_eq!(counter, fence, "the counter did not move");
+        // Anyone else is still refused.
+        let other = new_ids().unwrap().token;
+        assert!(matches!(attempt(&other), Attempt::Busy { .. }));
+        let mut conn = store.conn().unwrap();
+        let released = inner
+            .mutex
+            .release(&mut conn, &keys, &ids.token, false, &ids.grant, "")
+            .unwrap();
+        assert_eq!(released, Release::Released);
+    }
+
+    /// A claim of a grant that expired before it was claimed says so (`Gone`), rather than
+    /// that somebody else took it.
+    #[test]
+    fn claiming_an_expired_grant_reports_it_gone() {
+        let server = RedisServer::start();
+        let client = crate::LockClient::open(&server.url()).unwrap();
+        let inner = &client.inner;
+        let keys = inner.keys("claimed").unwrap();
+        let claim = |grant: &str| {
+            inner
+                .deployment
+                .claim(
+                    &*inner.mutex,
+                    &ClaimArgs {
+                        keys: &keys,
+                        grant,
+                        ttl: Duration::from_secs(1),
+                        holder: &inner.holder,
+                        meta: "",
+                        min_hold: Duration::ZERO,
+                        registration: "",
+                        ack: None,
+                    },
+                )
+                .unwrap()
+        };
+        assert_eq!(claim("nobody-granted-this"), Some(Claim::Gone));
+        let other = client.lock("claimed").unwrap();
+        assert_eq!(claim("nobody-granted-this"), Some(Claim::NotOurs));
+        drop(other);
+    }
+}

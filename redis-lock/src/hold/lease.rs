@@ -1,0 +1,544 @@
+//! The lease: the state one held lock shares between its guard(s) and its watchdog thread.
+//!
+//! Its state is private and changes only through the methods here: started, renewed,
+//! extended, claimed, lost, released. The renewal interval (`renew_after`) and the mapping
+//! from Redis's answer to a loss reason (`loss`) are each written once, in this file.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+use super::Inner;
+use super::watchdog::Worker;
+use crate::deploy::ClaimArgs;
+use crate::deploy::seam::Primitive;
+use crate::error::{Error, LostReason, Result};
+use crate::options::{LostCallback, LostEvent};
+use crate::wire::{Claim, LockKeys, OwnedTtl, Release, Renewal};
+
+/// What happened when a lock was given back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ReleaseOutcome {
+    /// The lock was ours and is free now (or, with a minimum hold, stays taken by nobody until
+    /// the minimum has passed).
+    Released,
+    /// The lock had already expired and nobody holds it: it was not protected for part of
+    /// the time the holder thought it was.
+    Late,
+    /// Somebody else holds the lock now. Their lock was left untouched.
+    Lost,
+    /// Other guards of the same reentrant acquisition are still alive; the lock is released
+    /// when the last of them is gone.
+    StillHeld,
+}
+
+impl ReleaseOutcome {
+    /// `true` for [`Released`](Self::Released) and [`StillHeld`](Self::StillHeld): the lock
+    /// protected the holder the whole time.
+    pub fn is_clean(self) -> bool {
+        matches!(self, ReleaseOutcome::Released | ReleaseOutcome::StillHeld)
+    }
+}
+
+impl From<Release> for ReleaseOutcome {
+    fn from(r: Release) -> ReleaseOutcome {
+        match r {
+            Release::Released | Release::Kept => ReleaseOutcome::Released,
+            Release::Late => ReleaseOutcome::Late,
+            Release::Lost => ReleaseOutcome::Lost,
+        }
+    }
+}
+
+/// When the watchdog renews a lock whose TTL `ttl` was set at `sent`: after a third of it,
+/// leaving two thirds for a renewal to get through.
+pub(crate) fn renew_after(sent: Instant, ttl: Duration) -> Instant {
+    sent + ttl / 3
+}
+
+/// Why a lock is lost, from what Redis answered about it at `now`. A key that is gone before
+/// the conservative local expiry cannot have expired (the local expiry is never later than
+/// Redis's): somebody deleted it.
+pub(crate) fn loss(answer: Renewal, now: Instant, expires_at: Instant) -> LostReason {
+    match answer {
+        Renewal::Gone if now < expires_at => LostReason::Deleted,
+        Renewal::Gone | Renewal::Renewed => LostReason::Expired,
+        Renewal::NotOurs => LostReason::TakenOver,
+    }
+}
+
+/// How a lease starts.
+pub(crate) struct Start {
+    pub(crate) token: String,
+    pub(crate) fence: u64,
+    /// When the lock became ours (what `held_for` and `max_hold` count from).
+    pub(crate) acquired: Instant,
+    /// When the request that set the lock's current TTL was sent.
+    pub(crate) sent: Instant,
+    /// The TTL that request set in Redis (the handoff grace for a grant adopted unclaimed).
+    pub(crate) set_ttl: Duration,
+    /// The TTL renewals extend to.
+    pub(crate) ttl: Duration,
+    /// Set for a lock taken by popping a grant that still lacks this holder's information:
+    /// the metadata to write. The watchdog's first renewal claims it.
+    pub(crate) unclaimed: Option<String>,
+    /// A waiter registration of this acquisition that Redis still has, or "".
+    pub(crate) registration: String,
+    /// The owner token the release hands to the waiter it wakes.
+    pub(crate) grant: String,
+    pub(crate) max_hold: Option<Duration>,
+    pub(crate) on_lost: Option<LostCallback>,
+}
+
+/// Where a release stands; concurrent releases of one lease wait for the one in flight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Releasing {
+    No,
+    InFlight,
+    Done(ReleaseOutcome),
+}
+
+#[derive(Debug)]
+struct State {
+    /// The TTL renewals extend to (changed by `extend`).
+    ttl: Duration,
+    /// Local, conservative estimate of when the lock expires in Redis.
+    expires_at: Instant,
+    /// When the watchdog renews next.
+    next_renew: Instant,
+    /// Set once, by whoever notices first.
+    lost: Option<LostReason>,
+    release: Releasing,
+    /// After this the watchdog stops renewing (`max_hold`).
+    renew_until: Option<Instant>,
+    unclaimed: Option<String>,
+}
+
+/// What the watchdog does next with a lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Next {
+    /// Released or lost: nothing more to do.
+    Stopped,
+    Sleep(Instant),
+    Renew,
+    /// `max_hold` reached and the TTL ran out.
+    MaxHoldExpired,
+}
+
+impl State {
+    /// The lock's TTL was set to `set_ttl` by a request sent at `sent`, valid until `valid`.
+    fn set(&mut self, sent: Instant, set_ttl: Duration, valid: Instant) {
+        self.expires_at = valid;
+        self.next_renew = renew_after(sent, set_ttl);
+    }
+
+    fn stopped(&self) -> bool {
+        self.lost.is_some() || self.release != Releasing::No
+    }
+
+    fn next(&self, now: Instant) -> Next {
+        if self.stopped() {
+            return Next::Stopped;
+        }
+        if now < self.next_renew {
+            return Next::Sleep(self.next_renew);
+        }
+        if self.renew_until.is_some_and(|cap| now >= cap) {
+            // max_hold reached: stop renewing, and report the loss when the TTL has run out.
+            return if now >= self.expires_at {
+                Next::MaxHoldExpired
+            } else {
+                Next::Sleep(self.expires_at)
+            };
+        }
+        Next::Renew
+    }
+
+    /// A renewal failed with an error at `now`: retry after a short backoff, but not past
+    /// the expiry; `true` when the lock has run out meanwhile.
+    fn renewal_failed(&mut self, now: Instant) -> bool {
+        if now >= self.expires_at {
+            return true;
+        }
+        let backoff = (self.ttl / 10).clamp(Duration::from_millis(10), Duration::from_secs(1));
+        self.next_renew = (now + backoff).min(self.expires_at);
+        false
+    }
+}
+
+pub(crate) struct Lease {
+    /// Key of this lease in the client's registry of held locks.
+    pub(crate) id: u64,
+    pub(crate) inner: Arc<Inner>,
+    primitive: Arc<dyn Primitive>,
+    pub(crate) name: String,
+    pub(crate) keys: LockKeys,
+    pub(crate) token: String,
+    pub(crate) fence: u64,
+    grant: String,
+    registration: String,
+    pub(crate) acquired_at: Instant,
+    /// Guards alive for this acquisition (more than one only through reentrancy).
+    holds: AtomicUsize,
+    state: Mutex<State>,
+    /// Wakes releases waiting for the one in flight.
+    released: Condvar,
+    /// The renewal thread serving this lease, until release (or loss) frees it.
+    pub(crate) watchdog: Mutex<Option<Arc<Worker>>>,
+    on_lost: Option<LostCallback>,
+}
+
+impl std::fmt::Debug for Lease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // No token: it is what lets a holder renew and release.
+        f.debug_struct("Lease")
+            .field("name", &self.name)
+            .field("fence", &self.fence)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Lease {
+    pub(crate) fn new(
+        id: u64,
+        inner: Arc<Inner>,
+        primitive: Arc<dyn Primitive>,
+        name: &str,
+        keys: LockKeys,
+        start: Start,
+    ) -> Lease {
+        let valid = inner.valid_until(start.sent, start.set_ttl);
+        let mut state = State {
+            ttl: start.ttl,
+            expires_at: valid,
+            next_renew: valid,
+            lost: None,
+            release: Releasing::No,
+            renew_until: start.max_hold.and_then(|m| start.acquired.checked_add(m)),
+            unclaimed: start.unclaimed,
+        };
+        state.set(start.sent, start.set_ttl, valid);
+        Lease {
+            id,
+            inner,
+            primitive,
+            name: name.to_owned(),
+            keys,
+            token: start.token,
+            fence: start.fence,
+            grant: start.grant,
+            registration: start.registration,
+            acquired_at: start.acquired,
+            holds: AtomicUsize::new(1),
+            state: Mutex::new(state),
+            released: Condvar::new(),
+            watchdog: Mutex::new(None),
+            on_lost: start.on_lost,
+        }
+    }
+
+    /// Records the loss once: log event, then the user's callback (outside the state lock).
+    pub(crate) fn mark_lost(&self, reason: LostReason) {
+        {
+            let mut st = self.state.lock();
+            if st.stopped() {
+                return;
+            }
+            st.lost = Some(reason);
+        }
+        tracing::warn!(target: "redis_lock", key = %self.name, %reason, "lock lost");
+        if let Some(cb) = &self.on_lost {
+            cb(&LostEvent {
+                key: self.name.clone(),
+                reason,
+            });
+        }
+    }
+
+    /// Marks the lease lost for `answer` and returns the error to report.
+    fn lost(&self, answer: Renewal) -> Error {
+        let expires_at = self.state.lock().expires_at;
+        let reason = loss(answer, Instant::now(), expires_at);
+        self.mark_lost(reason);
+        Error::Lost {
+            key: self.name.clone(),
+            reason,
+        }
+    }
+
+    /// Why the lock is no longer held, if it is not: a loss seen by the watchdog, or the local
+    /// expiry estimate running out (no watchdog, or renewals not getting through).
+    pub(crate) fn lost_reason(&self) -> Option<LostReason> {
+        let st = self.state.lock();
+        st.lost
+            .or_else(|| (Instant::now() >= st.expires_at).then_some(LostReason::Expired))
+    }
+
+    pub(crate) fn is_released(&self) -> bool {
+        self.state.lock().release != Releasing::No
+    }
+
+    /// The watchdog's next step at `now`.
+    pub(crate) fn next(&self, now: Instant) -> Next {
+        self.state.lock().next(now)
+    }
+
+    /// When the watchdog should first look at this lease.
+    pub(crate) fn first_renewal(&self) -> Instant {
+        self.state.lock().next_renew
+    }
+
+    /// One renewal by the watchdog (the claim, for a grant taken unclaimed). `true` when the
+    /// watchdog is done with this lease (lost).
+    pub(crate) fn renew_now(&self) -> bool {
+        let (ttl, unclaimed) = {
+            let st = self.state.lock();
+            (st.ttl, st.unclaimed.clone())
+        };
+        let sent = Instant::now();
+        let result = match unclaimed {
+            Some(meta) => self.claim(ttl, &meta),
+            None => self
+                .inner
+                .deployment
+                .renew(&*self.primitive, &self.keys, &self.token, ttl),
+        };
+        let mut st = self.state.lock();
+        if st.stopped() {
+            return st.lost.is_some();
+        }
+        match result {
+            Ok(Renewal::Renewed) => {
+                let valid = self.inner.valid_until(sent, ttl);
+                st.set(sent, ttl, valid);
+                tracing::trace!(target: "redis_lock", key = %self.name, ?ttl, "lock renewed");
+                false
+            }
+            Ok(answer) => {
+                let reason = loss(answer, Instant::now(), st.expires_at);
+                drop(st);
+                self.mark_lost(reason);
+                true
+            }
+            Err(error) => {
+                if st.renewal_failed(Instant::now()) {
+                    drop(st);
+                    self.mark_lost(LostReason::RenewalFailed);
+                    return true;
+                }
+                tracing::warn!(target: "redis_lock", key = %self.name, %error, "renewing lock failed; retrying until it would expire");
+                false
+            }
+        }
+    }
+
+    /// Claims a grant taken unclaimed: holder information and the full TTL.
+    fn claim(&self, ttl: Duration, meta: &str) -> Result<Renewal> {
+        let claim = self.inner.deployment.claim(
+            &*self.primitive,
+            &ClaimArgs {
+                keys: &self.keys,
+                grant: &self.token,
+                ttl,
+                holder: &self.inner.holder,
+                meta,
+                min_hold: Duration::ZERO,
+                registration: &self.registration,
+                ack: None,
+            },
+        )?;
+        Ok(match claim {
+            Some(Claim::Claimed { .. }) => {
+                self.state.lock().unclaimed = None;
+                Renewal::Renewed
+            }
+            Some(Claim::Gone) => Renewal::Gone,
+            // Unclaimed grants only exist where grants are popped.
+            Some(Claim::NotOurs) | None => Renewal::NotOurs,
+        })
+    }
+
+    /// Makes the lock expire `ttl` from now, and the TTL renewals extend to.
+    pub(crate) fn extend(&self, ttl: Duration) -> Result<()> {
+        let sent = Instant::now();
+        match self
+            .inner
+            .deployment
+            .renew(&*self.primitive, &self.keys, &self.token, ttl)?
+        {
+            Renewal::Renewed => {
+                {
+                    let mut st = self.state.lock();
+                    st.ttl = ttl;
+                    let valid = self.inner.valid_until(sent, ttl);
+                    st.set(sent, ttl, valid);
+                }
+                super::watchdog::nudge(self);
+                tracing::debug!(target: "redis_lock", key = %self.name, ?ttl, "lock extended");
+                Ok(())
+            }
+            answer => Err(self.lost(answer)),
+        }
+    }
+
+    /// Remaining TTL of the lock: `Ok(None)` when it has no expiry, `Err(Lost)` when it is
+    /// not ours any more (the lease is then marked lost).
+    pub(crate) fn remaining_ttl(&self) -> Result<Option<Duration>> {
+        match self
+            .inner
+            .deployment
+            .owned_ttl(&*self.primitive, &self.keys, &self.token)?
+        {
+            OwnedTtl::Left(ttl) => Ok(Some(ttl)),
+            OwnedTtl::NoExpiry => Ok(None),
+            OwnedTtl::Gone => Err(self.lost(Renewal::Gone)),
+            OwnedTtl::NotOurs => Err(self.lost(Renewal::NotOurs)),
+        }
+    }
+
+    /// Gives the lock back. Exactly one call does the round trip; a concurrent call waits for
+    /// it and reports its outcome, and later calls return that outcome. A release that failed
+    /// is not recorded, so a later one tries again (and a concurrent one tries itself). The
+    /// watchdog is neither woken nor waited for: a renewal still in flight compares the
+    /// token, so it cannot bring back a deleted lock or touch a new holder's.
+    pub(crate) fn release(&self) -> Result<ReleaseOutcome> {
+        {
+            let mut st = self.state.lock();
+            loop {
+                match st.release {
+                    Releasing::Done(outcome) => return Ok(outcome),
+                    Releasing::InFlight => self.released.wait(&mut st),
+                    Releasing::No => break,
+                }
+            }
+            st.release = Releasing::InFlight;
+        }
+        super::watchdog::detach(self);
+        let result = self
+            .inner
+            .deployment
+            .release(
+                &*self.primitive,
+                &self.keys,
+                &self.token,
+                &self.grant,
+                &self.registration,
+            )
+            .map(ReleaseOutcome::from);
+        let held_for = self.acquired_at.elapsed();
+        match &result {
+            Ok(ReleaseOutcome::Released) => {
+                tracing::debug!(target: "redis_lock", key = %self.name, ?held_for, "lock released")
+            }
+            Ok(outcome) => {
+                tracing::warn!(target: "redis_lock", key = %self.name, ?outcome, ?held_for, "lock released late")
+            }
+            Err(error) => {
+                tracing::warn!(target: "redis_lock", key = %self.name, %error, "releasing lock failed; it expires with its ttl")
+            }
+        }
+        {
+            let mut st = self.state.lock();
+            st.release = match &result {
+                Ok(outcome) => Releasing::Done(*outcome),
+                Err(_) => Releasing::No,
+            };
+        }
+        self.released.notify_all();
+        if result.is_ok() {
+            self.inner.registry.forget(self);
+        }
+        result
+    }
+
+    pub(crate) fn add_hold(&self) {
+        self.holds.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Drops one hold; `true` when it was the last one.
+    pub(crate) fn drop_hold(&self) -> bool {
+        self.holds.fetch_sub(1, Ordering::AcqRel) == 1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    fn state(now: Instant) -> State {
+        let mut st = State {
+            ttl: 300 * MS,
+            expires_at: now,
+            next_renew: now,
+            lost: None,
+            release: Releasing::No,
+            renew_until: None,
+            unclaimed: None,
+        };
+        st.set(now, 300 * MS, now + 300 * MS);
+        st
+    }
+
+    #[test]
+    fn renewal_is_due_after_a_third_of_the_ttl() {
+        let t0 = Instant::now();
+        let st = state(t0);
+        assert_eq!(st.next(t0), Next::Sleep(t0 + 100 * MS));
+        assert_eq!(st.next(t0 + 100 * MS), Next::Renew);
+    }
+
+    #[test]
+    fn released_or_lost_leases_stop_the_watchdog() {
+        let t0 = Instant::now();
+        let mut st = state(t0);
+        st.release = Releasing::InFlight;
+        assert_eq!(st.next(t0 + 200 * MS), Next::Stopped);
+        let mut st = state(t0);
+        st.lost = Some(LostReason::TakenOver);
+        assert_eq!(st.next(t0 + 200 * MS), Next::Stopped);
+    }
+
+    #[test]
+    fn max_hold_stops_renewing_and_reports_at_expiry() {
+        let t0 = Instant::now();
+        let mut st = state(t0);
+        st.renew_until = Some(t0 + 50 * MS);
+        assert_eq!(st.next(t0 + 100 * MS), Next::Sleep(t0 + 300 * MS));
+        assert_eq!(st.next(t0 + 300 * MS), Next::MaxHoldExpired);
+    }
+
+    #[test]
+    fn failed_renewals_back_off_but_not_past_the_expiry() {
+        let t0 = Instant::now();
+        let mut st = state(t0);
+        assert!(!st.renewal_failed(t0 + 100 * MS));
+        assert_eq!(st.next_renew, t0 + 130 * MS, "ttl / 10 later");
+        assert!(!st.renewal_failed(t0 + 295 * MS));
+        assert_eq!(st.next_renew, t0 + 300 * MS, "capped at the expiry");
+        assert!(st.renewal_failed(t0 + 300 * MS), "out of time: lost");
+    }
+
+    #[test]
+    fn a_key_gone_before_its_expiry_was_deleted() {
+        let t0 = Instant::now();
+        let exp = t0 + 300 * MS;
+        assert_eq!(loss(Renewal::Gone, t0, exp), LostReason::Deleted);
+        assert_eq!(loss(Renewal::Gone, exp, exp), LostReason::Expired);
+        assert_eq!(loss(Renewal::NotOurs, t0, exp), LostReason::TakenOver);
+    }
+
+    #[test]
+    fn release_answers_map_to_outcomes() {
+        assert_eq!(
+            ReleaseOutcome::from(Release::Kept),
+            ReleaseOutcome::Released
+        );
+        assert_eq!(ReleaseOutcome::from(Release::Late), ReleaseOutcome::Late);
+        assert_eq!(ReleaseOutcome::from(Release::Lost), ReleaseOutcome::Lost);
+    }
+}

@@ -1,0 +1,83 @@
+//! What happens to a held lock and to its waiters: the acquire loop and the handoff
+//! (`acquire`), the lease (`lease`), the renewal threads (`watchdog`), the registry of held
+//! locks and reentrancy (`registry`), the retry strategies (`retry`), and the mutex's
+//! implementation of the primitive seam (`mutex`). Never matches on the deployment: it asks
+//! `deploy::Deployment` and gets one combined answer.
+
+pub(crate) mod acquire;
+pub(crate) mod lease;
+pub(crate) mod mutex;
+pub(crate) mod registry;
+pub(crate) mod retry;
+pub(crate) mod watchdog;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::deploy::Deployment;
+use crate::deploy::seam::Primitive;
+use crate::error::Result;
+use crate::wire;
+use retry::RetryStrategy;
+
+/// Settings resolved by the builder.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub(crate) namespace: String,
+    pub(crate) default_ttl: Duration,
+    pub(crate) default_wait: Duration,
+    pub(crate) default_retry: RetryStrategy,
+    pub(crate) watchdog: bool,
+    /// Redis URL with the password replaced, for `Debug` and logs.
+    pub(crate) redacted_url: String,
+}
+
+/// What a client shares between its clones: the deployment, the settings, the registry of
+/// held locks and the request counter.
+pub(crate) struct Inner {
+    /// Where locks live: one store, or a quorum of independent ones (Redlock).
+    pub(crate) deployment: Deployment,
+    pub(crate) config: Config,
+    /// Locks held through this client, for `release_all`.
+    pub(crate) registry: registry::Registry,
+    /// Redis requests sent by this client (all clones and stores), counted by the stores.
+    pub(crate) requests: Arc<AtomicU64>,
+    /// `host \n pid \n`, the start of the holder information stored with each lock.
+    pub(crate) holder: String,
+    /// The mutex: the primitive every `lock` call uses.
+    pub(crate) mutex: Arc<dyn Primitive>,
+}
+
+impl Inner {
+    pub(crate) fn new(
+        deployment: Deployment,
+        config: Config,
+        requests: Arc<AtomicU64>,
+        host: &str,
+    ) -> Inner {
+        Inner {
+            deployment,
+            registry: registry::Registry::default(),
+            requests,
+            holder: wire::holder_prefix(host, std::process::id()),
+            mutex: Arc::new(mutex::Mutex),
+            config,
+        }
+    }
+
+    /// The latest instant at which a lock taken or renewed with `ttl` by a request sent at
+    /// `sent` can still be held: the TTL as Redis applies it (whole milliseconds), less the
+    /// deployment's drift allowance. Never later than Redis's own expiry.
+    pub(crate) fn valid_until(&self, sent: Instant, ttl: Duration) -> Instant {
+        sent + self.deployment.validity(wire::whole_ms(ttl))
+    }
+
+    pub(crate) fn requests(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn keys(&self, name: &str) -> Result<wire::LockKeys> {
+        wire::LockKeys::new(&self.config.namespace, name)
+    }
+}

@@ -1,0 +1,207 @@
+//! Connections to one deployment (a server, a sentinel-managed master, or a Redis Cluster):
+//! the r2d2 manager, sentinel discovery, the request counter, replica acknowledgement and
+//! blocking waits on wake-up lists. Knows nothing of quorums or held locks.
+
+pub(crate) mod connection;
+pub(crate) mod sentinel;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::wire::{self, Grant, commands};
+use connection::{LastConnectError, Manager, Pool, PooledConn};
+
+/// How a waiter that is woken by notification polls when no waiter connection is free.
+pub(crate) const NO_CONNECTION_POLL: Duration = Duration::from_millis(10);
+
+/// Whether the server has `WAITAOF`, learnt from the first fsynced acknowledgement.
+const WAITAOF_UNKNOWN: u8 = 0;
+const WAITAOF_YES: u8 = 1;
+const WAITAOF_NO: u8 = 2;
+
+/// Replica acknowledgement asked of an acquisition: `count` replicas within `timeout`,
+/// fsynced to their append-only files when `fsync` is set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Ack {
+    pub(crate) count: u32,
+    pub(crate) timeout: Duration,
+    pub(crate) fsync: bool,
+}
+
+/// Timeouts a store applies to checkouts.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Timeouts {
+    pub(crate) connect: Duration,
+    pub(crate) pool: Duration,
+}
+
+/// One Redis deployment: the pool lock operations use, and the pool waiters block on.
+pub(crate) struct Store {
+    pub(crate) pool: Pool,
+    /// Waiters block in `BLPOP` on connections of their own, so that a crowd of waiters can
+    /// never take the connections holders need to renew and release.
+    pub(crate) waiters: r2d2::Pool<Manager>,
+    /// The store's address without credentials, for errors and logs.
+    pub(crate) label: String,
+    /// The last failed connect of either pool (see `connection::LastConnectError`).
+    pub(crate) connect_error: LastConnectError,
+    pub(crate) timeouts: Timeouts,
+    /// Requests sent through this client (shared by all its stores and clones).
+    pub(crate) requests: Arc<AtomicU64>,
+    waitaof: AtomicU8,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("at", &self.label)
+            .field("pool", &self.pool)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How a wait on a wake-up list ended.
+#[derive(Debug)]
+pub(crate) enum Wake {
+    /// We popped a grant: the lock is ours under its token.
+    Grant(Grant),
+    /// Woken without taking anything (a peek), or the wait timed out.
+    Nothing,
+    /// The store could not be asked.
+    Failed,
+}
+
+impl Store {
+    pub(crate) fn new(
+        pool: Pool,
+        waiters: r2d2::Pool<Manager>,
+        label: String,
+        connect_error: LastConnectError,
+        timeouts: Timeouts,
+        requests: Arc<AtomicU64>,
+    ) -> Store {
+        Store {
+            pool,
+            waiters,
+            label,
+            connect_error,
+            timeouts,
+            requests,
+            waitaof: AtomicU8::new(WAITAOF_UNKNOWN),
+        }
+    }
+
+    /// A pooled connection. With no connection open at all the question is whether Redis is
+    /// reachable, and that is bounded by the connect timeout; otherwise the pool is busy and
+    /// we wait up to the pool timeout for a connection to come back.
+    pub(crate) fn conn(&self) -> Result<PooledConn> {
+        let timeout = if self.pool.state().connections == 0 {
+            self.timeouts.connect
+        } else {
+            self.timeouts.pool
+        };
+        self.pool
+            .get_timeout(timeout, &self.requests)
+            .map_err(|pool_error| match self.connect_error.lock().take() {
+                Some(e) if connection::is_refused_by_server(&e) => Error::Redis(e),
+                _ => Error::Pool(pool_error),
+            })
+    }
+
+    /// `WAIT` (or `WAITAOF`) on the connection that wrote the lock: it counts the replicas
+    /// that have processed (or fsynced) everything this connection wrote. The reply may take
+    /// the whole `timeout`, so the connection's reply timeout is raised for it. Returns how
+    /// many replicas acknowledged.
+    pub(crate) fn await_replicas(&self, conn: &mut PooledConn, ack: Ack) -> Result<u32> {
+        if ack.fsync && self.waitaof.load(Ordering::Relaxed) != WAITAOF_NO {
+            let cmd = commands::wait_replicas_fsynced(ack.count, ack.timeout);
+            match conn.blocking_query::<(i64, i64)>(&cmd, ack.timeout) {
+                Ok((_local, replicas)) => {
+                    self.waitaof.store(WAITAOF_YES, Ordering::Relaxed);
+                    return Ok(u32::try_from(replicas).unwrap_or(0));
+                }
+                Err(e) if commands::is_unknown_command(&e) => {
+                    if self.waitaof.swap(WAITAOF_NO, Ordering::Relaxed) != WAITAOF_NO {
+                        tracing::warn!(
+                            target: "redis_lock",
+                            "the redis server has no WAITAOF (it needs redis 7.2); replica acknowledgement falls back to WAIT: replicas hold the lock in memory, not necessarily on disk"
+                        );
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let cmd = commands::wait_replicas(ack.count, ack.timeout);
+        let acked: i64 = conn.blocking_query(&cmd, ack.timeout)?;
+        Ok(u32::try_from(acked).unwrap_or(0))
+    }
+
+    /// Waits on the wake-up list `list` for at most `timeout`. Waiters use their own pool;
+    /// when it is exhausted they fall back to polling every 10 ms (they stay registered, and
+    /// an attempt of theirs takes a grant nobody popped). `pop`: take the grant (`BLPOP`);
+    /// otherwise only be woken by it and leave it in place.
+    pub(crate) fn wait(&self, list: &str, timeout: Duration, pop: bool) -> Wake {
+        let waiters = &self.waiters;
+        let conn = match waiters.try_get() {
+            Some(c) => Some(c),
+            None if waiters.state().connections < waiters.max_size() => {
+                waiters.get_timeout(self.timeouts.connect.min(timeout)).ok()
+            }
+            None => None,
+        };
+        let Some(conn) = conn else {
+            if waiters.state().connections == 0 {
+                // Nothing open and nothing could be opened: this store is unreachable.
+                return Wake::Failed;
+            }
+            std::thread::sleep(timeout.min(NO_CONNECTION_POLL));
+            return Wake::Nothing;
+        };
+        let mut conn = PooledConn::waiter(conn, &self.requests);
+        let result = if pop {
+            conn.blocking_query::<Option<(String, String)>>(
+                &commands::pop_grant(list, timeout),
+                timeout,
+            )
+            .map(|popped| popped.and_then(|(_, grant)| wire::parse_grant(&grant)))
+        } else {
+            conn.blocking_query::<Option<String>>(&commands::peek_grant(list, timeout), timeout)
+                .map(|_| None)
+        };
+        match result {
+            Ok(Some(grant)) => Wake::Grant(grant),
+            Ok(None) => Wake::Nothing,
+            Err(error) => {
+                tracing::debug!(target: "redis_lock", %error, "waiting for a release failed");
+                Wake::Failed
+            }
+        }
+    }
+
+    /// `PING`.
+    pub(crate) fn ping(&self) -> Result<()> {
+        let mut conn = self.conn()?;
+        commands::ping(&mut conn)?;
+        Ok(())
+    }
+
+    /// The names of the lock keys matching `pattern` (a `SCAN` pattern from
+    /// `wire::keys::scan_pattern`) under `namespace`.
+    pub(crate) fn scan(
+        &self,
+        namespace: &str,
+        pattern: &str,
+    ) -> Result<std::collections::BTreeSet<String>> {
+        let mut conn = self.conn()?;
+        let mut names = std::collections::BTreeSet::new();
+        commands::scan(&mut conn, pattern, |keys| {
+            names.extend(
+                keys.iter()
+                    .filter_map(|key| wire::keys::lock_name(namespace, key)),
+            );
+        })?;
+        Ok(names)
+    }
+}

@@ -1,0 +1,150 @@
+//! Lua pieces shared by the scripts of every primitive: the server clock, the waiter registry
+//! (`prune`), the handoff (`hand_over`) and the constants they carry as literals.
+//!
+//! They are `macro_rules!` producing string literals so that each script is one `concat!`ed
+//! `&'static str` with a fixed SHA1 (`EVALSHA` hits the script cache).
+
+use std::time::Duration;
+
+/// How long a waiter's registration outlives the wait it announced: time to come back after
+/// its `BLPOP` ends before it is taken for dead. `waiter_margin_ms!` carries the same value
+/// into the scripts; a unit test keeps the two equal.
+#[cfg_attr(not(test), allow(dead_code))]
+pub(crate) const WAITER_MARGIN: Duration = Duration::from_millis(1000);
+
+/// How long a release's grant to a waiter lives unless the waiter claims it or renews it
+/// (`handoff_grace_ms!` in the scripts).
+pub(crate) const HANDOFF_GRACE: Duration = Duration::from_millis(1000);
+
+/// Unix milliseconds from the Redis server clock, read at most once per script run (`clock()`).
+/// Scripts are replicated by effects (the default since Redis 5), so reading `TIME` inside a
+/// script is allowed and safe.
+macro_rules! clock {
+    () => {
+        "local __now = nil\n\
+         local function clock()\n\
+           if not __now then\n\
+             local t = redis.call('TIME')\n\
+             __now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n\
+           end\n\
+           return __now\n\
+         end\n"
+    };
+}
+
+/// How long a waiter's registration outlives the wait it announced, in ms: time for the waiter
+/// to come back after its `BLPOP` ends. A waiter that has not come back by then is taken for
+/// dead (`WAITER_MARGIN` in Rust).
+macro_rules! waiter_margin_ms {
+    () => {
+        "1000"
+    };
+}
+
+/// How long a release's grant lives unless its waiter claims or renews it, in ms; also the
+/// lifetime of the wake-up element (`HANDOFF_GRACE` in Rust).
+macro_rules! handoff_grace_ms {
+    () => {
+        "1000"
+    };
+}
+
+/// What a script does when a key it builds itself (a fair waiter's wake-up list) is not on this
+/// node: only possible while the lock's slot migrates, where Redis refuses such access. Raised
+/// before anything is written, as `TRYAGAIN`, which the cluster client retries like the
+/// `TRYAGAIN` Redis itself answers for a script whose declared keys are split.
+macro_rules! not_local {
+    () => {
+        "redis.error_reply('TRYAGAIN the wake-up list is not on this node: the slot is migrating')"
+    };
+}
+
+/// `prune(waiters, queue)`: forgets waiters whose registration lapsed (at most 100 per call,
+/// so a script stays short; later calls take the rest). Returns how many it forgot.
+macro_rules! prune {
+    () => {
+        "local function prune(waiters, queue)\n\
+           local dead = redis.call('ZRANGEBYSCORE', waiters, '-inf', clock(), 'LIMIT', 0, 100)\n\
+           if #dead > 0 then\n\
+             redis.call('ZREM', waiters, unpack(dead))\n\
+             redis.call('ZREM', queue, unpack(dead))\n\
+           end\n\
+           return #dead\n\
+         end\n"
+    };
+}
+
+/// `hand_over(lock, fence, signal, waiters, queue, grant)`: called when the lock is being given
+/// up. With live waiters registered, the lock is *granted*: it gets the owner token `grant`
+/// (made by the releasing client), a new fencing token, the field `handoff` naming whom it is
+/// for, and the handoff grace as its TTL; and `grant fence time` (time: server Unix ms) is
+/// pushed to one wake-up list. For
+/// the head of the fair queue that is its own list (`handoff` = its id; it leaves the queue
+/// now); otherwise the shared list (`handoff` = ""), from which Redis hands the element to the
+/// waiter that has blocked longest. Whoever pops the element owns the lock under `grant`. A
+/// grant nobody takes lapses with the grace. Returns `true` when it granted the lock; with no
+/// live waiter it touches nothing and returns `false`.
+///
+/// The per-waiter list `<signal>:<id>` is the one key a script builds itself instead of
+/// receiving it in `KEYS`: the releaser cannot know who heads the queue. It starts with the
+/// lock's hash tag, so it is in the same cluster slot as the declared keys (Redis allows
+/// undeclared keys of the script's own slot). While that slot migrates, the list may be on the
+/// other node, which Redis refuses; `hand_over` touches it before writing anything and raises
+/// `TRYAGAIN` (see `not_local`) instead of leaving a half-made grant.
+macro_rules! hand_over {
+    () => {
+        concat!(
+            "local function hand_over(lock, fence, signal, waiters, queue, grant)\n\
+               if redis.call('EXISTS', waiters) == 0 then return false end\n\
+               local forgot = prune(waiters, queue)\n\
+               local head = redis.call('ZRANGE', queue, 0, 0)[1]\n\
+               if not head and forgot > 0 and redis.call('EXISTS', waiters) == 0 then\n\
+                 return false\n\
+               end\n\
+               local wake = signal\n\
+               local target = ''\n\
+               if head then\n\
+                 target = head\n\
+                 wake = signal .. ':' .. head\n\
+                 if type(redis.pcall('EXISTS', wake)) == 'table' then error(",
+            not_local!(),
+            ") end\n\
+               end\n\
+               local f = redis.pcall('INCR', fence)\n\
+               if type(f) == 'table' then return false end\n\
+               if head then\n\
+                 redis.call('ZREM', queue, head)\n\
+                 redis.call('ZREM', waiters, head)\n\
+               end\n\
+               redis.call('DEL', lock)\n\
+               redis.call('HSET', lock, 'token', grant, 'fence', f, 'handoff', target)\n\
+               redis.call('PEXPIRE', lock, ",
+            handoff_grace_ms!(),
+            ")\n\
+               redis.call('DEL', wake)\n\
+               redis.call('RPUSH', wake, grant .. ' ' .. f .. ' ' .. clock())\n\
+               redis.call('PEXPIRE', wake, ",
+            handoff_grace_ms!(),
+            ")\n\
+               return true\n\
+             end\n"
+        )
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lua_constants_match_rust() {
+        assert_eq!(
+            waiter_margin_ms!().parse::<u128>().unwrap(),
+            WAITER_MARGIN.as_millis()
+        );
+        assert_eq!(
+            handoff_grace_ms!().parse::<u128>().unwrap(),
+            HANDOFF_GRACE.as_millis()
+        );
+    }
+}

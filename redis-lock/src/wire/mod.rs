@@ -1,0 +1,198 @@
+//! Everything Redis sees: the key layout, the Lua scripts, the commands, and one typed function
+//! per script or command that takes a connection and typed arguments and returns a typed reply.
+//!
+//! Reply codes, the order of `KEYS` and `ARGV`, and the string formats that travel through
+//! Redis (holder information, grants, waiter flags) are known here and nowhere else: the layers
+//! above see only the types below. This layer imports nothing of the crate but `error`.
+
+pub(crate) mod commands;
+pub(crate) mod keys;
+#[macro_use]
+mod lua;
+pub(crate) mod mutex;
+pub(crate) mod token;
+
+use std::time::Duration;
+
+use redis::Value;
+
+use crate::error::Error;
+
+pub(crate) use keys::LockKeys;
+pub(crate) use lua::HANDOFF_GRACE;
+
+/// Redis takes expiries in whole milliseconds. A duration is sent rounded *down*, and every
+/// local estimate of an expiry must use the same rounded value (`whole_ms`), so the holder
+/// never believes in a lock that Redis has already dropped.
+pub(crate) fn ms(d: Duration) -> u64 {
+    // Callers validated d against MAX_TTL, so this cannot saturate in practice.
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// `d` as Redis will apply it: rounded down to whole milliseconds.
+pub(crate) fn whole_ms(d: Duration) -> Duration {
+    Duration::from_millis(ms(d))
+}
+
+/// What one acquisition attempt sends, the same to every store it goes to.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AttemptArgs<'a> {
+    pub(crate) keys: &'a LockKeys,
+    pub(crate) token: &'a str,
+    pub(crate) ttl: Duration,
+    /// `host \n pid \n`: the start of the holder information (see [`holder_prefix`]).
+    pub(crate) holder: &'a str,
+    pub(crate) meta: &'a str,
+    pub(crate) min_hold: Duration,
+    /// The acquisition's waiter id (names it in the registry and its fair wake-up list).
+    pub(crate) waiter: &'a str,
+    /// Register as a waiter that comes back within this long, if the lock is busy; zero: do
+    /// not register (the caller will not wait).
+    pub(crate) register: Duration,
+    /// Fair mode: queue in arrival order.
+    pub(crate) fair: bool,
+    /// An earlier attempt of this acquisition registered already.
+    pub(crate) registered: bool,
+}
+
+/// The answer to one acquisition attempt on one store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Attempt {
+    Acquired {
+        fence: u64,
+    },
+    Busy {
+        /// The holder's remaining TTL (`None`: no expiry, or free but owed to a fair waiter).
+        holder_ttl: Option<Duration>,
+        /// Set when the attempt registered us as a waiter: how long to block at most before
+        /// coming back.
+        block: Option<Duration>,
+        /// No grant we could pop was pending: a grant popped later was made after this reply.
+        fresh: bool,
+        /// Server time of the reply, Unix ms.
+        server_ms: u64,
+    },
+}
+
+/// The answer to a waiter's claim of a grant it popped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Claim {
+    Claimed {
+        fence: u64,
+    },
+    /// The key is gone: the grant expired before it was claimed.
+    Gone,
+    /// Another token (or another type) is there now.
+    NotOurs,
+}
+
+/// The answer to a renewal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Renewal {
+    Renewed,
+    /// The key is gone.
+    Gone,
+    /// Another owner (or another type) is there.
+    NotOurs,
+}
+
+/// The answer to a release.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Release {
+    /// Given up: deleted, or handed over to a waiter.
+    Released,
+    /// Given up, but kept ownerless until the minimum hold has passed.
+    Kept,
+    /// The key was already gone.
+    Late,
+    /// Another owner (or another type) is there now; left untouched.
+    Lost,
+}
+
+/// What one store says about the remaining TTL of a lock we hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OwnedTtl {
+    Left(Duration),
+    NoExpiry,
+    Gone,
+    NotOurs,
+}
+
+/// A grant popped from a wake-up list: the lock is ours under `token`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Grant {
+    pub(crate) token: String,
+    pub(crate) fence: u64,
+    /// Server time of the release that made it, Unix ms.
+    pub(crate) server_ms: u64,
+}
+
+/// A wake-up list element: `token fence server_ms`, as `hand_over` (`lua.rs`) pushes it.
+pub(crate) fn parse_grant(grant: &str) -> Option<Grant> {
+    let mut parts = grant.split(' ');
+    let token = parts.next()?.to_owned();
+    let fence = parts.next()?.parse().ok()?;
+    let server_ms = parts.next()?.parse().ok()?;
+    Some(Grant {
+        token,
+        fence,
+        server_ms,
+    })
+}
+
+/// Who holds a lock, as stored with it (the decoded `INSPECT` reply).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Holder {
+    pub(crate) remaining_ttl: Option<Duration>,
+    pub(crate) host: String,
+    pub(crate) pid: u32,
+    /// Server clock, Unix ms.
+    pub(crate) since_ms: u64,
+    pub(crate) fence: u64,
+    pub(crate) meta: Option<String>,
+    /// End of the minimum hold, Unix ms (server clock), if one was asked for.
+    pub(crate) hold_until_ms: Option<u64>,
+    /// `false` during a minimum hold after release.
+    pub(crate) owned: bool,
+}
+
+/// The holder of a lock broken by `force_release`.
+pub(crate) type Broken = Option<(String, u32)>;
+
+/// The start of the holder information stored with every lock this process takes: `host \n
+/// pid \n`; the scripts append the acquisition time and the metadata.
+pub(crate) fn holder_prefix(host: &str, pid: u32) -> String {
+    format!("{host}\n{pid}\n")
+}
+
+/// A reply of a shape the scripts never send: a bug or a foreign script of the same name.
+fn unexpected(what: &'static str) -> Error {
+    Error::Redis(redis::RedisError::from((
+        redis::ErrorKind::UnexpectedReturnType,
+        what,
+    )))
+}
+
+/// An integer in a reply (Lua numbers arrive as integers, fields as bulk strings).
+fn int(v: &Value) -> Option<i64> {
+    match v {
+        Value::Int(i) => Some(*i),
+        Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
+        Value::SimpleString(s) => s.parse().ok(),
+        _ => None,
+    }
+}
+
+fn text(v: &Value) -> String {
+    match v {
+        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+        Value::SimpleString(s) => s.clone(),
+        Value::Int(i) => i.to_string(),
+        _ => String::new(),
+    }
+}
+
+/// A non-negative reply value as milliseconds; negative codes mean "none".
+fn millis(v: i64) -> Option<Duration> {
+    u64::try_from(v).ok().map(Duration::from_millis)
+}

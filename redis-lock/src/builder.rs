@@ -448,6 +448,7 @@ impl Builder {
                     pool: self.pool_timeout,
                 },
                 Arc::clone(&requests),
+                Arc::clone(&housekeeping),
             ));
         }
         let deployment = if quorum {

@@ -455,6 +455,8 @@ impl LockRequest<'_> {
         hold_at_least(min: Duration);
         /// See [`LockOptions::max_hold`].
         max_hold(max: Duration);
+        /// See [`LockOptions::cooldown`].
+        cooldown(cooldown: Duration);
         /// See [`LockOptions::reentrant`].
         reentrant(yes: bool);
         /// See [`LockOptions::replicas`].

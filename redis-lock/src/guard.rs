@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::hold::lease::{Lease, ReleaseOutcome};
-use crate::options::validate_ttl;
+use crate::options::{validate_cooldown, validate_ttl};
 
 /// A held lock. The lock is released when the guard is dropped.
 ///
@@ -141,6 +141,43 @@ impl LockGuard {
         self.live = false;
         if self.lease.drop_hold() {
             self.lease.release()
+        } else {
+            Ok(ReleaseOutcome::StillHeld)
+        }
+    }
+}
+
+impl LockGuard {
+    /// Releases the lock now but keeps it taken, by nobody, for `cooldown` from now: the
+    /// next holder gets it when the cool-down has passed (or the minimum hold, if that ends
+    /// later). For every release of an acquisition, set
+    /// [`LockOptions::cooldown`](crate::LockOptions::cooldown) instead. A lock that was lost
+    /// is left alone (`Late` or `Lost`); with other reentrant guards alive, nothing happens
+    /// yet (`StillHeld`) and the last guard's release applies the acquisition's own setting.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidInput`] for a zero `cooldown` or one above
+    /// [`MAX_TTL`](crate::MAX_TTL), before anything is sent; the guard is then dropped, which
+    /// releases the lock as a drop does (with the acquisition's own cool-down, if any).
+    /// Otherwise as [`release`](Self::release).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// # fn main() -> redis_lock::Result<()> {
+    /// # let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+    /// let guard = locks.lock("nightly-export")?;
+    /// // ... export ...
+    /// guard.release_after(Duration::from_secs(300))?; // no other export for 5 minutes
+    /// # Ok(()) }
+    /// ```
+    pub fn release_after(mut self, cooldown: Duration) -> Result<ReleaseOutcome> {
+        validate_cooldown(cooldown)?;
+        self.live = false;
+        if self.lease.drop_hold() {
+            self.lease.release_after(cooldown)
         } else {
             Ok(ReleaseOutcome::StillHeld)
         }

@@ -25,12 +25,18 @@ pub struct LockInfo {
     pub fencing_token: u64,
     /// The holder's metadata, if it gave any.
     pub metadata: Option<String>,
-    /// `false` during a minimum hold after release: the lock stays taken but nobody owns it.
+    /// `false` during a minimum hold or cool-down after release: the lock stays taken but
+    /// nobody owns it.
     /// (A lock that a release has just handed to a waiter is owned, but shows empty holder
     /// fields until its new holder's first renewal, at most a third of a second later.)
     pub owned: bool,
     /// End of the minimum hold, if one was asked for.
     pub hold_until: Option<SystemTime>,
+    /// Set while the lock cools down after its release
+    /// ([`LockOptions::cooldown`](crate::LockOptions::cooldown),
+    /// [`LockGuard::release_after`](crate::LockGuard::release_after)): when the cool-down ends.
+    /// The lock frees at the later of this and [`hold_until`](Self::hold_until).
+    pub cooling_until: Option<SystemTime>,
 }
 
 fn unix_ms(t: u64) -> SystemTime {
@@ -49,6 +55,7 @@ impl LockInfo {
             metadata: h.meta,
             owned: h.owned,
             hold_until: h.hold_until_ms.map(unix_ms),
+            cooling_until: h.cool_until_ms.map(unix_ms),
         }
     }
 }

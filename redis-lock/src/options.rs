@@ -13,6 +13,17 @@ pub const MAX_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
 /// Longest accepted metadata string, in bytes.
 pub const MAX_METADATA_LEN: usize = 64 * 1024;
 
+/// A cool-down is at least 1 ms and at most [`MAX_TTL`].
+pub(crate) fn validate_cooldown(cooldown: Duration) -> crate::error::Result<()> {
+    if cooldown < Duration::from_millis(1) || cooldown > MAX_TTL {
+        return Err(crate::error::Error::invalid(
+            "cooldown",
+            format!("{cooldown:?} is not between 1 ms and the limit of {MAX_TTL:?}"),
+        ));
+    }
+    Ok(())
+}
+
 /// A TTL is at least 1 ms (Redis expiry has millisecond resolution) and at most [`MAX_TTL`].
 pub(crate) fn validate_ttl(ttl: Duration) -> crate::error::Result<()> {
     if ttl < Duration::from_millis(1) {
@@ -70,6 +81,7 @@ pub struct LockOptions {
     pub(crate) watchdog: Option<bool>,
     pub(crate) hold_at_least: Duration,
     pub(crate) max_hold: Option<Duration>,
+    pub(crate) cooldown: Option<Duration>,
     pub(crate) on_lost: Option<LostCallback>,
     pub(crate) reentrant: bool,
     pub(crate) replicas: Option<ReplicaAck>,
@@ -93,6 +105,7 @@ impl std::fmt::Debug for LockOptions {
             .field("metadata", &self.metadata)
             .field("watchdog", &self.watchdog)
             .field("hold_at_least", &self.hold_at_least)
+            .field("cooldown", &self.cooldown)
             .field("max_hold", &self.max_hold)
             .field("on_lost", &self.on_lost.as_ref().map(|_| "Fn(&LostEvent)"))
             .field("reentrant", &self.reentrant)
@@ -148,6 +161,45 @@ impl LockOptions {
     /// the lock, and the key expires when `min` has passed. Defaults to zero.
     pub fn hold_at_least(mut self, min: Duration) -> Self {
         self.hold_at_least = min;
+        self
+    }
+
+    /// Keep the lock taken for `cooldown` after every release of this acquisition (an
+    /// explicit [`release`](crate::LockGuard::release), the guard's drop, or
+    /// [`release_all`](crate::LockClient::release_all)): the next run of the same job cannot
+    /// start until the cool-down has passed, however short this run was ("at most one
+    /// rebuild per 30 s"). Unlike [`hold_at_least`](Self::hold_at_least), which counts from
+    /// the acquisition, this counts from the release.
+    ///
+    /// At release the lock becomes ownerless (nobody can renew or release it) and frees
+    /// itself `cooldown` later; with a minimum hold too, it frees at the later of the two.
+    /// Waiters keep waiting and take it when it frees. A lock that was lost is not cooled
+    /// down: the release touches nothing that is not its own. Fencing tokens are untouched.
+    /// [`inspect`](crate::LockClient::inspect) shows [`cooling_until`](crate::LockInfo::cooling_until).
+    ///
+    /// Zero, or more than [`MAX_TTL`], is refused with
+    /// [`Error::InvalidInput`](crate::Error::InvalidInput) when acquiring. For one release
+    /// only, see [`LockGuard::release_after`](crate::LockGuard::release_after).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// # fn main() -> redis_lock::Result<()> {
+    /// # let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+    /// // At most one cache rebuild per 30 s, however long each takes.
+    /// if let Some(_guard) = locks
+    ///     .options("rebuild-cache")
+    ///     .cooldown(Duration::from_secs(30))
+    ///     .wait(Duration::ZERO)
+    ///     .try_acquire()?
+    /// {
+    ///     // rebuild ...
+    /// } // released here, and taken by nobody for the next 30 s
+    /// # Ok(()) }
+    /// ```
+    pub fn cooldown(mut self, cooldown: Duration) -> Self {
+        self.cooldown = Some(cooldown);
         self
     }
 

@@ -11,6 +11,18 @@ pub use redis_lock::testing::{RedisCluster, RedisServer, SentinelGroup, TcpProxy
 pub mod fenced;
 pub mod holder;
 
+/// `CLOCK_MONOTONIC` in nanoseconds: one clock for every process on this machine, so times
+/// printed by different test processes can be compared.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
+}
+
 /// A lock client for `server` with timeouts short enough for tests.
 pub fn client(server: &RedisServer) -> LockClient {
     client_for(&server.url())

@@ -33,6 +33,16 @@ pub(crate) struct Attempted {
     pub(crate) wait_on: Option<usize>,
 }
 
+/// What a release sends.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ReleaseArgs<'a> {
+    pub(crate) keys: &'a LockKeys,
+    pub(crate) token: &'a str,
+    pub(crate) cooldown: Duration,
+    pub(crate) grant: &'a str,
+    pub(crate) registration: &'a str,
+}
+
 /// A waiter's claim of a popped grant. Only a single store hands out grants to pop: under
 /// Redlock each server's release grants its copy of the lock under the same token, so a
 /// waiter only peeks and takes the grants by attempting again.
@@ -102,18 +112,12 @@ impl Deployment {
     }
 
     /// Gives the lock up, handing it over to a waiter under the token `grant` where one is
-    /// registered; `registration` is our own leftover waiter id to forget (or "").
-    pub(crate) fn release(
-        &self,
-        p: &dyn Primitive,
-        keys: &LockKeys,
-        token: &str,
-        grant: &str,
-        registration: &str,
-    ) -> Result<Release> {
+    /// registered (after `cooldown`, if not zero); `registration` is our own leftover waiter
+    /// id to forget (or "").
+    pub(crate) fn release(&self, p: &dyn Primitive, r: &ReleaseArgs<'_>) -> Result<Release> {
         match self {
-            Deployment::Single(store) => release_on(store, p, keys, token, grant, registration),
-            Deployment::Quorum(q) => q.release(p, keys, token, grant, registration),
+            Deployment::Single(store) => release_on(store, p, r),
+            Deployment::Quorum(q) => q.release(p, r),
         }
     }
 
@@ -252,7 +256,7 @@ fn acknowledged(
         Err(e) => e,
     };
     let undo = |conn: &mut PooledConn| -> Result<Release> {
-        p.release(conn, keys, token, true, &new_token()?, "")
+        p.release(conn, keys, token, true, Duration::ZERO, &new_token()?, "")
     };
     let undone = if redis::ConnectionLike::is_open(&conn) {
         undo(&mut conn)
@@ -283,16 +287,17 @@ fn renew_on(
     p.renew(&mut conn, keys, token, ttl)
 }
 
-fn release_on(
-    store: &Store,
-    p: &dyn Primitive,
-    keys: &LockKeys,
-    token: &str,
-    grant: &str,
-    registration: &str,
-) -> Result<Release> {
+fn release_on(store: &Store, p: &dyn Primitive, r: &ReleaseArgs<'_>) -> Result<Release> {
     let mut conn = store.conn()?;
-    p.release(&mut conn, keys, token, false, grant, registration)
+    p.release(
+        &mut conn,
+        r.keys,
+        r.token,
+        false,
+        r.cooldown,
+        r.grant,
+        r.registration,
+    )
 }
 
 fn leave_on(store: &Store, p: &dyn Primitive, keys: &LockKeys, waiter: &str) {

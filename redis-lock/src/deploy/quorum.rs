@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use super::seam::Primitive;
-use super::{Attempted, attempt_on, leave_on, release_on, renew_on};
+use super::{Attempted, ReleaseArgs, attempt_on, leave_on, release_on, renew_on};
 use crate::error::{Error, Result};
 use crate::store::{Ack, Store, Wake};
 use crate::wire::token::{new_token, random_below};
@@ -434,7 +434,14 @@ impl Quorum {
         let grant = new_token()?;
         for (i, m) in self.members.iter().enumerate() {
             if !t.busy.iter().any(|(b, _)| *b == i) {
-                let _ = m.call(|s| release_on(s, p, keys, args.token, &grant, ""));
+                let undo = ReleaseArgs {
+                    keys,
+                    token: args.token,
+                    cooldown: Duration::ZERO,
+                    grant: &grant,
+                    registration: "",
+                };
+                let _ = m.call(|s| release_on(s, p, &undo));
             }
         }
         if answers.has_hard_error() || answers.ok.len() < q {
@@ -503,17 +510,10 @@ impl Quorum {
         self.resolve(keys.name(), verdict, answers)
     }
 
-    pub(crate) fn release(
-        &self,
-        p: &dyn Primitive,
-        keys: &LockKeys,
-        token: &str,
-        grant: &str,
-        registration: &str,
-    ) -> Result<Release> {
-        let answers = self.each(|s| release_on(s, p, keys, token, grant, registration));
+    pub(crate) fn release(&self, p: &dyn Primitive, r: &ReleaseArgs<'_>) -> Result<Release> {
+        let answers = self.each(|s| release_on(s, p, r));
         let verdict = combine_release(self.total(), &answers);
-        self.resolve(keys.name(), verdict, answers)
+        self.resolve(r.keys.name(), verdict, answers)
     }
 
     pub(crate) fn owned_ttl(
@@ -782,6 +782,7 @@ mod tests {
             meta: None,
             hold_until_ms: None,
             owned: true,
+            cool_until_ms: None,
         }
     }
 

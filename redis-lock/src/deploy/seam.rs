@@ -47,14 +47,17 @@ pub(crate) trait Primitive: Send + Sync + std::fmt::Debug {
         ttl: Duration,
     ) -> Result<Renewal>;
 
-    /// Give the lock up (handing it to a waiter under `grant`). `undo`: the acquisition is
-    /// being undone (it was never held), so a minimum hold does not apply.
+    /// Give the lock up (handing it to a waiter under `grant`), keeping it ownerless for the
+    /// rest of a minimum hold and for `cooldown`. `undo`: the acquisition is being undone (it
+    /// was never held), so neither applies.
+    #[allow(clippy::too_many_arguments)]
     fn release(
         &self,
         con: &mut dyn ConnectionLike,
         keys: &LockKeys,
         token: &str,
         undo: bool,
+        cooldown: Duration,
         grant: &str,
         registration: &str,
     ) -> Result<Release>;

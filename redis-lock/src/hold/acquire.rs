@@ -23,7 +23,7 @@ use super::{Inner, registry, watchdog};
 use crate::deploy::ClaimArgs;
 use crate::deploy::seam::Primitive;
 use crate::error::{Error, Result};
-use crate::options::{LockOptions, MAX_METADATA_LEN, MAX_TTL, validate_ttl};
+use crate::options::{LockOptions, MAX_METADATA_LEN, MAX_TTL, validate_cooldown, validate_ttl};
 use crate::store::{Ack, NO_CONNECTION_POLL, Wake};
 use crate::wire::token::{Ids, new_ids};
 use crate::wire::{Attempt, AttemptArgs, Claim, Grant, HANDOFF_GRACE, LockKeys, mutex};
@@ -151,6 +151,9 @@ fn validate(ttl: Duration, opts: &LockOptions) -> Result<()> {
             "hold_at_least",
             format!("longer than {MAX_TTL:?}"),
         ));
+    }
+    if let Some(cooldown) = opts.cooldown {
+        validate_cooldown(cooldown)?;
     }
     if let Some(ack) = opts.replicas
         && ack.timeout > MAX_TTL
@@ -327,6 +330,7 @@ impl Acquisition<'_> {
                 registration: leftover,
                 grant: self.ids.grant.clone(),
                 max_hold: self.opts.max_hold,
+                cooldown: self.opts.cooldown.unwrap_or_default(),
                 on_lost: self.opts.on_lost.clone(),
             })?;
             tracing::debug!(target: "redis_lock", key = self.name, fence = grant.fence, waited = ?deadline.started.elapsed(), "lock handed over");
@@ -368,6 +372,7 @@ impl Acquisition<'_> {
             registration: String::new(),
             grant: self.ids.grant.clone(),
             max_hold: self.opts.max_hold,
+            cooldown: self.opts.cooldown.unwrap_or_default(),
             on_lost: self.opts.on_lost.clone(),
         }
     }
@@ -479,7 +484,15 @@ mod server_tests {
         let mut conn = store.conn().unwrap();
         let released = inner
             .mutex
-            .release(&mut conn, &keys, &ids.token, false, &ids.grant, "")
+            .release(
+                &mut conn,
+                &keys,
+                &ids.token,
+                false,
+                Duration::ZERO,
+                &ids.grant,
+                "",
+            )
             .unwrap();
         assert_eq!(released, Release::Released);
     }

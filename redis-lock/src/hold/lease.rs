@@ -12,8 +12,8 @@ use parking_lot::{Condvar, Mutex};
 
 use super::Inner;
 use super::watchdog::Worker;
-use crate::deploy::ClaimArgs;
 use crate::deploy::seam::Primitive;
+use crate::deploy::{ClaimArgs, ReleaseArgs};
 use crate::error::{Error, LostReason, Result};
 use crate::options::{LostCallback, LostEvent};
 use crate::wire::{Claim, LockKeys, OwnedTtl, Release, Renewal};
@@ -90,6 +90,8 @@ pub(crate) struct Start {
     /// The owner token the release hands to the waiter it wakes.
     pub(crate) grant: String,
     pub(crate) max_hold: Option<Duration>,
+    /// How long every release keeps the lock ownerless (zero: none).
+    pub(crate) cooldown: Duration,
     pub(crate) on_lost: Option<LostCallback>,
 }
 
@@ -180,6 +182,7 @@ pub(crate) struct Lease {
     pub(crate) fence: u64,
     grant: String,
     registration: String,
+    cooldown: Duration,
     pub(crate) acquired_at: Instant,
     /// Guards alive for this acquisition (more than one only through reentrancy).
     holds: AtomicUsize,
@@ -231,6 +234,7 @@ impl Lease {
             fence: start.fence,
             grant: start.grant,
             registration: start.registration,
+            cooldown: start.cooldown,
             acquired_at: start.acquired,
             holds: AtomicUsize::new(1),
             state: Mutex::new(state),
@@ -405,6 +409,11 @@ impl Lease {
     /// watchdog is neither woken nor waited for: a renewal still in flight compares the
     /// token, so it cannot bring back a deleted lock or touch a new holder's.
     pub(crate) fn release(&self) -> Result<ReleaseOutcome> {
+        self.release_after(self.cooldown)
+    }
+
+    /// [`release`](Self::release), keeping the lock ownerless for `cooldown` (zero: none).
+    pub(crate) fn release_after(&self, cooldown: Duration) -> Result<ReleaseOutcome> {
         {
             let mut st = self.state.lock();
             loop {
@@ -422,10 +431,13 @@ impl Lease {
             .deployment
             .release(
                 &*self.primitive,
-                &self.keys,
-                &self.token,
-                &self.grant,
-                &self.registration,
+                &ReleaseArgs {
+                    keys: &self.keys,
+                    token: &self.token,
+                    cooldown,
+                    grant: &self.grant,
+                    registration: &self.registration,
+                },
             )
             .map(ReleaseOutcome::from);
         let held_for = self.acquired_at.elapsed();

@@ -51,6 +51,7 @@ impl Primitive for Mutex {
         keys: &LockKeys,
         token: &str,
         undo: bool,
+        cooldown: Duration,
         grant: &str,
         registration: &str,
     ) -> Result<Release> {
@@ -59,7 +60,7 @@ impl Primitive for Mutex {
         } else {
             MinHold::Respect
         };
-        script::release(con, keys, token, min_hold, grant, registration)
+        script::release(con, keys, token, min_hold, cooldown, grant, registration)
     }
 
     fn owned_ttl(

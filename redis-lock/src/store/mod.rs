@@ -9,12 +9,21 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::time::Duration;
 
+use scheduled_thread_pool::{JobHandle, ScheduledThreadPool};
+
 use crate::error::{Error, Result};
 use crate::wire::{self, Grant, commands};
 use connection::{LastConnectError, Manager, Pool, PooledConn};
 
 /// How a waiter that is woken by notification polls when no waiter connection is free.
 pub(crate) const NO_CONNECTION_POLL: Duration = Duration::from_millis(10);
+
+/// How long after a blocking wait should have ended its wake-up `PING` goes out: the server
+/// has then certainly passed the wait's timeout.
+const WAKE_AFTER: Duration = Duration::from_micros(500);
+
+/// How long the wake-up may wait for a pooled connection before it gives up.
+const WAKE_CHECKOUT: Duration = Duration::from_millis(20);
 
 /// Whether the server has `WAITAOF`, learnt from the first fsynced acknowledgement.
 const WAITAOF_UNKNOWN: u8 = 0;
@@ -39,7 +48,7 @@ pub(crate) struct Timeouts {
 
 /// One Redis deployment: the pool lock operations use, and the pool waiters block on.
 pub(crate) struct Store {
-    pub(crate) pool: Pool,
+    pub(crate) pool: Arc<Pool>,
     /// Waiters block in `BLPOP` on connections of their own, so that a crowd of waiters can
     /// never take the connections holders need to renew and release.
     pub(crate) waiters: r2d2::Pool<Manager>,
@@ -51,6 +60,9 @@ pub(crate) struct Store {
     /// Requests sent through this client (shared by all its stores and clones).
     pub(crate) requests: Arc<AtomicU64>,
     waitaof: AtomicU8,
+    /// The client's housekeeping thread, which also wakes the server when a blocking wait
+    /// should end (see `wake_at`).
+    timer: Arc<ScheduledThreadPool>,
 }
 
 impl std::fmt::Debug for Store {
@@ -81,15 +93,17 @@ impl Store {
         connect_error: LastConnectError,
         timeouts: Timeouts,
         requests: Arc<AtomicU64>,
+        timer: Arc<ScheduledThreadPool>,
     ) -> Store {
         Store {
-            pool,
+            pool: Arc::new(pool),
             waiters,
             label,
             connect_error,
             timeouts,
             requests,
             waitaof: AtomicU8::new(WAITAOF_UNKNOWN),
+            timer,
         }
     }
 
@@ -160,6 +174,7 @@ impl Store {
             return Wake::Nothing;
         };
         let mut conn = PooledConn::waiter(conn, &self.requests);
+        let wake = self.wake_at(timeout);
         let result = if pop {
             conn.blocking_query::<Option<(String, String)>>(
                 &commands::pop_grant(list, timeout),
@@ -170,6 +185,7 @@ impl Store {
             conn.blocking_query::<Option<String>>(&commands::peek_grant(list, timeout), timeout)
                 .map(|_| None)
         };
+        wake.cancel();
         match result {
             Ok(Some(grant)) => Wake::Grant(grant),
             Ok(None) => Wake::Nothing,
@@ -178,6 +194,27 @@ impl Store {
                 Wake::Failed
             }
         }
+    }
+
+    /// Makes sure the server serves the end of a blocking wait on time: Redis times out a
+    /// blocked `BLPOP` at its event loop's next turn, which on an idle server comes up to
+    /// 1/`hz` late (100 ms by default), so a waiter would take an expired lock that late. Any
+    /// request wakes the loop: a `PING` sent at the wait's end (from the housekeeping thread,
+    /// on a connection of the lock pool) ends it within a round trip. Cancelled when the wait
+    /// ends earlier (a release woke it), so a handoff costs nothing extra.
+    fn wake_at(&self, timeout: Duration) -> JobHandle {
+        // Weak: a cancelled job stays queued until its time, and must not keep a dropped
+        // client's connections open until then.
+        let pool = Arc::downgrade(&self.pool);
+        let requests = Arc::clone(&self.requests);
+        self.timer.execute_after(timeout + WAKE_AFTER, move || {
+            // A busy pool means traffic, and traffic keeps the server's loop turning.
+            if let Some(pool) = pool.upgrade()
+                && let Ok(mut conn) = pool.get_timeout(WAKE_CHECKOUT, &requests)
+            {
+                let _ = commands::ping(&mut conn);
+            }
+        })
     }
 
     /// `PING`.

@@ -49,6 +49,14 @@ macro_rules! handoff_grace_ms {
     };
 }
 
+/// A wake-up list element that is not a grant: "look again" (`parse_grant` rejects it, and
+/// the waiter attempts again). Pushed by a release that keeps the lock ownerless for a while.
+macro_rules! recheck {
+    () => {
+        "'-'"
+    };
+}
+
 /// What a script does when a key it builds itself (a fair waiter's wake-up list) is not on this
 /// node: only possible while the lock's slot migrates, where Redis refuses such access. Raised
 /// before anything is written, as `TRYAGAIN`, which the cluster client retries like the

@@ -152,8 +152,10 @@ pub(crate) struct Holder {
     pub(crate) meta: Option<String>,
     /// End of the minimum hold, Unix ms (server clock), if one was asked for.
     pub(crate) hold_until_ms: Option<u64>,
-    /// `false` during a minimum hold after release.
+    /// `false` during a minimum hold or cool-down after release.
     pub(crate) owned: bool,
+    /// End of the cool-down a release asked for, Unix ms (server clock).
+    pub(crate) cool_until_ms: Option<u64>,
 }
 
 /// The holder of a lock broken by `force_release`.

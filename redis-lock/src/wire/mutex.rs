@@ -238,13 +238,16 @@ static RENEW: LazyLock<Script> = LazyLock::new(|| {
 });
 
 /// Release: compare the token, then hand the lock over to a waiter (see `hand_over`) or
-/// delete it; inside the minimum hold, give up ownership but keep the key until `hold_until`
-/// (nobody is woken: waiters wait for that TTL).
-/// KEYS: lock, fence, signal, waiters, queue. ARGV: token, `1` to give the lock up even inside
-/// the minimum hold (an acquisition undone because replicas did not acknowledge it was never
-/// held) or `0`, grant token for `hand_over`, the releaser's own waiter id to forget (a lock
-/// taken by popping a grant leaves its registration behind) or "".
-/// Returns `1` released, `2` released but kept until the minimum hold has passed, `0` late
+/// delete it. Inside the minimum hold, or with a cool-down, give up ownership but keep the key
+/// until the later of `hold_until` and now + cool-down (recorded as `cool_until`); the waiter
+/// next in line is woken to look again (a `recheck!` element on its wake-up list), so it
+/// blocks until the lock frees instead of until the former holder's TTL would have run out.
+/// KEYS: lock, fence, signal, waiters, queue. ARGV: token, `1` to give the lock up at once
+/// whatever the minimum hold and cool-down (an acquisition undone because replicas did not
+/// acknowledge it was never held) or `0`, grant token for `hand_over`, the releaser's own
+/// waiter id to forget (a lock taken by popping a grant leaves its registration behind) or
+/// "", cool-down in ms (`0`: none).
+/// Returns `1` released, `2` released but kept until the minimum hold or cool-down has passed, `0` late
 /// (the key was already gone), `-1` lost (another owner, or another type, is there now), `-4`
 /// the signal key holds another type (nothing was changed).
 static RELEASE: LazyLock<Script> = LazyLock::new(|| {
@@ -262,11 +265,43 @@ static RELEASE: LazyLock<Script> = LazyLock::new(|| {
         "local sk = redis.call('TYPE', KEYS[3])['ok']\n",
         "if sk ~= 'none' and sk ~= 'list' then return -4 end\n",
         "if ARGV[4] ~= '' then redis.call('ZREM', KEYS[4], ARGV[4]) end\n",
-        "local hold = tonumber(h[2]) or 0\n",
-        "if hold > 0 and ARGV[2] ~= '1' and hold - clock() > 0 then\n",
-        "  redis.call('HSET', KEYS[1], 'token', '')\n",
-        "  redis.call('PEXPIRE', KEYS[1], hold - clock())\n",
-        "  return 2\n",
+        "if ARGV[2] ~= '1' then\n",
+        "  local now = clock()\n",
+        "  local free_at = tonumber(h[2]) or 0\n",
+        "  local cool = tonumber(ARGV[5]) or 0\n",
+        "  if cool > 0 then free_at = math.max(free_at, now + cool) end\n",
+        "  if free_at > now then\n",
+        // Waiters blocked on the holder's TTL would sleep past the new, shorter one: wake the
+        // one next in line to look again (it re-blocks until the lock frees). Resolved before
+        // anything is written (see `not_local`).
+        "    local wake = nil\n",
+        "    if redis.call('EXISTS', KEYS[4]) == 1 then\n",
+        "      prune(KEYS[4], KEYS[5])\n",
+        "      local head = redis.call('ZRANGE', KEYS[5], 0, 0)[1]\n",
+        "      wake = KEYS[3]\n",
+        "      if head then\n",
+        "        wake = KEYS[3] .. ':' .. head\n",
+        "        if type(redis.pcall('EXISTS', wake)) == 'table' then error(",
+        not_local!(),
+        ") end\n",
+        "      end\n",
+        "    end\n",
+        "    if wake then\n",
+        "      redis.call('RPUSH', wake, ",
+        recheck!(),
+        ")\n",
+        "      redis.call('PEXPIRE', wake, ",
+        handoff_grace_ms!(),
+        ")\n",
+        "    end\n",
+        "    if cool > 0 then\n",
+        "      redis.call('HSET', KEYS[1], 'token', '', 'cool_until', now + cool)\n",
+        "    else\n",
+        "      redis.call('HSET', KEYS[1], 'token', '')\n",
+        "    end\n",
+        "    redis.call('PEXPIRE', KEYS[1], free_at - now)\n",
+        "    return 2\n",
+        "  end\n",
         "end\n",
         "if not hand_over(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[3]) then redis.call('DEL', KEYS[1]) end\n",
         "return 1\n",
@@ -275,10 +310,10 @@ static RELEASE: LazyLock<Script> = LazyLock::new(|| {
 
 /// Read holder information and the remaining TTL in one go.
 /// KEYS: lock. Returns `{}` when free, `{-2}` for another type, else
-/// `{pttl, host, pid, since, fence, meta, hold_until, token_is_empty}`.
+/// `{pttl, host, pid, since, fence, meta, hold_until, token_is_empty, cool_until}`.
 static INSPECT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
-        "local h = redis.pcall('HMGET', KEYS[1], 'info', 'hold_until', 'token', 'fence')\n",
+        "local h = redis.pcall('HMGET', KEYS[1], 'info', 'hold_until', 'token', 'fence', 'cool_until')\n",
         "if h['err'] then return {-2} end\n",
         "if h[3] == false and redis.call('EXISTS', KEYS[1]) == 0 then return {} end\n",
         "local info = h[1] or ''\n",
@@ -292,7 +327,7 @@ static INSPECT: LazyLock<Script> = LazyLock::new(|| {
         "end\n",
         "local meta = ''\n",
         "if f[3] then meta = string.sub(info, pos) end\n",
-        "return {redis.call('PTTL', KEYS[1]), f[1] or '', f[2] or '', f[3] or '0', h[4] or '0', meta, h[2] or '0', (h[3] == '' or h[3] == false) and 1 or 0}\n",
+        "return {redis.call('PTTL', KEYS[1]), f[1] or '', f[2] or '', f[3] or '0', h[4] or '0', meta, h[2] or '0', (h[3] == '' or h[3] == false) and 1 or 0, h[5] or '0'}\n",
     ))
 });
 
@@ -492,22 +527,24 @@ fn decode_renew(r: i64) -> Renewal {
     }
 }
 
-/// How a release treats a minimum hold.
+/// How a release treats a minimum hold and a cool-down.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum MinHold {
-    /// Keep the lock ownerless until the minimum hold has passed.
+    /// Keep the lock ownerless until the minimum hold (and cool-down) has passed.
     Respect,
-    /// Delete it anyway: an acquisition being undone was never held.
+    /// Delete it at once: an acquisition being undone was never held.
     Ignore,
 }
 
-/// `RELEASE`: compare the token, then hand the lock to a waiter under `grant` or delete it.
+/// `RELEASE`: compare the token, then hand the lock to a waiter under `grant` or delete it
+/// (or keep it ownerless for the rest of the minimum hold, or for `cooldown`).
 /// `registration`: our own leftover waiter id to forget (or "").
 pub(crate) fn release(
     con: &mut dyn ConnectionLike,
     keys: &LockKeys,
     token: &str,
     min_hold: MinHold,
+    cooldown: Duration,
     grant: &str,
     registration: &str,
 ) -> Result<Release> {
@@ -521,6 +558,7 @@ pub(crate) fn release(
         .arg(i32::from(min_hold == MinHold::Ignore))
         .arg(grant)
         .arg(registration)
+        .arg(ms(cooldown))
         .invoke(con)?;
     decode_release(keys, r)
 }
@@ -570,7 +608,17 @@ fn decode_inspect(keys: &LockKeys, v: &[Value]) -> Result<Option<Holder>> {
         [_] => Err(Error::WrongType {
             redis_key: keys.lock.clone(),
         }),
-        [pttl, host, pid, since, fence, meta, hold_until, no_owner] => {
+        [
+            pttl,
+            host,
+            pid,
+            since,
+            fence,
+            meta,
+            hold_until,
+            no_owner,
+            cool_until,
+        ] => {
             let since_ms = int(since).and_then(|s| u64::try_from(s).ok()).unwrap_or(0);
             let hold_until_ms = int(hold_until)
                 .and_then(|h| u64::try_from(h).ok())
@@ -585,6 +633,9 @@ fn decode_inspect(keys: &LockKeys, v: &[Value]) -> Result<Option<Holder>> {
                 meta: (!meta.is_empty()).then_some(meta),
                 hold_until_ms,
                 owned: int(no_owner) == Some(0),
+                cool_until_ms: int(cool_until)
+                    .and_then(|c| u64::try_from(c).ok())
+                    .filter(|c| *c > 0),
             }))
         }
         _ => Err(unexpected("unexpected inspect reply")),
@@ -730,6 +781,7 @@ mod tests {
             bulk("nightly"),
             bulk("1700000005000"),
             Value::Int(0),
+            bulk("0"),
         ];
         let h = decode_inspect(&k, &v).unwrap().unwrap();
         assert_eq!(
@@ -743,6 +795,7 @@ mod tests {
                 meta: Some("nightly".into()),
                 hold_until_ms: Some(1_700_000_005_000),
                 owned: true,
+                cool_until_ms: None,
             }
         );
         // A grant not yet claimed: empty holder fields, no expiry, no hold.
@@ -755,12 +808,14 @@ mod tests {
             bulk(""),
             bulk("0"),
             Value::Int(1),
+            bulk("1700000009000"),
         ];
         let h = decode_inspect(&k, &v).unwrap().unwrap();
         assert_eq!(
             (h.remaining_ttl, h.meta, h.hold_until_ms, h.owned),
             (None, None, None, false)
         );
+        assert_eq!(h.cool_until_ms, Some(1_700_000_009_000), "cooling down");
         assert!(decode_inspect(&k, &[Value::Int(1), Value::Int(2)]).is_err());
     }
 

@@ -16,6 +16,10 @@
 //!     DIR/raw.log; two writes with token T to the fenced store DIR/store.log; append
 //!     "exit T PID TID"; release. Prints "UNCLEAN T <outcome>" for a release that was not
 //!     clean, then "DONE".
+//! lock-holder cooldown URL KEY RUNS BODY_MS COOLDOWN_MS
+//!     RUNS times: lock KEY (waiting) with a cool-down of COOLDOWN_MS; print
+//!     "RUN <start ns> <end ns>" (CLOCK_MONOTONIC) around a body of BODY_MS; release. Then
+//!     prints "DONE".
 //! ```
 
 use std::io::{BufRead, Write};
@@ -51,9 +55,16 @@ fn main() {
             iterations.parse().unwrap(),
             ttl_ms.parse().unwrap(),
         ),
+        ["cooldown", url, key, runs, body_ms, cooldown_ms] => cooldown(
+            url,
+            key,
+            runs.parse().unwrap(),
+            Duration::from_millis(body_ms.parse().unwrap()),
+            Duration::from_millis(cooldown_ms.parse().unwrap()),
+        ),
         _ => {
             eprintln!(
-                "usage: lock-holder hold URL KEY TTL_MS on|off | wait URL KEY notify|fair | count URL KEY N | churn URL KEY DIR THREADS N TTL_MS"
+                "usage: lock-holder hold URL KEY TTL_MS on|off | wait URL KEY notify|fair | count URL KEY N | churn URL KEY DIR THREADS N TTL_MS | cooldown URL KEY RUNS BODY_MS COOLDOWN_MS"
             );
             std::process::exit(2);
         }
@@ -175,6 +186,24 @@ fn churn(url: &str, key: &str, dir: &str, threads: u32, iterations: u32, ttl_ms:
         .collect();
     for w in workers {
         w.join().unwrap();
+    }
+    say("DONE");
+}
+
+fn cooldown(url: &str, key: &str, runs: u32, body: Duration, cooldown: Duration) {
+    let locks = LockClient::open(url).unwrap();
+    for _ in 0..runs {
+        let guard = locks
+            .options(key)
+            .cooldown(cooldown)
+            .wait(Duration::from_secs(30))
+            .acquire()
+            .unwrap();
+        let start = redis_lock_tests::monotonic_ns();
+        std::thread::sleep(body);
+        let end = redis_lock_tests::monotonic_ns();
+        assert_eq!(guard.release().unwrap(), ReleaseOutcome::Released);
+        say(&format!("RUN {start} {end}"));
     }
     say("DONE");
 }

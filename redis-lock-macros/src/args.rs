@@ -12,6 +12,7 @@ mod kw {
     syn::custom_keyword!(retry);
     syn::custom_keyword!(on_busy);
     syn::custom_keyword!(hold_at_least);
+    syn::custom_keyword!(cooldown);
     syn::custom_keyword!(client);
     syn::custom_keyword!(guard);
 }
@@ -44,6 +45,7 @@ pub(crate) struct LockArgs {
     pub(crate) retry: Option<LitStr>,
     pub(crate) on_busy: Option<LitStr>,
     pub(crate) hold_at_least: Option<DurationArg>,
+    pub(crate) cooldown: Option<DurationArg>,
     pub(crate) client: Option<Expr>,
     pub(crate) guard: Option<Ident>,
 }
@@ -91,6 +93,11 @@ impl Parse for LockArgs {
                 let kw: kw::hold_at_least = input.parse()?;
                 let name = "hold_at_least";
                 once(input, &mut args.hold_at_least, kw.span, name, |i| i.parse())?;
+            } else if lookahead.peek(kw::cooldown) {
+                let kw: kw::cooldown = input.parse()?;
+                once(input, &mut args.cooldown, kw.span, "cooldown", |i| {
+                    i.parse()
+                })?;
             } else if lookahead.peek(kw::client) {
                 let kw: kw::client = input.parse()?;
                 once(input, &mut args.client, kw.span, "client", |i| i.parse())?;

@@ -43,6 +43,10 @@ fn options(plan: &Plan) -> TokenStream {
         let d = millis(ms);
         options.extend(quote!(.hold_at_least(#d)));
     }
+    if let Some(ms) = plan.cooldown_ms {
+        let d = millis(ms);
+        options.extend(quote!(.cooldown(#d)));
+    }
     options
 }
 

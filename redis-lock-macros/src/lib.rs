@@ -57,6 +57,7 @@ use proc_macro::TokenStream;
 /// | `retry` | `"notify"`, `"none"`, `"fixed:50ms"`, `"exponential:10ms..1s"` | the client's (notify) |
 /// | `on_busy` | `"error"` or `"skip"` | `"error"` |
 /// | `hold_at_least` | seconds or a duration the lock stays taken after the call started | none |
+/// | `cooldown` | seconds or a duration the lock stays taken after the call *ended* (at most one run per cool-down, however short each run is; with `hold_at_least`, the later of the two) | none |
 /// | `client` | an expression yielding `&LockClient` | the process-wide default client |
 /// | `guard` | a name the body can use for the `&LockGuard` | none |
 ///

@@ -31,6 +31,7 @@ pub(crate) struct Plan {
     pub(crate) retry: Option<Retry>,
     pub(crate) skip: bool,
     pub(crate) hold_ms: Option<u64>,
+    pub(crate) cooldown_ms: Option<u64>,
     pub(crate) client: Option<Expr>,
     pub(crate) guard: Option<Ident>,
 }
@@ -135,6 +136,24 @@ pub(crate) fn check(args: LockArgs, func: &ItemFn) -> syn::Result<Plan> {
             "`hold_at_least` is longer than 365 days (`redis_lock::MAX_TTL`)",
         );
     }
+    let cooldown_ms = args
+        .cooldown
+        .as_ref()
+        .and_then(|cooldown| errors.take(duration_ms(cooldown, "cooldown")));
+    if let (Some(ms), Some(cooldown)) = (cooldown_ms, &args.cooldown) {
+        if ms == 0 {
+            errors.spanned(
+                cooldown,
+                "the cooldown is zero: leave `cooldown` out for none, or give a duration such \
+                 as `cooldown = \"30s\"`",
+            );
+        } else if ms > MAX_TTL_MS {
+            errors.spanned(
+                cooldown,
+                "`cooldown` is longer than 365 days (`redis_lock::MAX_TTL`)",
+            );
+        }
+    }
     let retry = args.retry.as_ref().and_then(|lit| {
         duration::parse_retry(&lit.value())
             .map_err(|msg| errors.spanned(lit, msg))
@@ -162,6 +181,7 @@ pub(crate) fn check(args: LockArgs, func: &ItemFn) -> syn::Result<Plan> {
             retry,
             skip,
             hold_ms,
+            cooldown_ms,
             client: args.client,
             guard: args.guard,
         }),

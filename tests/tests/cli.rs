@@ -444,6 +444,44 @@ fn metadata_and_minimum_hold_show_in_status() {
     assert!(wait_until(QUICK, || !held(&locks, "weekly")));
 }
 
+#[test]
+fn cooldown_keeps_the_next_run_out_and_shows_in_status() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let done = finish(
+        tool(&server)
+            .args(["run", "rebuild", "--cooldown", "1500ms"])
+            .args(["--", "true"]),
+    );
+    assert_eq!(done.code, 0, "{done:?}");
+    let ended = Instant::now();
+    // The next run, without waiting, finds the lock taken (by nobody) and is skipped.
+    let next = finish(
+        tool(&server)
+            .args(["run", "rebuild", "--wait", "0s", "--on-busy", "skip"])
+            .args(["--", "false"]),
+    );
+    assert_eq!(next.code, 0, "skipped, so `false` did not run: {next:?}");
+    assert!(
+        ended.elapsed() < Duration::from_millis(1500),
+        "checked within the cool-down"
+    );
+    let status = finish(tool(&server).args(["status", "rebuild", "--json"]));
+    let v = json(&status.stdout);
+    assert_eq!(v["owned"], false, "{v}");
+    assert!(v["cooling_until"].is_string(), "{v}");
+    let text = finish(tool(&server).args(["status", "rebuild"]));
+    assert!(text.stdout.contains("cooling down"), "{text:?}");
+    // A waiting run starts once the cool-down is over.
+    let waited = finish(tool(&server).args(["run", "rebuild", "--wait", "5s", "--", "true"]));
+    assert_eq!(waited.code, 0, "{waited:?}");
+    assert!(ended.elapsed() >= Duration::from_millis(1500));
+    assert!(
+        !held(&locks, "rebuild"),
+        "released at once: no cool-down asked this time"
+    );
+}
+
 // ---------------------------------------------------------------------------------------
 // run: signals, crashes, lost locks
 

@@ -242,3 +242,32 @@ fn redlock_cools_down_on_every_server() {
     let got = other.try_lock_for("job", Duration::from_secs(3)).unwrap();
     assert!(got.is_some() && released.elapsed() >= 400 * MS);
 }
+
+#[redis_lock::distributed_lock(key = "macro-job", client = locks, cooldown = "300ms", on_busy = "skip")]
+fn cooled_job(locks: &redis_lock::LockClient, runs: &std::sync::atomic::AtomicU32) {
+    runs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// The macro form: a second call within the cool-down is skipped, one after it runs.
+#[test]
+fn the_macro_cools_down_after_each_call() {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let runs = AtomicU32::new(0);
+    cooled_job(&locks, &runs);
+    let ended = Instant::now();
+    cooled_job(&locks, &runs);
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "skipped: still cooling down"
+    );
+    let info = locks.inspect("macro-job").unwrap().expect("cooling down");
+    assert!(!info.owned && info.cooling_until.is_some());
+    assert!(wait_until(Duration::from_secs(2), || {
+        cooled_job(&locks, &runs);
+        runs.load(Ordering::SeqCst) == 2
+    }));
+    assert!(ended.elapsed() >= 300 * MS);
+}

@@ -38,6 +38,7 @@ pub(crate) struct RunArgs {
     pub(crate) on_busy: OnBusy,
     pub(crate) busy_exit_code: i32,
     pub(crate) hold_at_least: Option<Duration>,
+    pub(crate) cooldown: Option<Duration>,
     pub(crate) metadata: Option<String>,
     /// `Some(grace)` with `--kill-on-loss`.
     pub(crate) kill_on_loss: Option<Duration>,
@@ -244,6 +245,10 @@ pub(crate) fn command() -> Command {
                     duration_arg("hold-at-least", "DURATION")
                         .help("Keep the lock at least this long, even if the command ends sooner"),
                 )
+                .arg(duration_arg("cooldown", "DURATION").help(
+                    "Keep the lock taken, by nobody, this long after the command ends: the next \
+                     run cannot start sooner (the later of this and --hold-at-least)",
+                ))
                 .arg(
                     Arg::new("metadata")
                         .long("metadata")
@@ -369,6 +374,7 @@ fn run_args(m: &ArgMatches) -> Result<RunArgs, Failure> {
         },
         busy_exit_code: i32::from(*m.get_one::<u8>("busy-exit-code").unwrap_or(&75)),
         hold_at_least: m.get_one::<Duration>("hold-at-least").copied(),
+        cooldown: m.get_one::<Duration>("cooldown").copied(),
         metadata: m.get_one::<String>("metadata").cloned(),
         kill_on_loss: m.get_flag("kill-on-loss").then(|| {
             *m.get_one::<Duration>("kill-grace")

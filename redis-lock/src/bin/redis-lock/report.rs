@@ -121,6 +121,10 @@ fn lock_json(namespace: &str, info: &LockInfo) -> Json {
         ("metadata", Json::opt_str(info.metadata.clone())),
         ("owned", Json::Bool(info.owned)),
         ("hold_until", Json::opt_str(info.hold_until.map(rfc3339))),
+        (
+            "cooling_until",
+            Json::opt_str(info.cooling_until.map(rfc3339)),
+        ),
     ])
 }
 
@@ -150,12 +154,16 @@ fn status_text(info: &LockInfo) -> String {
         field("metadata", printable(meta));
     }
     if !info.owned {
-        let until = info
-            .hold_until
-            .map_or_else(String::new, |t| format!(" until {}", rfc3339(t)));
+        // It frees at the later of the two.
+        let (until, why) = match (info.hold_until, info.cooling_until) {
+            (Some(h), Some(c)) if h > c => (Some(h), "minimum hold"),
+            (_, Some(c)) => (Some(c), "cooling down"),
+            (h, None) => (h, "minimum hold"),
+        };
+        let until = until.map_or_else(String::new, |t| format!(" until {}", rfc3339(t)));
         field(
             "note",
-            format!("released by its holder; kept taken{until} (minimum hold)"),
+            format!("released by its holder; kept taken{until} ({why})"),
         );
     }
     lines.join("\n")

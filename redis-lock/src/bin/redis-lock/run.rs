@@ -119,6 +119,9 @@ fn acquire(
         if let Some(min) = args.hold_at_least {
             request = request.hold_at_least(min);
         }
+        if let Some(cooldown) = args.cooldown {
+            request = request.cooldown(cooldown);
+        }
         if let Some(text) = &args.metadata {
             request = request.metadata(text.clone());
         }

@@ -468,9 +468,15 @@ impl Builder {
             default_retry: self.default_retry,
             watchdog: self.watchdog,
             redacted_url,
+            call_bound: (self.connect_timeout.max(self.pool_timeout) + self.io_timeout)
+                * u32::try_from(deployment.stores().len()).unwrap_or(u32::MAX),
         };
         Ok(LockClient::from_inner(Inner::new(
-            deployment, config, requests, &host,
+            deployment,
+            config,
+            requests,
+            &host,
+            housekeeping,
         )))
     }
 }

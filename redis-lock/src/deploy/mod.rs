@@ -41,6 +41,8 @@ pub(crate) struct ReleaseArgs<'a> {
     pub(crate) cooldown: Duration,
     pub(crate) grant: &'a str,
     pub(crate) registration: &'a str,
+    /// Undoing an acquisition that was never held: no minimum hold or cool-down applies.
+    pub(crate) undo: bool,
 }
 
 /// A waiter's claim of a popped grant. Only a single store hands out grants to pop: under
@@ -293,7 +295,7 @@ fn release_on(store: &Store, p: &dyn Primitive, r: &ReleaseArgs<'_>) -> Result<R
         &mut conn,
         r.keys,
         r.token,
-        false,
+        r.undo,
         r.cooldown,
         r.grant,
         r.registration,

@@ -440,6 +440,7 @@ impl Quorum {
                     cooldown: Duration::ZERO,
                     grant: &grant,
                     registration: "",
+                    undo: true,
                 };
                 let _ = m.call(|s| release_on(s, p, &undo));
             }

@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 use super::lease::{Lease, Start};
 use super::retry::{RetryStrategy, Step};
 use super::{Inner, registry, watchdog};
-use crate::deploy::ClaimArgs;
 use crate::deploy::seam::Primitive;
+use crate::deploy::{Attempted, ClaimArgs, ReleaseArgs};
 use crate::error::{Error, Result};
 use crate::options::{LockOptions, MAX_METADATA_LEN, MAX_TTL, validate_cooldown, validate_ttl};
 use crate::store::{Ack, NO_CONNECTION_POLL, Wake};
@@ -216,11 +216,7 @@ impl Acquisition<'_> {
                 fair: self.fair,
                 registered: registration.is_some(),
             };
-            let attempted = match self
-                .inner
-                .deployment
-                .attempt(&**self.primitive, &args, self.ack)
-            {
+            let attempted = match self.attempt(&args) {
                 Ok(a) => a,
                 Err(e) => {
                     if registration.is_some() {
@@ -281,6 +277,43 @@ impl Acquisition<'_> {
         }
     }
 
+    /// One attempt. A reply lost in flight (the connection broke or timed out after the
+    /// request went out, say because a signal or a network cut got in the way) leaves us not
+    /// knowing whether we now hold the lock; acquisition is idempotent per owner token, so the
+    /// attempt is sent once more, on a fresh connection, and its answer is the truth. If that
+    /// fails too, the lock is given up under our token (best effort), so that no lock nobody
+    /// owns stays taken for its whole TTL.
+    fn attempt(&self, args: &AttemptArgs<'_>) -> Result<Attempted> {
+        let deployment = &self.inner.deployment;
+        match deployment.attempt(&**self.primitive, args, self.ack) {
+            Err(e) if e.is_connection_error() => {
+                tracing::debug!(target: "redis_lock", key = self.name, error = %e, "acquire reply lost; asking again with the same token");
+                deployment
+                    .attempt(&**self.primitive, args, self.ack)
+                    .inspect_err(|_| self.undo())
+            }
+            other => other,
+        }
+    }
+
+    /// Gives up whatever an attempt whose outcome is unknown may have taken.
+    fn undo(&self) {
+        let undone = self.inner.deployment.release(
+            &**self.primitive,
+            &ReleaseArgs {
+                keys: &self.keys,
+                token: &self.ids.token,
+                cooldown: Duration::ZERO,
+                grant: &self.ids.grant,
+                registration: "",
+                undo: true,
+            },
+        );
+        if let Err(error) = undone {
+            tracing::warn!(target: "redis_lock", key = self.name, %error, "could not give up an acquisition whose reply was lost; it expires with its ttl");
+        }
+    }
+
     /// Blocks until a release pushes a grant to the wake-up list, or `timeout` passes.
     fn wait(&self, list: &str, timeout: Duration, wait_on: Option<usize>) -> Option<Grant> {
         match self.inner.deployment.wait(list, timeout, wait_on) {
@@ -310,8 +343,12 @@ impl Acquisition<'_> {
             self.ids.waiter.clone()
         };
         let now = Instant::now();
-        let needs_claim =
-            !self.watchdog || !self.opts.hold_at_least.is_zero() || self.ack.is_some();
+        // A TTL shorter than the grace is claimed at once too: an adopted grant lives for the
+        // grace, and a holder that died at once would leave it taken that long, not its TTL.
+        let needs_claim = !self.watchdog
+            || !self.opts.hold_at_least.is_zero()
+            || self.ack.is_some()
+            || self.ttl < HANDOFF_GRACE;
         let reg = registration.map(|r| (r.sent, r.fresh, r.server_ms));
         if let (GrantUse::Adopt, Some(r)) = (
             grant_use(grant.server_ms, reg, now, needs_claim),

@@ -297,12 +297,27 @@ impl Lease {
 
     /// One renewal by the watchdog (the claim, for a grant taken unclaimed). `true` when the
     /// watchdog is done with this lease (lost).
-    pub(crate) fn renew_now(&self) -> bool {
-        let (ttl, unclaimed) = {
+    ///
+    /// A renewal blocked on an unreachable server returns only after its connect and reply
+    /// timeouts, possibly long after the lock ran out; so when it could outlast the lock, the
+    /// housekeeping thread is asked to report the loss at the expiry itself (`RenewalFailed`:
+    /// the server could not be reached), unless the renewal got through first.
+    pub(crate) fn renew_now(self: &Arc<Self>) -> bool {
+        let (ttl, unclaimed, expires_at) = {
             let st = self.state.lock();
-            (st.ttl, st.unclaimed.clone())
+            (st.ttl, st.unclaimed.clone(), st.expires_at)
         };
         let sent = Instant::now();
+        let deadline = (sent + self.inner.config.call_bound >= expires_at).then(|| {
+            let lease = Arc::downgrade(self);
+            self.inner
+                .timer
+                .execute_after(expires_at.saturating_duration_since(sent), move || {
+                    if let Some(lease) = lease.upgrade() {
+                        lease.ran_out(expires_at);
+                    }
+                })
+        });
         let result = match unclaimed {
             Some(meta) => self.claim(ttl, &meta),
             None => self
@@ -310,6 +325,9 @@ impl Lease {
                 .deployment
                 .renew(&*self.primitive, &self.keys, &self.token, ttl),
         };
+        if let Some(job) = deadline {
+            job.cancel();
+        }
         let mut st = self.state.lock();
         if st.stopped() {
             return st.lost.is_some();
@@ -336,6 +354,18 @@ impl Lease {
                 tracing::warn!(target: "redis_lock", key = %self.name, %error, "renewing lock failed; retrying until it would expire");
                 false
             }
+        }
+    }
+
+    /// Called at `expired_at` while a renewal is still in flight: lost, unless the lease was
+    /// renewed (or released) meanwhile.
+    fn ran_out(&self, expired_at: Instant) {
+        let unrenewed = {
+            let st = self.state.lock();
+            !st.stopped() && st.expires_at <= expired_at
+        };
+        if unrenewed {
+            self.mark_lost(LostReason::RenewalFailed);
         }
     }
 
@@ -437,6 +467,7 @@ impl Lease {
                     cooldown,
                     grant: &self.grant,
                     registration: &self.registration,
+                    undo: false,
                 },
             )
             .map(ReleaseOutcome::from);

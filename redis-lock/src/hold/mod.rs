@@ -15,6 +15,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use scheduled_thread_pool::ScheduledThreadPool;
+
 use crate::deploy::Deployment;
 use crate::deploy::seam::Primitive;
 use crate::error::Result;
@@ -31,6 +33,9 @@ pub(crate) struct Config {
     pub(crate) watchdog: bool,
     /// Redis URL with the password replaced, for `Debug` and logs.
     pub(crate) redacted_url: String,
+    /// The longest one request to the deployment can take before it fails (checkout,
+    /// connect, reply; every server of a quorum in turn).
+    pub(crate) call_bound: Duration,
 }
 
 /// What a client shares between its clones: the deployment, the settings, the registry of
@@ -47,6 +52,9 @@ pub(crate) struct Inner {
     pub(crate) holder: String,
     /// The mutex: the primitive every `lock` call uses.
     pub(crate) mutex: Arc<dyn Primitive>,
+    /// The client's housekeeping thread: reports a lease lost on time when a renewal is
+    /// stuck (see `Lease::renew_now`).
+    pub(crate) timer: Arc<ScheduledThreadPool>,
 }
 
 impl Inner {
@@ -55,6 +63,7 @@ impl Inner {
         config: Config,
         requests: Arc<AtomicU64>,
         host: &str,
+        timer: Arc<ScheduledThreadPool>,
     ) -> Inner {
         Inner {
             deployment,
@@ -62,6 +71,7 @@ impl Inner {
             requests,
             holder: wire::holder_prefix(host, std::process::id()),
             mutex: Arc::new(mutex::Mutex),
+            timer,
             config,
         }
     }

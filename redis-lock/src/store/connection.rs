@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use redis::{ConnectionLike, ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
 
+use super::plain::Plain;
 use super::sentinel::SentinelTarget;
 
 /// Where new connections go.
@@ -41,6 +42,8 @@ pub(crate) struct Manager {
 
 /// The connection inside a [`Conn`].
 enum Link {
+    /// A plain TCP or Unix connection of our own, whose reads survive signals (`plain.rs`).
+    Plain(Plain),
     Server(redis::Connection),
     // Boxed: a cluster connection is four times the size of a server connection.
     #[cfg(feature = "cluster")]
@@ -50,6 +53,7 @@ enum Link {
 impl Link {
     fn con(&mut self) -> &mut dyn ConnectionLike {
         match self {
+            Link::Plain(c) => c,
             Link::Server(c) => c,
             #[cfg(feature = "cluster")]
             Link::Cluster(c) => &mut **c,
@@ -58,6 +62,7 @@ impl Link {
 
     fn con_ref(&self) -> &dyn ConnectionLike {
         match self {
+            Link::Plain(c) => c,
             Link::Server(c) => c,
             #[cfg(feature = "cluster")]
             Link::Cluster(c) => &**c,
@@ -66,6 +71,8 @@ impl Link {
 
     fn set_timeouts(&self, read: Duration, write: Option<Duration>) -> RedisResult<()> {
         match self {
+            // Set at connect; a blocking command raises its own deadline (`Plain::blocking`).
+            Link::Plain(_) => Ok(()),
             Link::Server(c) => {
                 c.set_read_timeout(Some(read))?;
                 write.map_or(Ok(()), |w| c.set_write_timeout(Some(w)))
@@ -129,6 +136,12 @@ impl Conn {
         cmd: &redis::Cmd,
         block: Duration,
     ) -> RedisResult<T> {
+        if let Link::Plain(plain) = &mut self.inner {
+            let r = plain
+                .blocking(cmd, block)
+                .and_then(|v| Ok(redis::from_redis_value(v.extract_error()?)?));
+            return self.note(r);
+        }
         let r = self
             .inner
             .set_timeouts(block + self.io_timeout, None)
@@ -189,6 +202,14 @@ impl r2d2::ManageConnection for Manager {
 
     fn connect(&self) -> RedisResult<Conn> {
         let (inner, epoch) = match &self.target {
+            Target::Server(client) if Plain::serves(client.get_connection_info()) => (
+                Link::Plain(Plain::connect(
+                    client.get_connection_info(),
+                    self.connect_timeout,
+                    self.io_timeout,
+                )?),
+                None,
+            ),
             Target::Server(client) => (
                 Link::Server(client.get_connection_with_timeout(self.connect_timeout)?),
                 None,

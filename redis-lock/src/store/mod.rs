@@ -3,6 +3,7 @@
 //! blocking waits on wake-up lists. Knows nothing of quorums or held locks.
 
 pub(crate) mod connection;
+mod plain;
 pub(crate) mod sentinel;
 
 use std::sync::Arc;

@@ -40,6 +40,8 @@ struct Shared {
     target: SocketAddr,
     latency_us: AtomicU64,
     stalled: AtomicBool,
+    /// Replies (server-to-client chunks) still to be swallowed, each cutting its connection.
+    cut_replies: AtomicUsize,
     stop: AtomicBool,
     accepted: AtomicUsize,
     next_id: AtomicU64,
@@ -66,6 +68,7 @@ impl TcpProxy {
             target: SocketAddr::from(([127, 0, 0, 1], target_port)),
             latency_us: AtomicU64::new(0),
             stalled: AtomicBool::new(false),
+            cut_replies: AtomicUsize::new(0),
             stop: AtomicBool::new(false),
             accepted: AtomicUsize::new(0),
             next_id: AtomicU64::new(0),
@@ -104,6 +107,13 @@ impl TcpProxy {
     /// accepted but not served; the bytes wait. Connections stay open.
     pub fn stall(&self, stalled: bool) {
         self.shared.stalled.store(stalled, Ordering::SeqCst);
+    }
+
+    /// Swallows the next `n` replies: a chunk coming back from the server is dropped and its
+    /// connection cut, after the server has run the command. This is a reply lost in flight:
+    /// the client cannot tell whether its command ran.
+    pub fn cut_next_replies(&self, n: usize) {
+        self.shared.cut_replies.store(n, Ordering::SeqCst);
     }
 
     /// Cuts every open connection (both sides see the socket shut down) and returns how many
@@ -164,13 +174,13 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
         let id = shared.next_id.fetch_add(1, Ordering::SeqCst);
         shared.open().insert(id, (c3, s3));
         let alive = Arc::new(AtomicUsize::new(2));
-        for (from, to) in [(client, s2), (server, c2)] {
+        for (from, to, replies) in [(client, s2, false), (server, c2, true)] {
             let pump_shared = Arc::clone(shared);
             let alive = Arc::clone(&alive);
             let spawned = std::thread::Builder::new()
                 .name("test-proxy-pump".into())
                 .spawn(move || {
-                    pump(from, to, &pump_shared);
+                    pump(from, to, replies, &pump_shared);
                     if alive.fetch_sub(1, Ordering::SeqCst) == 1 {
                         pump_shared.open().remove(&id);
                     }
@@ -184,7 +194,7 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
 
 /// Copies `from` to `to` until either side closes or the proxy stops; then shuts both down,
 /// so a cut on one side reaches the other.
-fn pump(mut from: TcpStream, mut to: TcpStream, shared: &Shared) {
+fn pump(mut from: TcpStream, mut to: TcpStream, replies: bool, shared: &Shared) {
     let _ = from.set_read_timeout(Some(TICK));
     let mut buf = [0u8; 16 * 1024];
     loop {
@@ -214,6 +224,14 @@ fn pump(mut from: TcpStream, mut to: TcpStream, shared: &Shared) {
         }
         while shared.stalled.load(Ordering::SeqCst) && !shared.stop.load(Ordering::SeqCst) {
             std::thread::sleep(TICK);
+        }
+        if replies
+            && shared
+                .cut_replies
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+        {
+            break;
         }
         if to.write_all(&buf[..n]).is_err() {
             break;

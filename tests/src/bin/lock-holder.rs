@@ -6,9 +6,14 @@
 //!     "check" -> "HELD" | "LOST <reason>";  "release" -> "RELEASED <outcome>";
 //!     "write PATH ENTRY" -> "WRITTEN" | "REJECTED <highest>" (a `FencedStore` write with the
 //!     guard's fencing token);  EOF -> exit
-//! lock-holder wait URL KEY MODE(notify|fair)
-//!     waits up to 60 s for KEY with that retry strategy, then behaves as `hold` (a process
-//!     that is killed while it waits shows how dead waiters are dealt with)
+//! lock-holder wait URL KEY MODE(notify|fair) [TTL_MS]
+//!     waits up to 60 s for KEY with that retry strategy (and TTL, default 10 s), then behaves
+//!     as `hold` (a process that is killed while it waits shows how dead waiters are dealt
+//!     with)
+//! lock-holder signalled URL KEY
+//!     handles SIGUSR1 (SA_RESTART, counting), prints "READY", reads a line, prints "ASKING",
+//!     then acquires KEY (3 s reply timeout) and prints "ACQUIRED <fence> <signals seen>" or
+//!     "FAILED <error>", then behaves as `hold`
 //! lock-holder count URL KEY ITERATIONS
 //!     ITERATIONS times: lock KEY, GET counter, SET counter+1, unlock; then prints "DONE"
 //! lock-holder churn URL KEY DIR THREADS ITERATIONS TTL_MS
@@ -35,13 +40,14 @@ fn main() {
         ["hold", url, key, ttl_ms, watchdog] => {
             hold(url, key, ttl_ms.parse().unwrap(), *watchdog == "on")
         }
-        ["wait", url, key, mode] => {
+        ["wait", url, key, mode, ttl_ms @ ..] => {
             let retry = match *mode {
                 "fair" => RetryStrategy::fair(),
                 _ => RetryStrategy::notify(),
             };
+            let ttl = ttl_ms.first().map_or(10_000, |t| t.parse().unwrap());
             let opts = LockOptions::new()
-                .ttl(Duration::from_secs(10))
+                .ttl(Duration::from_millis(ttl))
                 .wait(Duration::from_secs(60))
                 .retry(retry);
             hold_with(url, key, &opts)
@@ -55,6 +61,7 @@ fn main() {
             iterations.parse().unwrap(),
             ttl_ms.parse().unwrap(),
         ),
+        ["signalled", url, key] => signalled(url, key),
         ["cooldown", url, key, runs, body_ms, cooldown_ms] => cooldown(
             url,
             key,
@@ -89,6 +96,53 @@ fn hold_with(url: &str, key: &str, opts: &LockOptions) {
     let locks = redis_lock_tests::client_for(url);
     let guard = locks.acquire_with(key, opts).unwrap();
     say(&format!("ACQUIRED {}", guard.fencing_token()));
+    obey(guard);
+}
+
+static SIGNALS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+extern "C" fn count_signal(_: libc::c_int) {
+    SIGNALS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+}
+
+fn signalled(url: &str, key: &str) {
+    // SAFETY: installs a handler that only touches an atomic; the sigaction struct is
+    // zero-initialised and then filled in as sigaction(2) describes.
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = count_signal as extern "C" fn(libc::c_int) as usize;
+        action.sa_flags = libc::SA_RESTART;
+        libc::sigemptyset(&mut action.sa_mask);
+        assert_eq!(
+            libc::sigaction(libc::SIGUSR1, &action, std::ptr::null_mut()),
+            0
+        );
+    }
+    let locks = redis_lock::LockClient::builder(url)
+        .io_timeout(Duration::from_secs(3))
+        .connect_timeout(Duration::from_secs(3))
+        .build()
+        .unwrap();
+    // Connect now: the signals must hit a request, not the pool's first connect (which r2d2
+    // would simply retry).
+    locks.ping().unwrap();
+    say("READY");
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).unwrap();
+    say("ASKING");
+    match locks.try_lock_for(key, Duration::from_secs(5)) {
+        Ok(Some(guard)) => {
+            let seen = SIGNALS.load(std::sync::atomic::Ordering::SeqCst);
+            say(&format!("ACQUIRED {} {seen}", guard.fencing_token()));
+            obey(guard);
+        }
+        Ok(None) => say("FAILED busy"),
+        Err(e) => say(&format!("FAILED {e}")),
+    }
+}
+
+/// Obeys `check` / `release` / `write` / `exit` lines on stdin for a held lock.
+fn obey(guard: redis_lock::LockGuard) {
     let token = guard.fencing_token();
     let mut guard = Some(guard);
     for line in std::io::stdin().lock().lines().map_while(Result::ok) {

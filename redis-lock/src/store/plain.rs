@@ -1,0 +1,285 @@
+//! A plain (TCP or Unix socket) connection to one server whose reads survive signals.
+//!
+//! A socket with a receive timeout (`SO_RCVTIMEO`) fails `recv` with `EINTR` whenever a signal
+//! handler runs, `SA_RESTART` or not, and also after the process was stopped and continued
+//! (SIGSTOP/SIGCONT); see signal(7). The `redis` crate's connection turns that into an I/O
+//! error and then skips the reply when it arrives, so the request is lost and the caller
+//! cannot tell whether it ran. Cron jobs and CLIs get signals all the time, so for plain
+//! connections (the common case) we speak RESP ourselves, with the `redis` crate's own parser,
+//! over a reader that resumes an interrupted read within the time that is left. TLS, Sentinel
+//! and Cluster connections still use the `redis` crate's (SAFETY.md says so).
+
+use std::io::{self, Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+#[cfg(unix)]
+use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
+
+use redis::{ConnectionAddr, ConnectionInfo, ConnectionLike, RedisError, RedisResult, Value};
+
+/// The socket under a [`Plain`] connection.
+enum Socket {
+    Tcp(TcpStream),
+    #[cfg(unix)]
+    Unix(UnixStream),
+}
+
+impl Socket {
+    fn set_read_timeout(&self, d: Option<Duration>) -> io::Result<()> {
+        match self {
+            Socket::Tcp(s) => s.set_read_timeout(d),
+            #[cfg(unix)]
+            Socket::Unix(s) => s.set_read_timeout(d),
+        }
+    }
+
+    fn set_write_timeout(&self, d: Option<Duration>) -> io::Result<()> {
+        match self {
+            Socket::Tcp(s) => s.set_write_timeout(d),
+            #[cfg(unix)]
+            Socket::Unix(s) => s.set_write_timeout(d),
+        }
+    }
+}
+
+impl Read for &Socket {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Socket::Tcp(s) => (&*s).read(buf),
+            #[cfg(unix)]
+            Socket::Unix(s) => (&*s).read(buf),
+        }
+    }
+}
+
+impl Write for &Socket {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Socket::Tcp(s) => (&*s).write(buf),
+            #[cfg(unix)]
+            Socket::Unix(s) => (&*s).write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Reads from the socket, resuming a read a signal interrupted as long as the reply's
+/// deadline has not passed (with the receive timeout cut to what is left).
+struct Resuming<'a> {
+    socket: &'a Socket,
+    deadline: Instant,
+    /// The receive timeout was cut and must be restored.
+    cut: bool,
+}
+
+impl Read for Resuming<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            match (&mut &*self.socket).read(buf) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {
+                    let left = self.deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Err(io::Error::new(
+                            io::ErrorKind::TimedOut,
+                            "no reply within the timeout (interrupted by signals)",
+                        ));
+                    }
+                    self.socket.set_read_timeout(Some(left))?;
+                    self.cut = true;
+                }
+                other => return other,
+            }
+        }
+    }
+}
+
+/// A connection speaking RESP2 over a plain socket. The parser keeps what it read ahead
+/// between replies, so no other buffering is needed.
+pub(crate) struct Plain {
+    socket: Socket,
+    parser: redis::Parser,
+    io_timeout: Duration,
+    db: i64,
+    open: bool,
+}
+
+impl Plain {
+    /// Whether `info` names a server this connection type can reach (not TLS).
+    pub(crate) fn serves(info: &ConnectionInfo) -> bool {
+        // RESP3 (`?protocol=resp3`) needs a `HELLO` handshake: left to the `redis` crate.
+        if info.redis_settings().protocol() != redis::ProtocolVersion::RESP2 {
+            return false;
+        }
+        match info.addr() {
+            ConnectionAddr::Tcp(..) => true,
+            #[cfg(unix)]
+            ConnectionAddr::Unix(_) => true,
+            _ => false,
+        }
+    }
+
+    /// Connects within `connect_timeout`, then authenticates and selects the database.
+    pub(crate) fn connect(
+        info: &ConnectionInfo,
+        connect_timeout: Duration,
+        io_timeout: Duration,
+    ) -> RedisResult<Plain> {
+        let socket = match info.addr() {
+            ConnectionAddr::Tcp(host, port) => {
+                let mut last = None;
+                let mut stream = None;
+                for addr in (host.as_str(), *port).to_socket_addrs()? {
+                    match TcpStream::connect_timeout(&addr, connect_timeout) {
+                        Ok(s) => {
+                            stream = Some(s);
+                            break;
+                        }
+                        Err(e) => last = Some(e),
+                    }
+                }
+                let stream = match (stream, last) {
+                    (Some(s), _) => s,
+                    (None, Some(e)) => return Err(e.into()),
+                    (None, None) => {
+                        return Err(io::Error::new(
+                            io::ErrorKind::NotFound,
+                            "the host name resolved to no address",
+                        )
+                        .into());
+                    }
+                };
+                stream.set_nodelay(true)?;
+                Socket::Tcp(stream)
+            }
+            #[cfg(unix)]
+            ConnectionAddr::Unix(path) => Socket::Unix(UnixStream::connect(path)?),
+            _ => {
+                return Err(RedisError::from((
+                    redis::ErrorKind::InvalidClientConfig,
+                    "not a plain connection",
+                )));
+            }
+        };
+        socket.set_read_timeout(Some(io_timeout))?;
+        socket.set_write_timeout(Some(io_timeout))?;
+        let settings = info.redis_settings();
+        let mut con = Plain {
+            socket,
+            parser: redis::Parser::new(),
+            io_timeout,
+            db: settings.db(),
+            open: true,
+        };
+        if let Some(password) = settings.password() {
+            let mut auth = redis::cmd("AUTH");
+            if let Some(user) = settings.username() {
+                auth.arg(user);
+            }
+            auth.arg(password);
+            // An `AuthenticationFailed` error, as the `redis` crate reports it, so a refused
+            // password is told from an unreachable server.
+            auth.query::<()>(&mut con).map_err(|e| {
+                if e.kind() == redis::ErrorKind::Io {
+                    e
+                } else {
+                    RedisError::from((
+                        redis::ErrorKind::AuthenticationFailed,
+                        "Password authentication failed",
+                        e.to_string(),
+                    ))
+                }
+            })?;
+        }
+        if settings.db() != 0 {
+            redis::cmd("SELECT")
+                .arg(settings.db())
+                .query::<()>(&mut con)?;
+        }
+        Ok(con)
+    }
+
+    /// Sends `packed` and reads `count` replies, waiting up to `timeout` for them.
+    fn exchange(
+        &mut self,
+        packed: &[u8],
+        count: usize,
+        timeout: Duration,
+    ) -> RedisResult<Vec<Value>> {
+        let r = self.exchange_inner(packed, count, timeout);
+        if r.is_err() {
+            // A failed write or read leaves the stream at an unknown place: never reuse it.
+            self.open = false;
+        }
+        r
+    }
+
+    fn exchange_inner(
+        &mut self,
+        packed: &[u8],
+        count: usize,
+        timeout: Duration,
+    ) -> RedisResult<Vec<Value>> {
+        // `write_all` resumes a write that a signal interrupted.
+        (&mut &self.socket).write_all(packed)?;
+        let mut reader = Resuming {
+            socket: &self.socket,
+            deadline: Instant::now() + timeout,
+            cut: false,
+        };
+        if timeout != self.io_timeout {
+            self.socket.set_read_timeout(Some(timeout))?;
+            reader.cut = true;
+        }
+        let mut replies = Vec::with_capacity(count);
+        for _ in 0..count {
+            replies.push(self.parser.parse_value(&mut reader)?);
+        }
+        if reader.cut {
+            self.socket.set_read_timeout(Some(self.io_timeout))?;
+        }
+        Ok(replies)
+    }
+
+    /// A command the server may hold for up to `block` before replying.
+    pub(crate) fn blocking(&mut self, cmd: &redis::Cmd, block: Duration) -> RedisResult<Value> {
+        let timeout = block + self.io_timeout;
+        let mut replies = self.exchange(&cmd.get_packed_command(), 1, timeout)?;
+        replies
+            .pop()
+            .ok_or_else(|| RedisError::from((redis::ErrorKind::UnexpectedReturnType, "no reply")))
+    }
+}
+
+impl ConnectionLike for Plain {
+    fn req_packed_command(&mut self, cmd: &[u8]) -> RedisResult<Value> {
+        let mut replies = self.exchange(cmd, 1, self.io_timeout)?;
+        replies
+            .pop()
+            .ok_or_else(|| RedisError::from((redis::ErrorKind::UnexpectedReturnType, "no reply")))
+    }
+
+    fn req_packed_commands(
+        &mut self,
+        cmd: &[u8],
+        offset: usize,
+        count: usize,
+    ) -> RedisResult<Vec<Value>> {
+        let mut replies = self.exchange(cmd, offset + count, self.io_timeout)?;
+        Ok(replies.split_off(offset))
+    }
+
+    fn get_db(&self) -> i64 {
+        self.db
+    }
+
+    fn check_connection(&mut self) -> bool {
+        redis::cmd("PING").query::<String>(self).is_ok()
+    }
+
+    fn is_open(&self) -> bool {
+        self.open
+    }
+}

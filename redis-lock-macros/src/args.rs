@@ -48,6 +48,8 @@ pub(crate) struct LockArgs {
     pub(crate) cooldown: Option<DurationArg>,
     pub(crate) client: Option<Expr>,
     pub(crate) guard: Option<Ident>,
+    /// `crate = "path"`: where the runtime is, for a renamed dependency or a re-export.
+    pub(crate) krate: Option<LitStr>,
 }
 
 /// Parses `= value` into `slot`, or fails at `keyword` when the argument was given before.
@@ -104,6 +106,9 @@ impl Parse for LockArgs {
             } else if lookahead.peek(kw::guard) {
                 let kw: kw::guard = input.parse()?;
                 once(input, &mut args.guard, kw.span, "guard", |i| i.parse())?;
+            } else if lookahead.peek(Token![crate]) {
+                let kw: Token![crate] = input.parse()?;
+                once(input, &mut args.krate, kw.span, "crate", |i| i.parse())?;
             } else {
                 return Err(lookahead.error());
             }

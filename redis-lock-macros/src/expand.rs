@@ -9,13 +9,27 @@ use syn::{AttrStyle, ItemFn, ReturnType};
 use crate::duration::Retry;
 use crate::validate::{Key, Plan};
 
+/// The runtime's path with every token at `span`, so that a diagnostic about an expression
+/// built around it points at the user's tokens, not at the whole attribute.
+fn respan(krate: &syn::Path, span: Span) -> TokenStream {
+    krate
+        .to_token_stream()
+        .into_iter()
+        .map(|mut tt| {
+            tt.set_span(span);
+            tt
+        })
+        .collect()
+}
+
 fn millis(ms: u64) -> TokenStream {
     let ms = Literal::u64_unsuffixed(ms);
     quote!(::core::time::Duration::from_millis(#ms))
 }
 
 fn options(plan: &Plan) -> TokenStream {
-    let mut options = quote!(::redis_lock::LockOptions::new());
+    let krate = &plan.krate;
+    let mut options = quote!(#krate::LockOptions::new());
     if let Some(ms) = plan.ttl_ms {
         let d = millis(ms);
         options.extend(quote!(.ttl(#d)));
@@ -26,15 +40,15 @@ fn options(plan: &Plan) -> TokenStream {
     }
     if let Some(retry) = &plan.retry {
         let strategy = match retry {
-            Retry::Notify => quote!(::redis_lock::RetryStrategy::notify()),
-            Retry::None => quote!(::redis_lock::RetryStrategy::none()),
+            Retry::Notify => quote!(#krate::RetryStrategy::notify()),
+            Retry::None => quote!(#krate::RetryStrategy::none()),
             Retry::Fixed(ms) => {
                 let d = millis(*ms);
-                quote!(::redis_lock::RetryStrategy::fixed(#d))
+                quote!(#krate::RetryStrategy::fixed(#d))
             }
             Retry::Exponential { initial, max } => {
                 let (initial, max) = (millis(*initial), millis(*max));
-                quote!(::redis_lock::RetryStrategy::exponential(#initial, #max))
+                quote!(#krate::RetryStrategy::exponential(#initial, #max))
             }
         };
         options.extend(quote!(.retry(#strategy)));
@@ -61,6 +75,7 @@ fn mentions_impl(tokens: TokenStream) -> bool {
 
 /// The function with the lock around its body.
 pub(crate) fn wrap(plan: Plan, func: ItemFn) -> TokenStream {
+    let krate = plan.krate.clone();
     let ItemFn {
         attrs,
         vis,
@@ -95,12 +110,16 @@ pub(crate) fn wrap(plan: Plan, func: ItemFn) -> TokenStream {
     let key = match &plan.key {
         Key::Fixed(lit) => lit.to_token_stream(),
         Key::Formatted { format, values } => {
-            quote_spanned!(format.span()=> &::redis_lock::__private::format!(#format, #(#values),*))
+            let krate = respan(&krate, format.span());
+            quote_spanned!(format.span()=> &#krate::__private::format!(#format, #(#values),*))
         }
     };
     let client = match &plan.client {
-        Some(expr) => quote_spanned!(expr.span()=> ::redis_lock::__private::client(#expr)),
-        None => quote!(::redis_lock::__private::default_client()),
+        Some(expr) => {
+            let krate = respan(&krate, expr.span());
+            quote_spanned!(expr.span()=> #krate::__private::client(#expr))
+        }
+        None => quote!(#krate::__private::default_client()),
     };
     let function = sig.ident.to_string();
     let function = quote!(::core::concat!(::core::module_path!(), "::", #function));
@@ -112,7 +131,7 @@ pub(crate) fn wrap(plan: Plan, func: ItemFn) -> TokenStream {
     };
     let turbofish = ret_ty.as_ref().map(|ty| quote_spanned!(ret_span=> ::<#ty>));
     let take = quote! {
-        let #held = match ::redis_lock::__private::#enter #turbofish(#client, #key, #options, #function) {
+        let #held = match #krate::__private::#enter #turbofish(#client, #key, #options, #function) {
             ::core::ops::ControlFlow::Continue(#held) => #held,
             ::core::ops::ControlFlow::Break(#ret) => return #ret,
         };
@@ -121,12 +140,12 @@ pub(crate) fn wrap(plan: Plan, func: ItemFn) -> TokenStream {
     let bind_guard = plan
         .guard
         .as_ref()
-        .map(|name| quote!(let #name: &::redis_lock::LockGuard = #held.guard();));
+        .map(|name| quote!(let #name: &#krate::LockGuard = #held.guard();));
 
     let closure_ret = ret_ty.map(|ty| quote!(-> #ty));
     let run = quote! {
-        ::redis_lock::__private::finish(
-            ::redis_lock::__private::call_once(move || #closure_ret #block),
+        #krate::__private::finish(
+            #krate::__private::call_once(move || #closure_ret #block),
             #held,
         )
     };

@@ -53,7 +53,7 @@ use proc_macro::TokenStream;
 /// |---|---|---|
 /// | `key` | the lock name, a template: `"report"`, `"invoice:{invoice.id}"` | required |
 /// | `ttl` | whole seconds (`ttl = 10`) or a duration (`ttl = "500ms"`) | the client's (30 s) |
-/// | `wait` | how long to wait for a busy lock: seconds or a duration; `"0s"` = one attempt | the client's (60 s); one attempt with `on_busy = "skip"` |
+/// | `wait` | how long to wait for a busy lock: seconds or a duration; `"0s"` = one attempt | the client's (until the lock is free); one attempt with `on_busy = "skip"` |
 /// | `retry` | `"notify"`, `"none"`, `"fixed:50ms"`, `"exponential:10ms..1s"` | the client's (notify) |
 /// | `on_busy` | `"error"` or `"skip"` | `"error"` |
 /// | `hold_at_least` | seconds or a duration the lock stays taken after the call started | none |

@@ -34,6 +34,8 @@ pub(crate) struct Plan {
     pub(crate) cooldown_ms: Option<u64>,
     pub(crate) client: Option<Expr>,
     pub(crate) guard: Option<Ident>,
+    /// The path the expansion names the runtime by: `::redis_lock` unless `crate = "…"`.
+    pub(crate) krate: syn::Path,
 }
 
 /// Collects errors so that one compile reports every problem.
@@ -172,6 +174,24 @@ pub(crate) fn check(args: LockArgs, func: &ItemFn) -> syn::Result<Plan> {
         );
     }
 
+    let krate = match &args.krate {
+        None => Some(syn::parse_quote!(::redis_lock)),
+        Some(lit) => lit
+            .parse::<syn::Path>()
+            .map_err(|_| {
+                errors.spanned(
+                    lit,
+                    format!(
+                        "`crate = {:?}` is not a path: name the redis-lock crate as your \
+                         Cargo.toml does, such as `crate = \"locks\"` or \
+                         `crate = \"::my_app::locks\"`",
+                        lit.value()
+                    ),
+                )
+            })
+            .ok(),
+    };
+
     match (errors.0, key) {
         (Some(error), _) => Err(error),
         (None, Some(key)) => Ok(Plan {
@@ -184,6 +204,7 @@ pub(crate) fn check(args: LockArgs, func: &ItemFn) -> syn::Result<Plan> {
             cooldown_ms,
             client: args.client,
             guard: args.guard,
+            krate: krate.unwrap_or_else(|| syn::parse_quote!(::redis_lock)),
         }),
         (None, None) => Err(missing_key()),
     }

@@ -77,6 +77,7 @@ const CLUSTER_MAX_RETRY_WAIT_MS: u64 = 500;
 ///     .build()?;
 /// # let _ = locks; Ok(()) }
 /// ```
+#[must_use = "a builder does nothing until `build` is called"]
 pub struct Builder {
     source: Source,
     namespace: String,
@@ -86,7 +87,8 @@ pub struct Builder {
     pool_timeout: Duration,
     io_timeout: Duration,
     default_ttl: Duration,
-    default_wait: Duration,
+    default_wait: Option<Duration>,
+    on_lost: Option<crate::options::LostCallback>,
     default_retry: RetryStrategy,
     watchdog: bool,
     sentinel_check_interval: Option<Duration>,
@@ -105,6 +107,7 @@ impl std::fmt::Debug for Builder {
             .field("io_timeout", &self.io_timeout)
             .field("default_ttl", &self.default_ttl)
             .field("default_wait", &self.default_wait)
+            .field("on_lost", &self.on_lost.as_ref().map(|_| "Fn(&LostEvent)"))
             .field("default_retry", &self.default_retry)
             .field("watchdog", &self.watchdog)
             .field("sentinel_check_interval", &self.sentinel_check_interval)
@@ -124,7 +127,8 @@ impl Builder {
             pool_timeout: Duration::from_secs(5),
             io_timeout: Duration::from_secs(2),
             default_ttl: Duration::from_secs(30),
-            default_wait: Duration::from_secs(60),
+            default_wait: None,
+            on_lost: None,
             default_retry: RetryStrategy::notify(),
             watchdog: true,
             sentinel_check_interval: None,
@@ -202,10 +206,44 @@ impl Builder {
         self
     }
 
-    /// How long [`LockClient::lock`] waits for a busy lock before [`Error::Timeout`].
-    /// Defaults to 60 s.
-    pub fn default_wait(mut self, wait: Duration) -> Builder {
-        self.default_wait = wait;
+    /// How long [`LockClient::lock`] (and any acquisition without its own `wait`) waits for
+    /// a busy lock before [`Error::Timeout`]. `None`, the default, waits until the lock is
+    /// free, like `Mutex::lock`; a crashed holder's lock frees within its TTL.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let locks = redis_lock::LockClient::builder("redis://127.0.0.1/")
+    ///     .default_wait(Duration::from_secs(5)) // `lock` gives up after 5 s
+    ///     .build()
+    ///     .unwrap();
+    /// # let _ = locks;
+    /// ```
+    pub fn default_wait(mut self, wait: impl Into<Option<Duration>>) -> Builder {
+        self.default_wait = wait.into();
+        self
+    }
+
+    /// Called when a lock taken through this client is lost while held (it expired, was
+    /// taken over or deleted, or renewal failed until it ran out), for acquisitions that do
+    /// not set their own [`LockOptions::on_lost`](crate::LockOptions::on_lost): `lock`,
+    /// `try_lock`, the attribute macro. Runs on the renewal thread: keep it short.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let locks = redis_lock::LockClient::builder("redis://127.0.0.1/")
+    ///     .on_lost(|event| eprintln!("lost {}: {}", event.key, event.reason))
+    ///     .build()
+    ///     .unwrap();
+    /// # let _ = locks;
+    /// ```
+    pub fn on_lost(
+        mut self,
+        callback: impl Fn(&crate::LostEvent) + Send + Sync + 'static,
+    ) -> Builder {
+        self.on_lost = Some(Arc::new(callback));
         self
     }
 
@@ -465,6 +503,7 @@ impl Builder {
             namespace: self.namespace,
             default_ttl: self.default_ttl,
             default_wait: self.default_wait,
+            default_on_lost: self.on_lost,
             default_retry: self.default_retry,
             watchdog: self.watchdog,
             redacted_url,

@@ -13,12 +13,16 @@ use crate::hold::retry::RetryStrategy;
 use crate::info::LockInfo;
 use crate::options::LockOptions;
 
+/// How far away "wait until the lock is free" puts the deadline.
+const UNTIL_FREE: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
 /// A client for distributed locks on one Redis server: a connection pool plus settings.
 ///
 /// Cheap to clone (an `Arc` inside), `Send` and `Sync`: create one per process and share it.
 ///
-/// The method names follow `parking_lot::Mutex`: [`lock`](Self::lock) waits (up to the
-/// client's `default_wait`), [`try_lock`](Self::try_lock) makes one attempt,
+/// The method names follow `parking_lot::Mutex`: [`lock`](Self::lock) waits until the lock is
+/// free (or the client's `default_wait`), [`try_lock`](Self::try_lock) makes one attempt (the
+/// one way to say "do not wait"),
 /// [`try_lock_for`](Self::try_lock_for) and [`try_lock_until`](Self::try_lock_until) wait up to
 /// a limit. The `try_` calls return `Ok(None)` when the lock is busy, so "busy" and "Redis
 /// failed" are different outcomes.
@@ -30,7 +34,7 @@ use crate::options::LockOptions;
 /// # fn main() -> redis_lock::Result<()> {
 /// let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
 ///
-/// let guard = locks.lock("report")?;                // waits up to 60 s
+/// let guard = locks.lock("report")?;                // waits until it is free
 /// drop(guard);                                     // released
 ///
 /// if let Some(guard) = locks.try_lock_for("report", Duration::from_secs(5))? {
@@ -106,6 +110,7 @@ impl LockClient {
     /// # drop(guard); Ok(()) }
     /// ```
     #[cfg(feature = "cluster")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
     pub fn cluster_builder<I, S>(nodes: I) -> Builder
     where
         I: IntoIterator<Item = S>,
@@ -226,7 +231,10 @@ impl LockClient {
         &self.inner.config.namespace
     }
 
-    /// Acquires `key`, waiting up to the client's `default_wait` (60 s unless configured).
+    /// Acquires `key`, waiting until it is free, like `Mutex::lock` (or up to the client's
+    /// [`default_wait`](crate::Builder::default_wait), if one is set). A crashed holder's
+    /// lock frees within its TTL. For one attempt, use [`try_lock`](Self::try_lock); for a
+    /// bounded wait, [`try_lock_for`](Self::try_lock_for).
     ///
     /// # Errors
     ///
@@ -321,9 +329,9 @@ impl LockClient {
         match self.try_acquire_with(key, opts)? {
             Some(guard) => Ok(guard),
             None => {
-                let wait = opts.wait.unwrap_or(self.inner.config.default_wait);
+                let wait = opts.wait.or(self.inner.config.default_wait);
                 let none = opts.retry.as_ref() == Some(&RetryStrategy::none());
-                if wait.is_zero() || none {
+                if wait.is_some_and(|w| w.is_zero()) || none {
                     Err(Error::Busy {
                         key: key.to_owned(),
                     })
@@ -345,10 +353,14 @@ impl LockClient {
     /// As [`try_lock`](Self::try_lock).
     pub fn try_acquire_with(&self, key: &str, opts: &LockOptions) -> Result<Option<LockGuard>> {
         let started = Instant::now();
-        let wait = opts.wait.unwrap_or(self.inner.config.default_wait);
-        let at = started
-            .checked_add(wait)
-            .ok_or_else(|| Error::invalid("wait", format!("{wait:?} overflows the clock")))?;
+        let at = match opts.wait.or(self.inner.config.default_wait) {
+            Some(wait) => started
+                .checked_add(wait)
+                .ok_or_else(|| Error::invalid("wait", format!("{wait:?} overflows the clock")))?,
+            // Until the lock is free: a deadline no wait reaches (the acquire loop bounds each
+            // wait by the holder's TTL, and registrations by MAX_TTL).
+            None => started + UNTIL_FREE,
+        };
         let deadline = Deadline { at, started };
         Ok(self
             .inner

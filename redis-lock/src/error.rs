@@ -7,6 +7,32 @@ use std::time::Duration;
 /// Each variant is a case a caller handles differently: a busy lock is retried later, a lost
 /// lock means side effects must not be committed, an invalid argument is a bug in the caller,
 /// and a Redis or pool error is an outage.
+///
+/// As the standard library's guidelines ask, `Display` says what went wrong at this level and
+/// [`source`](std::error::Error::source) carries the cause (the Redis, pool or operating
+/// system error), so a report that prints the whole chain (`anyhow`'s `{:#}`, or walking
+/// `source()`) says each thing once.
+///
+/// # Examples
+///
+/// ```
+/// # fn main() {
+/// let locks = redis_lock::LockClient::builder("redis://127.0.0.1:1/")
+///     .connect_timeout(std::time::Duration::from_millis(100))
+///     .build()
+///     .unwrap();
+/// let err = locks.try_lock("job").unwrap_err();
+/// assert!(err.is_connection_error());
+/// // The whole story: what failed, then why.
+/// let mut text = err.to_string();
+/// let mut cause = std::error::Error::source(&err);
+/// while let Some(c) = cause {
+///     text.push_str(&format!(": {c}"));
+///     cause = c.source();
+/// }
+/// println!("{text}");
+/// # }
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -76,13 +102,14 @@ pub enum Error {
     },
     /// The operating system refused something the lock needs: a watchdog thread, random
     /// numbers for the owner token.
-    #[error("the operating system refused a resource: {0}")]
-    System(std::io::Error),
-    /// A Redis command failed (I/O, protocol or server error).
-    #[error("redis error: {0}")]
+    #[error("the operating system refused a resource the lock needs")]
+    System(#[source] std::io::Error),
+    /// A Redis command failed (I/O, protocol or server error): the cause is its `source`.
+    #[error("a redis request failed")]
     Redis(#[from] redis::RedisError),
-    /// No pooled connection became available in time (Redis unreachable or pool exhausted).
-    #[error("connection pool: {0}")]
+    /// No pooled connection became available in time (Redis unreachable or pool exhausted):
+    /// the cause is its `source`.
+    #[error("no redis connection became available in time")]
     Pool(#[from] r2d2::Error),
 }
 

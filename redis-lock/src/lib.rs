@@ -13,7 +13,7 @@
 //! fn main() -> redis_lock::Result<()> {
 //!     let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
 //!
-//!     // Waits for the lock (up to 60 s by default), like `Mutex::lock`.
+//!     // Waits until the lock is free, like `Mutex::lock`.
 //!     let guard = locks.lock("nightly-report")?;
 //!     // ... do the work; the watchdog renews the lock meanwhile ...
 //!     guard.ensure_held()?; // still ours? then commit
@@ -88,6 +88,9 @@
 //!   cli`; it includes `tls`). The library itself does not use the tool's dependencies.
 
 #![warn(missing_docs)]
+// docs.rs builds with every feature and `--cfg docsrs`: each gated item says which feature it
+// needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![cfg_attr(not(test), deny(clippy::panic))]
 
 // Layers, bottom up (arrows point down only; `scripts/check-layers` enforces it):
@@ -112,6 +115,7 @@ mod list;
 mod options;
 
 #[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 
 pub use builder::Builder;
@@ -126,4 +130,5 @@ pub use options::{LockOptions, LostEvent, MAX_METADATA_LEN, MAX_TTL};
 pub use wire::keys::{MAX_KEY_LEN, MAX_NAMESPACE_LEN};
 
 #[cfg(feature = "macros")]
+#[cfg_attr(docsrs, doc(cfg(feature = "macros")))]
 pub use redis_lock_macros::distributed_lock;

@@ -73,6 +73,7 @@ pub(crate) type LostCallback = Arc<dyn Fn(&LostEvent) + Send + Sync>;
 /// # let _ = opts;
 /// ```
 #[derive(Clone, Default)]
+#[must_use = "options do nothing until passed to an acquisition"]
 pub struct LockOptions {
     pub(crate) ttl: Option<Duration>,
     pub(crate) wait: Option<Duration>,
@@ -129,7 +130,7 @@ impl LockOptions {
     }
 
     /// How long to wait for a busy lock. `Duration::ZERO` makes one attempt. Defaults to the
-    /// client's `default_wait` (60 s).
+    /// client's [`default_wait`](crate::Builder::default_wait): until the lock is free.
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = Some(wait);
         self

@@ -384,3 +384,49 @@ fn release_with_a_foreign_signal_key_changes_nothing() {
     }
     assert_same(&before, &dump(&server), 5_000);
 }
+
+/// Errors follow the standard library's guidelines: `Display` says what happened at this
+/// level, `source()` carries the cause, so the whole chain (as anyhow's `{:#}` prints it) says
+/// each thing once.
+#[test]
+fn error_chains_say_each_thing_once() {
+    let unreachable = redis_lock::LockClient::builder("redis://127.0.0.1:1/")
+        .connect_timeout(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    let server = RedisServer::start();
+    let wrong_type = client(&server);
+    let _: () = redis::cmd("SET")
+        .arg("lock:{text}")
+        .arg("x")
+        .query(&mut server.connection())
+        .unwrap();
+    let errors = [
+        unreachable.try_lock("job").unwrap_err(),
+        wrong_type.try_lock("text").unwrap_err(),
+        redis_lock::Error::System(std::io::Error::other("no threads left")),
+    ];
+    for err in errors {
+        let mut levels = vec![err.to_string()];
+        let mut cause = std::error::Error::source(&err);
+        while let Some(c) = cause {
+            levels.push(c.to_string());
+            cause = c.source();
+        }
+        let chain = levels.join(": ");
+        for (i, level) in levels.iter().enumerate() {
+            for later in &levels[i + 1..] {
+                assert!(
+                    !level.contains(later.as_str()),
+                    "{chain:?} repeats {later:?}"
+                );
+            }
+        }
+        if matches!(
+            err,
+            redis_lock::Error::System(_) | redis_lock::Error::Pool(_)
+        ) {
+            assert!(levels.len() >= 2, "the cause is a source: {chain:?}");
+        }
+    }
+}

@@ -6,7 +6,7 @@
 //! build it for this package's tests; the first test that needs it runs
 //! `cargo build -p redis-lock --features cli --bin redis-lock` (a no-op when it is up to
 //! date) and takes the executable's path from cargo's JSON messages. Set
-//! `REDIS_LOCK_CLI_BIN` to test another build instead.
+//! `REDIS_LOCK_TOOL_BIN` to test another build instead.
 
 use std::ffi::OsStr;
 use std::io::Read;
@@ -40,7 +40,7 @@ const QUICK: Duration = Duration::from_secs(20);
 fn cli_binary() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
-        if let Some(bin) = std::env::var_os("REDIS_LOCK_CLI_BIN") {
+        if let Some(bin) = std::env::var_os("REDIS_LOCK_TOOL_BIN") {
             return PathBuf::from(bin);
         }
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
@@ -334,6 +334,40 @@ fn no_wait_fail_exits_with_the_busy_code_and_names_the_holder() {
     );
     assert_eq!(done.code, 9, "{done:?}");
     assert!(!marker.exists());
+}
+
+/// flock's short options: `-n` (no wait), `-w SECONDS`, `-E CODE`, `-c 'shell text'`.
+#[test]
+fn flock_style_short_options() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let held = locks.lock("short").unwrap();
+    let marker = server.dir().join("short-ran");
+    let done = finish(tool(&server).args([
+        "run",
+        "short",
+        "-n",
+        "-E",
+        "42",
+        "-c",
+        &format!("touch {}", path_arg(&marker)),
+    ]));
+    assert_eq!(done.code, 42, "{done:?}");
+    assert!(!marker.exists());
+    let started = Instant::now();
+    let done = finish(tool(&server).args(["run", "short", "-w", "300ms", "-E", "7", "-c", "true"]));
+    assert_eq!(done.code, 7, "{done:?}");
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    drop(held);
+    let done = finish(tool(&server).args([
+        "run",
+        "short",
+        "-n",
+        "-c",
+        &format!("echo $REDIS_LOCK_KEY > {}", path_arg(&marker)),
+    ]));
+    assert_eq!(done.code, 0, "{done:?}");
+    assert_eq!(std::fs::read_to_string(&marker).unwrap().trim(), "short");
 }
 
 #[test]

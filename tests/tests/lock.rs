@@ -603,3 +603,52 @@ fn passwords_stay_out_of_debug_and_errors() {
     let bad = redis_lock::LockClient::open("redis://:hunter2-secret@[::1").unwrap_err();
     assert!(!format!("{bad} {bad:?}").contains("hunter2"), "{bad:?}");
 }
+
+/// `lock()` waits until the lock is free unless the client's `default_wait` says otherwise.
+#[test]
+fn lock_waits_until_free_unless_the_client_sets_a_default_wait() {
+    let server = RedisServer::start();
+    let holder = client(&server);
+    let bounded = redis_lock::LockClient::builder(&server.url())
+        .default_wait(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    let patient = redis_lock::LockClient::builder(&server.url())
+        .build()
+        .unwrap();
+    let held = holder.lock("patience").unwrap();
+    let started = Instant::now();
+    let err = bounded.lock("patience").unwrap_err();
+    assert!(matches!(err, Error::Timeout { .. }), "{err}");
+    assert!(started.elapsed() >= Duration::from_millis(200));
+    std::thread::scope(|s| {
+        let waiter = s.spawn(|| patient.lock("patience").map(|g| g.fencing_token()));
+        std::thread::sleep(Duration::from_millis(700)); // held this long: the behaviour under test
+        let fence = held.fencing_token();
+        drop(held);
+        assert_eq!(waiter.join().unwrap().unwrap(), fence + 1);
+    });
+}
+
+/// A loss callback set on the client applies to `lock()` (which has no options).
+#[test]
+fn a_client_wide_on_lost_callback_hears_about_plain_locks() {
+    let server = RedisServer::start();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let locks = redis_lock::LockClient::builder(&server.url())
+        .default_ttl(Duration::from_millis(300))
+        .on_lost(move |e| {
+            let _ = tx.send((e.key.clone(), e.reason));
+        })
+        .build()
+        .unwrap();
+    let guard = locks.lock("watched-by-client").unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg("lock:{watched-by-client}")
+        .query(&mut server.connection())
+        .unwrap();
+    let (key, reason) = rx.recv_timeout(Duration::from_secs(2)).unwrap();
+    assert_eq!(key, "watched-by-client");
+    assert_eq!(reason, LostReason::Deleted);
+    assert!(guard.is_lost());
+}

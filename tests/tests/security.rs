@@ -244,7 +244,13 @@ fn minimal_acl_rule_is_enough_and_every_command_in_it_is_needed() {
         .unwrap();
     let err = other_ns.try_lock("x").unwrap_err();
     assert!(matches!(err, Error::Redis(_)), "{err}");
-    assert!(err.to_string().contains("no permissions"), "{err}");
+    let cause = std::error::Error::source(&err).map(ToString::to_string);
+    assert!(
+        cause
+            .as_deref()
+            .is_some_and(|c| c.contains("no permissions")),
+        "{err}: {cause:?}"
+    );
 
     // Take any one command away and the workload runs into it.
     for missing in COMMANDS {

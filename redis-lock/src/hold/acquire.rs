@@ -177,6 +177,14 @@ fn validate(ttl: Duration, opts: &LockOptions) -> Result<()> {
 }
 
 impl Acquisition<'_> {
+    /// The acquisition's own loss callback, else the client's.
+    fn on_lost(&self) -> Option<crate::options::LostCallback> {
+        self.opts
+            .on_lost
+            .clone()
+            .or_else(|| self.inner.config.default_on_lost.clone())
+    }
+
     fn meta(&self) -> &str {
         self.opts.metadata.as_deref().unwrap_or("")
     }
@@ -368,7 +376,7 @@ impl Acquisition<'_> {
                 grant: self.ids.grant.clone(),
                 max_hold: self.opts.max_hold,
                 cooldown: self.opts.cooldown.unwrap_or_default(),
-                on_lost: self.opts.on_lost.clone(),
+                on_lost: self.on_lost(),
             })?;
             tracing::debug!(target: "redis_lock", key = self.name, fence = grant.fence, waited = ?deadline.started.elapsed(), "lock handed over");
             return Ok(Some(lease));
@@ -410,7 +418,7 @@ impl Acquisition<'_> {
             grant: self.ids.grant.clone(),
             max_hold: self.opts.max_hold,
             cooldown: self.opts.cooldown.unwrap_or_default(),
-            on_lost: self.opts.on_lost.clone(),
+            on_lost: self.on_lost(),
         }
     }
 

@@ -24,11 +24,13 @@ use crate::wire;
 use retry::RetryStrategy;
 
 /// Settings resolved by the builder.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub(crate) struct Config {
     pub(crate) namespace: String,
     pub(crate) default_ttl: Duration,
-    pub(crate) default_wait: Duration,
+    /// `None`: wait until the lock is free.
+    pub(crate) default_wait: Option<Duration>,
+    pub(crate) default_on_lost: Option<crate::options::LostCallback>,
     pub(crate) default_retry: RetryStrategy,
     pub(crate) watchdog: bool,
     /// Redis URL with the password replaced, for `Debug` and logs.
@@ -55,6 +57,17 @@ pub(crate) struct Inner {
     /// The client's housekeeping thread: reports a lease lost on time when a renewal is
     /// stuck (see `Lease::renew_now`).
     pub(crate) timer: Arc<ScheduledThreadPool>,
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("namespace", &self.namespace)
+            .field("default_ttl", &self.default_ttl)
+            .field("default_wait", &self.default_wait)
+            .field("url", &self.redacted_url)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Inner {

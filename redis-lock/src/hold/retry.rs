@@ -29,6 +29,7 @@ use crate::wire::token::random_below;
 /// # let _ = (polite, impatient);
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use = "a retry strategy does nothing until passed to an acquisition"]
 pub struct RetryStrategy {
     pub(crate) kind: Kind,
     pub(crate) max_attempts: Option<u32>,

@@ -30,13 +30,13 @@ pub struct RedisCluster {
     nodes: Vec<RedisServer>,
 }
 
-/// The `redis-cli` binary: `$REDIS_LOCK_CLI_BIN`, or `redis-cli` on `PATH`.
+/// The `redis-cli` binary: `$REDIS_LOCK_REDIS_CLI_BIN`, or `redis-cli` on `PATH`.
 ///
 /// # Errors
 ///
 /// `NotFound`, with a message that says how to install it, when neither exists.
 pub fn cli_binary() -> io::Result<std::path::PathBuf> {
-    find_binary("REDIS_LOCK_CLI_BIN", "redis-cli")
+    find_binary("REDIS_LOCK_REDIS_CLI_BIN", "redis-cli")
 }
 
 impl RedisCluster {

@@ -215,15 +215,17 @@ pub(crate) fn command() -> Command {
                     ),
                 )
                 .arg(
-                    duration_arg("wait", "DURATION")
-                        .help("Longest wait for a busy lock [default: until it is free]"),
+                    duration_arg("wait", "DURATION").short('w').help(
+                        "Longest wait for a busy lock [default: until it is free] (flock -w)",
+                    ),
                 )
                 .arg(
                     Arg::new("no-wait")
                         .long("no-wait")
+                        .short('n')
                         .action(ArgAction::SetTrue)
                         .conflicts_with("wait")
-                        .help("Do not wait: one attempt (same as --wait 0)"),
+                        .help("Do not wait: one attempt (same as --wait 0; flock -n)"),
                 )
                 .arg(
                     Arg::new("on-busy")
@@ -236,10 +238,11 @@ pub(crate) fn command() -> Command {
                 .arg(
                     Arg::new("busy-exit-code")
                         .long("busy-exit-code")
+                        .short('E')
                         .value_name("N")
                         .value_parser(clap::value_parser!(u8))
                         .default_value("75")
-                        .help("Exit code for a busy lock with --on-busy fail, like flock -E"),
+                        .help("Exit code for a busy lock with --on-busy fail (flock -E)"),
                 )
                 .arg(
                     duration_arg("hold-at-least", "DURATION")
@@ -268,6 +271,15 @@ pub(crate) fn command() -> Command {
                         .default_value("10s")
                         .requires("kill-on-loss")
                         .help("Time between SIGTERM and SIGKILL for --kill-on-loss"),
+                )
+                .arg(
+                    Arg::new("shell-command")
+                        .long("command")
+                        .short('c')
+                        .value_name("TEXT")
+                        .value_parser(clap::value_parser!(OsString))
+                        .conflicts_with("command")
+                        .help("Run TEXT with `sh -c` instead of COMMAND (flock -c)"),
                 )
                 .arg(
                     Arg::new("command")
@@ -348,13 +360,17 @@ pub(crate) fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Parsed, 
 }
 
 fn run_args(m: &ArgMatches) -> Result<RunArgs, Failure> {
-    let command: Vec<OsString> = m
-        .get_many::<OsString>("command")
-        .map(|values| values.cloned().collect())
-        .unwrap_or_default();
+    let command: Vec<OsString> = match m.get_one::<OsString>("shell-command") {
+        Some(text) => vec!["sh".into(), "-c".into(), text.clone()],
+        None => m
+            .get_many::<OsString>("command")
+            .map(|values| values.cloned().collect())
+            .unwrap_or_default(),
+    };
     if command.is_empty() {
         return Err(Failure::usage(
-            "missing command after `--`: redis-lock run KEY [OPTIONS] -- COMMAND [ARGS]...",
+            "missing command after `--`: redis-lock run KEY [OPTIONS] -- COMMAND [ARGS]... \
+             (or -c 'shell text')",
         ));
     }
     let wait = if m.get_flag("no-wait") {

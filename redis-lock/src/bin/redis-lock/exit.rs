@@ -68,10 +68,22 @@ impl Failure {
                 format!("cannot connect to Redis at {server}: {}", root_cause(e)),
             ),
             Error::WrongType { .. } => Failure::new(UNAVAILABLE, error.to_string()),
-            Error::System(_) => Failure::new(INTERNAL, error.to_string()),
-            _ => Failure::new(UNAVAILABLE, format!("Redis at {server}: {error}")),
+            Error::System(_) => Failure::new(INTERNAL, chain(error)),
+            _ => Failure::new(UNAVAILABLE, format!("Redis at {server}: {}", chain(error))),
         }
     }
+}
+
+/// The error and its causes, each said once: `what failed: why`.
+fn chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
 }
 
 /// The innermost error message: "connection refused" rather than the pool's wrapper text.

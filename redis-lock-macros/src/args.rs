@@ -2,6 +2,7 @@
 //! are only parsed here; what they mean is checked in `validate.rs`.
 
 use proc_macro2::Span;
+use syn::ext::IdentExt;
 use syn::parse::{Parse, ParseStream};
 use syn::{Expr, Ident, LitInt, LitStr, Token};
 
@@ -110,7 +111,15 @@ impl Parse for LockArgs {
                 let kw: Token![crate] = input.parse()?;
                 once(input, &mut args.krate, kw.span, "crate", |i| i.parse())?;
             } else {
-                return Err(lookahead.error());
+                // Name the offending option, not only the ones that exist.
+                let error = lookahead.error();
+                if let Ok(name) = input.fork().call(syn::Ident::parse_any) {
+                    return Err(syn::Error::new(
+                        name.span(),
+                        format!("unknown option `{name}`: {error}"),
+                    ));
+                }
+                return Err(error);
             }
             if input.is_empty() {
                 break;
@@ -152,7 +161,9 @@ mod tests {
         );
         let unknown = parse(r#"key = "a", tll = 1"#).err().unwrap();
         assert!(
-            unknown.to_string().starts_with("expected one of"),
+            unknown
+                .to_string()
+                .starts_with("unknown option `tll`: expected one of"),
             "{unknown}"
         );
         assert!(parse(r#"ttl = x"#).is_err());

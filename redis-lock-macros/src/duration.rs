@@ -1,30 +1,11 @@
-//! Duration strings (`"500ms"`, `"30s"`, `"2m"`, `"1h"`) and retry strategies
-//! (`"fixed:50ms"`), read at compile time.
+//! Duration strings (the grammar shared with the command-line tool, `grammar.rs`) and retry
+//! strategies (`"fixed:50ms"`), read at compile time.
 
-/// What a duration string must look like, for error messages.
-pub(crate) const DURATION_SYNTAX: &str = "expected a whole number followed by `ms`, `s`, `m` or `h`, such as \"500ms\", \"30s\" or \"2m\"";
-
-/// Milliseconds in `text`, or why it is not a duration.
+/// Milliseconds in `text` (the shared grammar, `grammar.rs`), or why it is not a duration.
+/// Sub-millisecond fractions are rounded down: Redis counts whole milliseconds.
 pub(crate) fn parse_ms(text: &str) -> Result<u64, String> {
-    let digits_end = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(digits_end);
-    let per_unit: u64 = match unit {
-        "ms" => 1,
-        "s" => 1_000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        _ => return Err(format!("malformed duration {text:?}: {DURATION_SYNTAX}")),
-    };
-    if number.is_empty() {
-        return Err(format!("malformed duration {text:?}: {DURATION_SYNTAX}"));
-    }
-    number
-        .parse::<u64>()
-        .ok()
-        .and_then(|n| n.checked_mul(per_unit))
-        .ok_or_else(|| format!("duration {text:?} is too long"))
+    let d = crate::grammar::parse(text)?;
+    u64::try_from(d.as_millis()).map_err(|_| format!("{text:?} is too long"))
 }
 
 /// A retry strategy as written in `retry = "..."`.
@@ -75,7 +56,11 @@ mod tests {
         assert_eq!(parse_ms("2m"), Ok(120_000));
         assert_eq!(parse_ms("1h"), Ok(3_600_000));
         assert_eq!(parse_ms("0s"), Ok(0));
-        for bad in ["", "5", "s", "5 s", "1.5s", "-1s", "5sec", "5S", "ms5"] {
+        // The grammar the command-line tool accepts too.
+        assert_eq!(parse_ms("1.5s"), Ok(1_500));
+        assert_eq!(parse_ms("30"), Ok(30_000));
+        assert_eq!(parse_ms("1.5ms"), Ok(1));
+        for bad in ["", "s", "5 s", "-1s", "5sec", "5S", "ms5"] {
             assert!(parse_ms(bad).is_err(), "{bad:?}");
         }
         assert!(

@@ -6,6 +6,7 @@
 mod args;
 mod duration;
 mod expand;
+mod grammar;
 mod template;
 mod validate;
 

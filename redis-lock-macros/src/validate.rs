@@ -229,13 +229,25 @@ impl ToTokens for DurationArg {
 
 fn duration_ms(arg: &DurationArg, name: &str) -> syn::Result<u64> {
     match arg {
-        DurationArg::Secs(lit) => lit
-            .base10_parse::<u64>()
-            .ok()
-            .and_then(|secs| secs.checked_mul(1000))
-            .ok_or_else(|| {
-                syn::Error::new_spanned(lit, format!("`{name}` is not a whole number of seconds"))
-            }),
+        DurationArg::Secs(lit) => {
+            let too_long = || {
+                syn::Error::new_spanned(
+                    lit,
+                    format!("`{name}` is longer than 365 days (`redis_lock::MAX_TTL`)"),
+                )
+            };
+            match lit.base10_parse::<u64>() {
+                Ok(secs) => secs.checked_mul(1000).ok_or_else(too_long),
+                // Digits that do not fit are a number, just far too large.
+                Err(_) if lit.base10_digits().bytes().all(|b| b.is_ascii_digit()) => {
+                    Err(too_long())
+                }
+                Err(_) => Err(syn::Error::new_spanned(
+                    lit,
+                    format!("`{name}` is not a whole number of seconds"),
+                )),
+            }
+        }
         DurationArg::Text(lit) => duration::parse_ms(&lit.value())
             .map_err(|msg| syn::Error::new_spanned(lit, format!("`{name}`: {msg}"))),
     }
@@ -464,7 +476,15 @@ mod tests {
         assert!(message(r#"key = "a", ttl = 0"#, ok).contains("zero"));
         assert!(message(r#"key = "a", ttl = "0ms""#, ok).contains("zero"));
         assert!(message(r#"key = "a", ttl = "9000h""#, ok).contains("365 days"));
-        assert!(message(r#"key = "a", wait = "5 s""#, ok).contains("malformed duration"));
+        assert!(message(r#"key = "a", wait = "5 s""#, ok).contains("unknown unit"));
+        assert!(
+            plan(r#"key = "a", wait = "1.5s""#, ok).is_ok(),
+            "the CLI's grammar"
+        );
+        assert!(
+            message(r#"key = "a", ttl = 99999999999999999999999"#, ok).contains("365 days"),
+            "an overflowing ttl says so"
+        );
         assert!(message(r#"key = "a", retry = "poll""#, ok).contains("unknown retry"));
         assert!(message(r#"key = "a", on_busy = "wait""#, ok).contains("on_busy"));
         assert!(message(r#"key = "a", guard = id"#, ok).contains("hide the parameter"));

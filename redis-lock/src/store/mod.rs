@@ -19,9 +19,10 @@ use connection::{LastConnectError, Manager, Pool, PooledConn};
 /// How a waiter that is woken by notification polls when no waiter connection is free.
 pub(crate) const NO_CONNECTION_POLL: Duration = Duration::from_millis(10);
 
-/// How long after a blocking wait should have ended its wake-up `PING` goes out: the server
-/// has then certainly passed the wait's timeout.
-const WAKE_AFTER: Duration = Duration::from_micros(500);
+/// When, after a blocking wait should have ended, its wake-up `PING`s go out: the server
+/// starts the wait's clock when it reads the command (a little after we sent it) and counts
+/// whole milliseconds, so the first may come a hair early; the second is then on time.
+const WAKE_AFTER: [Duration; 2] = [Duration::from_millis(2), Duration::from_millis(12)];
 
 /// How long the wake-up may wait for a pooled connection before it gives up.
 const WAKE_CHECKOUT: Duration = Duration::from_millis(20);
@@ -175,7 +176,7 @@ impl Store {
             return Wake::Nothing;
         };
         let mut conn = PooledConn::waiter(conn, &self.requests);
-        let wake = self.wake_at(timeout);
+        let wake = WAKE_AFTER.map(|after| self.wake_at(timeout + after));
         let result = if pop {
             conn.blocking_query::<Option<(String, String)>>(
                 &commands::pop_grant(list, timeout),
@@ -186,7 +187,7 @@ impl Store {
             conn.blocking_query::<Option<String>>(&commands::peek_grant(list, timeout), timeout)
                 .map(|_| None)
         };
-        wake.cancel();
+        wake.iter().for_each(JobHandle::cancel);
         match result {
             Ok(Some(grant)) => Wake::Grant(grant),
             Ok(None) => Wake::Nothing,
@@ -200,15 +201,15 @@ impl Store {
     /// Makes sure the server serves the end of a blocking wait on time: Redis times out a
     /// blocked `BLPOP` at its event loop's next turn, which on an idle server comes up to
     /// 1/`hz` late (100 ms by default), so a waiter would take an expired lock that late. Any
-    /// request wakes the loop: a `PING` sent at the wait's end (from the housekeeping thread,
+    /// request wakes the loop: a `PING` sent at `at`, the wait's end (from the housekeeping thread,
     /// on a connection of the lock pool) ends it within a round trip. Cancelled when the wait
     /// ends earlier (a release woke it), so a handoff costs nothing extra.
-    fn wake_at(&self, timeout: Duration) -> JobHandle {
+    fn wake_at(&self, at: Duration) -> JobHandle {
         // Weak: a cancelled job stays queued until its time, and must not keep a dropped
         // client's connections open until then.
         let pool = Arc::downgrade(&self.pool);
         let requests = Arc::clone(&self.requests);
-        self.timer.execute_after(timeout + WAKE_AFTER, move || {
+        self.timer.execute_after(at, move || {
             // A busy pool means traffic, and traffic keeps the server's loop turning.
             if let Some(pool) = pool.upgrade()
                 && let Ok(mut conn) = pool.get_timeout(WAKE_CHECKOUT, &requests)

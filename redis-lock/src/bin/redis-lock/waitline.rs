@@ -96,13 +96,9 @@ pub(crate) fn holder(info: &LockInfo) -> String {
 }
 
 fn terminal_width() -> usize {
-    // SAFETY: an all-zero `winsize` is valid; TIOCGWINSZ writes one into it.
-    let mut size: libc::winsize = unsafe { std::mem::zeroed() };
-    // SAFETY: fd 2 stays open for the life of the process; `size` is a valid `winsize`.
-    let r = unsafe { libc::ioctl(libc::STDERR_FILENO, libc::TIOCGWINSZ, &mut size) };
-    if r == 0 && size.ws_col > 0 {
-        usize::from(size.ws_col)
-    } else {
-        80
+    // `terminal_size` is in the tree already (clap wraps help text with it).
+    match terminal_size::terminal_size_of(std::io::stderr()) {
+        Some((terminal_size::Width(w), _)) if w > 0 => usize::from(w),
+        _ => 80,
     }
 }

@@ -1,0 +1,1 @@
+../../../../redis-lock-macros/src/grammar.rs

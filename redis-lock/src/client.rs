@@ -83,6 +83,20 @@ impl LockClient {
     }
 
     /// A [`Builder`] to configure a client for `url`.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redis_lock::Result<()> {
+    /// # let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+    /// use std::time::Duration;
+    /// let locks = redis_lock::LockClient::builder("redis://127.0.0.1/")
+    ///     .namespace("billing:")
+    ///     .default_ttl(Duration::from_secs(10))
+    ///     .build()?;
+    /// # let _ = locks;
+    /// # Ok(()) }
+    /// ```
     pub fn builder(url: &str) -> Builder {
         Builder::from_url(url)
     }
@@ -227,6 +241,15 @@ impl LockClient {
     }
 
     /// The key prefix of this client.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redis_lock::Result<()> {
+    /// # let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+    /// assert_eq!(locks.namespace(), "lock:");
+    /// # Ok(()) }
+    /// ```
     pub fn namespace(&self) -> &str {
         &self.inner.config.namespace
     }
@@ -241,6 +264,17 @@ impl LockClient {
     /// [`Error::Timeout`] when another owner still holds the lock after the wait;
     /// [`Error::InvalidInput`] for a bad key; [`Error::WrongType`] when the key holds other
     /// data; Redis and pool errors.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redis_lock::Result<()> {
+    /// # let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+    /// let guard = locks.lock("nightly-report")?; // waits until it is free
+    /// // ... the watchdog renews the lock meanwhile ...
+    /// drop(guard); // released
+    /// # Ok(()) }
+    /// ```
     pub fn lock(&self, key: &str) -> Result<LockGuard> {
         self.acquire_with(key, &LockOptions::new())
     }
@@ -252,6 +286,18 @@ impl LockClient {
     /// # Errors
     ///
     /// As [`lock`](Self::lock).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redis_lock::Result<()> {
+    /// # let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+    /// let outer = locks.lock_reentrant("account:7")?;
+    /// let inner = locks.lock_reentrant("account:7")?; // joins, no round trip
+    /// drop(inner); // still held
+    /// drop(outer); // released
+    /// # Ok(()) }
+    /// ```
     pub fn lock_reentrant(&self, key: &str) -> Result<LockGuard> {
         self.acquire_with(key, &LockOptions::new().reentrant(true))
     }
@@ -261,6 +307,18 @@ impl LockClient {
     /// # Errors
     ///
     /// [`Error::InvalidInput`], [`Error::WrongType`], Redis and pool errors.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redis_lock::Result<()> {
+    /// # let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+    /// match locks.try_lock("nightly-report")? {
+    ///     Some(_guard) => println!("got it"),
+    ///     None => println!("busy: somebody else runs it"),
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn try_lock(&self, key: &str) -> Result<Option<LockGuard>> {
         self.try_acquire_with(key, &LockOptions::new().wait(Duration::ZERO))
     }
@@ -272,6 +330,18 @@ impl LockClient {
     ///
     /// As [`try_lock`](Self::try_lock), plus [`Error::InvalidInput`] for a `timeout` that
     /// overflows the clock.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redis_lock::Result<()> {
+    /// # let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+    /// use std::time::Duration;
+    /// if let Some(guard) = locks.try_lock_for("invoice:42", Duration::from_secs(5))? {
+    ///     println!("fencing token {}", guard.fencing_token());
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn try_lock_for(&self, key: &str, timeout: Duration) -> Result<Option<LockGuard>> {
         self.try_acquire_with(key, &LockOptions::new().wait(timeout))
     }
@@ -282,6 +352,18 @@ impl LockClient {
     /// # Errors
     ///
     /// As [`try_lock`](Self::try_lock).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redis_lock::Result<()> {
+    /// # let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+    /// use std::time::{Duration, Instant};
+    /// let deadline = Instant::now() + Duration::from_secs(2);
+    /// let guard = locks.try_lock_until("invoice:42", deadline)?;
+    /// # let _ = guard;
+    /// # Ok(()) }
+    /// ```
     pub fn try_lock_until(&self, key: &str, deadline: Instant) -> Result<Option<LockGuard>> {
         let opts = LockOptions::new();
         let deadline = Deadline {
@@ -324,6 +406,18 @@ impl LockClient {
     ///
     /// [`Error::Busy`] when the budget was zero and the lock is held, [`Error::Timeout`] when
     /// the budget ran out; otherwise as [`lock`](Self::lock).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redis_lock::Result<()> {
+    /// # let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+    /// use std::time::Duration;
+    /// let opts = redis_lock::LockOptions::new().ttl(Duration::from_secs(5)).metadata("worker 3");
+    /// let guard = locks.acquire_with("invoice:42", &opts)?;
+    /// # let _ = guard;
+    /// # Ok(()) }
+    /// ```
     pub fn acquire_with(&self, key: &str, opts: &LockOptions) -> Result<LockGuard> {
         let started = Instant::now();
         match self.try_acquire_with(key, opts)? {
@@ -351,6 +445,18 @@ impl LockClient {
     /// # Errors
     ///
     /// As [`try_lock`](Self::try_lock).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redis_lock::Result<()> {
+    /// # let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+    /// let opts = redis_lock::LockOptions::new().wait(std::time::Duration::ZERO);
+    /// if locks.try_acquire_with("invoice:42", &opts)?.is_none() {
+    ///     println!("busy");
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn try_acquire_with(&self, key: &str, opts: &LockOptions) -> Result<Option<LockGuard>> {
         let started = Instant::now();
         let at = match opts.wait.or(self.inner.config.default_wait) {
@@ -373,6 +479,17 @@ impl LockClient {
     /// # Errors
     ///
     /// [`Error::InvalidInput`] for a bad key, [`Error::WrongType`], Redis and pool errors.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redis_lock::Result<()> {
+    /// # let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+    /// if let Some(info) = locks.inspect("nightly-report")? {
+    ///     println!("held by {} (pid {}), fencing token {}", info.host, info.pid, info.fencing_token);
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn inspect(&self, key: &str) -> Result<Option<LockInfo>> {
         let keys = self.inner.keys(key)?;
         let holder = self.inner.deployment.inspect(&*self.inner.mutex, &keys)?;
@@ -386,6 +503,17 @@ impl LockClient {
     /// # Errors
     ///
     /// [`Error::InvalidInput`] for a bad key, [`Error::WrongType`], Redis and pool errors.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redis_lock::Result<()> {
+    /// # let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+    /// if let Some((host, pid)) = locks.force_release("stuck-job")? {
+    ///     eprintln!("broke the lock of pid {pid} on {host}");
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn force_release(&self, key: &str) -> Result<Option<(String, u32)>> {
         let keys = self.inner.keys(key)?;
         self.inner
@@ -400,6 +528,19 @@ impl LockClient {
     /// # Errors
     ///
     /// The first Redis or pool error; the locks it could not release expire with their TTL.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redis_lock::Result<()> {
+    /// # let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+    /// let _a = locks.lock("a")?;
+    /// let _b = locks.lock("b")?;
+    /// // shutting down:
+    /// let released = locks.release_all()?;
+    /// assert_eq!(released, 2);
+    /// # Ok(()) }
+    /// ```
     pub fn release_all(&self) -> Result<usize> {
         let mut released = 0;
         let mut first_error = None;
@@ -417,6 +558,17 @@ impl LockClient {
 
     /// How many Redis requests this client (all clones) has sent so far: one per script call
     /// or command, including renewals and blocking waits. For benchmarks and diagnostics.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redis_lock::Result<()> {
+    /// # let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+    /// let before = locks.request_count();
+    /// drop(locks.lock("report")?);
+    /// println!("{} requests for one lock cycle", locks.request_count() - before);
+    /// # Ok(()) }
+    /// ```
     pub fn request_count(&self) -> u64 {
         self.inner.requests()
     }
@@ -427,6 +579,15 @@ impl LockClient {
     ///
     /// A pool error when Redis cannot be reached within the connect timeout; a Redis error
     /// (for example, authentication failed).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redis_lock::Result<()> {
+    /// # let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+    /// locks.ping()?; // fails fast when Redis cannot be reached
+    /// # Ok(()) }
+    /// ```
     pub fn ping(&self) -> Result<()> {
         self.inner.deployment.ping()
     }

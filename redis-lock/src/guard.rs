@@ -57,12 +57,33 @@ impl LockGuard {
     }
 
     /// The lock name, as given to the call that acquired it (without namespace).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redis_lock::Result<()> {
+    /// # let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+    /// let guard = locks.lock("report")?;
+    /// assert_eq!(guard.key(), "report");
+    /// # Ok(()) }
+    /// ```
     pub fn key(&self) -> &str {
         &self.lease.name
     }
 
     /// The owner token: 128 random bits, hex-encoded. Whoever knows it can renew and release
     /// the lock, so do not log it.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redis_lock::Result<()> {
+    /// # let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+    /// let guard = locks.lock("report")?;
+    /// // A secret: whoever knows it can renew and release the lock.
+    /// assert_eq!(guard.token().len(), 32);
+    /// # Ok(()) }
+    /// ```
     pub fn token(&self) -> &str {
         &self.lease.token
     }
@@ -76,17 +97,51 @@ impl LockGuard {
     /// token is the highest counter of the majority that granted the lock, and lagging
     /// counters are raised to it before the acquisition counts, so tokens still strictly
     /// increase as long as no server loses its data.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redis_lock::Result<()> {
+    /// # let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+    /// let guard = locks.lock("ledger")?;
+    /// let token = guard.fencing_token();
+    /// // Pass it with every write; the store refuses writes with a lower token than it has seen.
+    /// # let _ = token;
+    /// # Ok(()) }
+    /// ```
     pub fn fencing_token(&self) -> u64 {
         self.lease.fence
     }
 
     /// How long ago the lock was acquired.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redis_lock::Result<()> {
+    /// # let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+    /// let guard = locks.lock("report")?;
+    /// println!("held for {:?}", guard.held_for());
+    /// # Ok(()) }
+    /// ```
     pub fn held_for(&self) -> Duration {
         self.lease.acquired_at.elapsed()
     }
 
     /// `true` once the lock is known to be lost: the watchdog found it gone or re-owned, or its
     /// TTL has run out by the local clock without a renewal getting through. No round trip.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redis_lock::Result<()> {
+    /// # let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+    /// let guard = locks.lock("report")?;
+    /// if guard.is_lost() {
+    ///     return Ok(()); // someone else may hold it now: stop
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn is_lost(&self) -> bool {
         self.lease.lost_reason().is_some()
     }
@@ -98,6 +153,18 @@ impl LockGuard {
     /// # Errors
     ///
     /// [`Error::Lost`] when the lock is lost.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redis_lock::Result<()> {
+    /// # let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+    /// let guard = locks.lock("report")?;
+    /// // ... work ...
+    /// guard.ensure_held()?; // still ours? then commit
+    /// // commit ...
+    /// # Ok(()) }
+    /// ```
     pub fn ensure_held(&self) -> Result<()> {
         match self.lease.lost_reason() {
             None => Ok(()),
@@ -114,6 +181,18 @@ impl LockGuard {
     ///
     /// [`Error::Lost`] when the lock is gone or owned by someone else (the guard is then marked
     /// lost); a Redis or pool error when Redis cannot be asked.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redis_lock::Result<()> {
+    /// # let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+    /// let guard = locks.lock("report")?;
+    /// if let Some(left) = guard.remaining_ttl()? {
+    ///     println!("expires in {left:?} unless renewed");
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn remaining_ttl(&self) -> Result<Option<Duration>> {
         self.lease.remaining_ttl()
     }
@@ -125,6 +204,17 @@ impl LockGuard {
     ///
     /// [`Error::InvalidInput`] for a zero or too long `ttl`; [`Error::Lost`] when the lock is
     /// gone or owned by someone else; a Redis or pool error.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redis_lock::Result<()> {
+    /// # let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+    /// use std::time::Duration;
+    /// let guard = locks.lock("report")?;
+    /// guard.extend(Duration::from_secs(120))?; // a long step ahead
+    /// # Ok(()) }
+    /// ```
     pub fn extend(&self, ttl: Duration) -> Result<()> {
         validate_ttl(ttl)?;
         self.lease.extend(ttl)
@@ -137,6 +227,20 @@ impl LockGuard {
     ///
     /// A Redis or pool error: the lock then expires by itself after its TTL (the watchdog has
     /// already stopped).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redis_lock::Result<()> {
+    /// # let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+    /// use redis_lock::ReleaseOutcome;
+    /// let guard = locks.lock("report")?;
+    /// match guard.release()? {
+    ///     ReleaseOutcome::Released | ReleaseOutcome::StillHeld => {}
+    ///     other => eprintln!("the lock was not protecting us all along: {other:?}"),
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn release(mut self) -> Result<ReleaseOutcome> {
         self.live = false;
         if self.lease.drop_hold() {

@@ -7,7 +7,8 @@
 //! stall or cut connections; [`TlsRedisServer`] serves TLS with certificates made for the
 //! test. [`RedisCluster`] forms a Redis Cluster of masters (and migrates slots);
 //! [`SentinelGroup`] runs a master, a replica and three sentinels, and fails over. The binary is `$REDIS_LOCK_SERVER_BIN` if set, else
-//! `redis-server` from `PATH`.
+//! `redis-server` from `PATH` (a `valkey-server` works too); the cluster support runs
+//! `$REDIS_LOCK_REDIS_CLI_BIN`, else `redis-cli`.
 //!
 //! ```no_run
 //! use redis_lock::testing::RedisServer;

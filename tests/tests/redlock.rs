@@ -42,21 +42,21 @@ fn one_server_down_locks_are_still_acquired_and_renewed() {
     let locks = redlock_client(&[&a, &b, &c]);
     let other = redlock_client(&[&a, &b, &c]);
     let guard = locks
-        .options("job")
+        .options("one-down")
         .ttl(Duration::from_millis(600))
         .acquire()
         .unwrap();
-    assert!(holds(&b, "job") && holds(&c, "job"));
+    assert!(holds(&b, "one-down") && holds(&c, "one-down"));
     // Several renewal periods (200 ms) beyond the TTL: the watchdog keeps it on the majority.
     let until = Instant::now() + Duration::from_millis(1500);
     while Instant::now() < until {
         assert!(!guard.is_lost(), "lost with 2 of 3 servers up");
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert!(other.try_lock("job").unwrap().is_none(), "still held");
+    assert!(other.try_lock("one-down").unwrap().is_none(), "still held");
     locks.ping().unwrap();
     assert_eq!(guard.release().unwrap(), ReleaseOutcome::Released);
-    assert!(other.try_lock("job").unwrap().is_some());
+    assert!(other.try_lock("one-down").unwrap().is_some());
 }
 
 #[test]

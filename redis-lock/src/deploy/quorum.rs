@@ -47,6 +47,12 @@ use crate::wire::{Attempt, AttemptArgs, Broken, Holder, LockKeys, OwnedTtl, Rele
 /// How long a server that failed with a connection error is skipped.
 const DOWN_FOR: Duration = Duration::from_millis(500);
 
+/// How long a server that failed with a connection error stays suspect after that: a renewal
+/// asks it last, and not at all once a majority has renewed. Asking a dead server costs a
+/// connect timeout, and servers are asked in turn: a renewal that waits on it could outlast
+/// the lock it renews while a majority is up.
+const SUSPECT_FOR: Duration = Duration::from_secs(10);
+
 /// When a quorum's servers disagree so that nobody holds a majority, try again after at most
 /// this long (randomised, to break ties between clients that keep splitting the servers).
 const SPLIT_RETRY_MS: u64 = 20;
@@ -73,9 +79,17 @@ fn in_time(elapsed: Duration, ttl: Duration) -> bool {
 struct Member {
     store: Store,
     down: Mutex<Option<(Instant, String)>>,
+    /// When it last failed with a connection error.
+    failed_at: Mutex<Option<Instant>>,
 }
 
 impl Member {
+    fn suspect(&self) -> bool {
+        self.failed_at
+            .lock()
+            .is_some_and(|at| at.elapsed() < SUSPECT_FOR)
+    }
+
     fn skipped(&self) -> bool {
         self.down
             .lock()
@@ -97,8 +111,12 @@ impl Member {
         match &r {
             Err(e) if e.is_connection_error() => {
                 *self.down.lock() = Some((Instant::now() + DOWN_FOR, e.to_string()));
+                *self.failed_at.lock() = Some(Instant::now());
             }
-            Ok(_) => *self.down.lock() = None,
+            Ok(_) => {
+                *self.down.lock() = None;
+                *self.failed_at.lock() = None;
+            }
             Err(_) => {}
         }
         r
@@ -334,6 +352,7 @@ impl Quorum {
                 .map(|store| Member {
                     store,
                     down: Mutex::new(None),
+                    failed_at: Mutex::new(None),
                 })
                 .collect(),
         }
@@ -358,6 +377,36 @@ impl Quorum {
                 Err(e) => answers.failed.push((i, e)),
             }
         }
+        answers
+    }
+
+    /// Like `each`, but asks suspect servers (see `SUSPECT_FOR`) last, and not at all once
+    /// `enough` holds for the answers so far.
+    fn each_unless<T>(
+        &self,
+        mut f: impl FnMut(&Store) -> Result<T>,
+        enough: impl Fn(&Answers<T>) -> bool,
+    ) -> Answers<T> {
+        let mut answers = Answers {
+            ok: Vec::with_capacity(self.total()),
+            failed: Vec::new(),
+        };
+        let (suspects, healthy): (Vec<_>, Vec<_>) = self
+            .members
+            .iter()
+            .enumerate()
+            .partition(|(_, m)| m.suspect());
+        let suspects_from = healthy.len();
+        for (k, (i, m)) in healthy.into_iter().chain(suspects).enumerate() {
+            if k >= suspects_from && enough(&answers) {
+                break;
+            }
+            match m.call(&mut f) {
+                Ok(v) => answers.ok.push((i, v)),
+                Err(e) => answers.failed.push((i, e)),
+            }
+        }
+        answers.ok.sort_by_key(|(i, _)| *i);
         answers
     }
 
@@ -506,7 +555,11 @@ impl Quorum {
         ttl: Duration,
     ) -> Result<Renewal> {
         let start = Instant::now();
-        let answers = self.each(|s| renew_on(s, p, keys, token, ttl));
+        let q = majority(self.total());
+        let answers = self.each_unless(
+            |s| renew_on(s, p, keys, token, ttl),
+            |a| a.ok.iter().filter(|(_, r)| *r == Renewal::Renewed).count() >= q,
+        );
         let verdict = combine_renew(self.total(), &answers, in_time(start.elapsed(), ttl));
         self.resolve(keys.name(), verdict, answers)
     }

@@ -52,6 +52,10 @@ struct Slot {
     /// again must not keep the lease (and its client) alive.
     job: Option<Weak<Lease>>,
     mode: Mode,
+    /// Set by `detach` while the thread is running (say, in a renewal stuck on an unreachable
+    /// server): it must not be handed a new lock before it is free, so it goes back to the
+    /// idle list itself when it is done.
+    return_idle: bool,
 }
 
 /// What the thread is doing, so that `start` knows whether it must wake it.
@@ -90,6 +94,7 @@ pub(crate) fn start(lease: &Arc<Lease>) -> std::io::Result<()> {
         slot: Mutex::new(Slot {
             job: Some(Arc::downgrade(lease)),
             mode: Mode::Awake,
+            return_idle: false,
         }),
         cond: Condvar::new(),
     });
@@ -111,7 +116,13 @@ pub(crate) fn start(lease: &Arc<Lease>) -> std::io::Result<()> {
 pub(crate) fn detach(lease: &Lease) {
     let worker = lease.watchdog.lock().take();
     if let Some(worker) = worker {
-        IDLE.lock().push(worker);
+        let mut slot = worker.slot.lock();
+        if slot.mode == Mode::Awake {
+            slot.return_idle = true;
+        } else {
+            drop(slot);
+            IDLE.lock().push(worker);
+        }
     }
 }
 
@@ -130,6 +141,9 @@ fn run(worker: &Arc<Worker>) {
         let Some(lease) = slot.job.as_ref().and_then(Weak::upgrade) else {
             slot.job = None;
             slot.mode = Mode::Idle;
+            if std::mem::take(&mut slot.return_idle) {
+                IDLE.lock().push(Arc::clone(worker));
+            }
             if worker.cond.wait_for(&mut slot, IDLE_EXIT).timed_out() && slot.job.is_none() {
                 drop(slot);
                 if retire(worker) {

@@ -1,105 +1,62 @@
-//! A TLS `redis-server` with certificates made for the test by `openssl`.
+//! A TLS `redis-server` with certificates made for the test (by `rcgen`, in-process).
 
 use std::io;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
-use super::server::{RedisServer, find_binary, free_port};
+use super::server::{RedisServer, free_port};
 
 /// A throwaway certificate authority and a server certificate it signed for `127.0.0.1`
-/// (subject alternative name `IP:127.0.0.1`), in a temporary directory. Made with the
-/// `openssl` command (`$REDIS_LOCK_OPENSSL_BIN`, or `openssl` on `PATH`).
+/// (subject alternative name `IP:127.0.0.1`), in a temporary directory, made in-process with
+/// `rcgen` (no `openssl` command needed).
 #[derive(Debug)]
 pub struct TlsCerts {
     dir: tempfile::TempDir,
 }
 
-fn openssl(dir: &Path, args: &[&str]) -> io::Result<()> {
-    let bin = find_binary("REDIS_LOCK_OPENSSL_BIN", "openssl")?;
-    let out = Command::new(bin)
-        .args(args)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .output()?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(io::Error::other(format!(
-            "openssl {} failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr)
-        )))
-    }
+fn rcgen_error(e: rcgen::Error) -> io::Error {
+    io::Error::other(format!("making test certificates: {e}"))
 }
 
 impl TlsCerts {
-    /// Makes a CA and a server certificate for `127.0.0.1`, valid for one day.
+    /// Makes a CA and a server certificate for `127.0.0.1` (ECDSA P-256).
     ///
     /// # Errors
     ///
-    /// When `openssl` is missing or fails.
+    /// When the certificates cannot be made or written.
     pub fn generate() -> io::Result<TlsCerts> {
+        use rcgen::{
+            BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
+            KeyPair, KeyUsagePurpose,
+        };
         let dir = tempfile::Builder::new()
             .prefix("redis-lock-tls")
             .tempdir()?;
         let d = dir.path();
-        std::fs::write(
-            d.join("server.ext"),
-            "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n",
-        )?;
-        openssl(
-            d,
-            &[
-                "req",
-                "-x509",
-                "-newkey",
-                "rsa:2048",
-                "-nodes",
-                "-keyout",
-                "ca.key",
-                "-out",
-                "ca.crt",
-                "-days",
-                "1",
-                "-subj",
-                "/CN=redis-lock test CA",
-            ],
-        )?;
-        openssl(
-            d,
-            &[
-                "req",
-                "-newkey",
-                "rsa:2048",
-                "-nodes",
-                "-keyout",
-                "server.key",
-                "-out",
-                "server.csr",
-                "-subj",
-                "/CN=127.0.0.1",
-            ],
-        )?;
-        openssl(
-            d,
-            &[
-                "x509",
-                "-req",
-                "-in",
-                "server.csr",
-                "-CA",
-                "ca.crt",
-                "-CAkey",
-                "ca.key",
-                "-CAcreateserial",
-                "-out",
-                "server.crt",
-                "-days",
-                "1",
-                "-extfile",
-                "server.ext",
-            ],
-        )?;
+        let ca_key = KeyPair::generate().map_err(rcgen_error)?;
+        let mut ca = CertificateParams::new(Vec::<String>::new()).map_err(rcgen_error)?;
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca.distinguished_name
+            .push(DnType::CommonName, "redis-lock test CA");
+        ca.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let ca_cert = ca.self_signed(&ca_key).map_err(rcgen_error)?;
+        let issuer = Issuer::new(ca, ca_key);
+        let server_key = KeyPair::generate().map_err(rcgen_error)?;
+        let mut server =
+            CertificateParams::new(vec!["127.0.0.1".to_owned()]).map_err(rcgen_error)?;
+        server
+            .distinguished_name
+            .push(DnType::CommonName, "127.0.0.1");
+        server.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        let server_cert = server
+            .signed_by(&server_key, &issuer)
+            .map_err(rcgen_error)?;
+        std::fs::write(d.join("ca.crt"), ca_cert.pem())?;
+        std::fs::write(d.join("server.crt"), server_cert.pem())?;
+        std::fs::write(d.join("server.key"), server_key.serialize_pem())?;
         Ok(TlsCerts { dir })
     }
 
@@ -142,7 +99,7 @@ impl TlsRedisServer {
     ///
     /// # Panics
     ///
-    /// When `openssl` or `redis-server` (built with TLS) are missing or fail.
+    /// When `redis-server` (built with TLS) is missing or fails.
     pub fn start() -> TlsRedisServer {
         match Self::try_start() {
             Ok(s) => s,
@@ -154,7 +111,7 @@ impl TlsRedisServer {
     ///
     /// # Errors
     ///
-    /// When `openssl` or `redis-server` (built with TLS) are missing or fail.
+    /// When `redis-server` (built with TLS) is missing or fails.
     pub fn try_start() -> io::Result<TlsRedisServer> {
         let certs = TlsCerts::generate()?;
         let (cert, key, ca) = (certs.server_cert(), certs.server_key(), certs.ca_cert());

@@ -255,9 +255,18 @@ fn minimal_acl_rule_is_enough_and_every_command_in_it_is_needed() {
     // Take any one command away and the workload runs into it.
     for missing in COMMANDS {
         let fewer: Vec<&str> = COMMANDS.iter().copied().filter(|c| c != missing).collect();
-        setuser(&fewer);
-        let _ = workload(&server, &url);
-        let seen = denied(&server);
+        // The workload's handoff steps depend on timing (an attempt that meets a grant not
+        // yet claimed); on a loaded machine one run can miss the path, so up to three runs
+        // are given to run into the missing command.
+        let mut seen = HashSet::new();
+        for _ in 0..3 {
+            setuser(&fewer);
+            let _ = workload(&server, &url);
+            seen = denied(&server);
+            if seen.contains(*missing) {
+                break;
+            }
+        }
         assert!(
             seen.contains(*missing),
             "without {missing}: denied {seen:?}"

@@ -261,7 +261,9 @@ impl LockClient {
     ///
     /// # Errors
     ///
-    /// [`Error::Timeout`] when another owner still holds the lock after the wait;
+    /// [`Error::AlreadyHeld`] when this thread holds `key` already (use
+    /// [`lock_reentrant`](Self::lock_reentrant) to join it); [`Error::Timeout`] when another
+    /// owner still holds the lock after the wait;
     /// [`Error::InvalidInput`] for a bad key; [`Error::WrongType`] when the key holds other
     /// data; Redis and pool errors.
     ///
@@ -374,6 +376,26 @@ impl LockClient {
             .inner
             .acquire(&self.inner.mutex, key, &opts, &deadline)?
             .map(LockGuard::new))
+    }
+
+    /// Whether this thread holds `key` through this client: a lock it acquired (and has not
+    /// released or lost) whose guard is still alive. A non-reentrant acquisition of such a
+    /// lock fails at once with [`Error::AlreadyHeld`] instead of waiting for itself.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redis_lock::Result<()> {
+    /// # let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+    /// let guard = locks.lock("report")?;
+    /// assert!(locks.is_held_by_current_thread("report"));
+    /// assert!(matches!(locks.lock("report"), Err(redis_lock::Error::AlreadyHeld { .. })));
+    /// drop(guard);
+    /// assert!(!locks.is_held_by_current_thread("report"));
+    /// # Ok(()) }
+    /// ```
+    pub fn is_held_by_current_thread(&self, key: &str) -> bool {
+        crate::hold::registry::held_here(&self.inner, key).is_some()
     }
 
     /// Builder-style options for one acquisition of `key`.

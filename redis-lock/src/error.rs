@@ -42,6 +42,17 @@ pub enum Error {
         /// The lock name as the caller gave it (without namespace).
         key: String,
     },
+    /// This thread already holds `key` through this client, and the call did not ask for
+    /// reentrancy: it would wait for itself (forever, with the default wait). Join the held
+    /// lock with [`LockClient::lock_reentrant`](crate::LockClient::lock_reentrant) or
+    /// [`LockOptions::reentrant`](crate::LockOptions::reentrant), or release it first.
+    #[error(
+        "lock {key:?} is already held by this thread through this client; waiting for it would wait for itself"
+    )]
+    AlreadyHeld {
+        /// The lock name as the caller gave it (without namespace).
+        key: String,
+    },
     /// Another owner still held `key` when the wait budget ran out.
     #[error("timed out after {waited:?} waiting for lock {key:?}")]
     Timeout {

@@ -220,6 +220,26 @@ impl LockGuard {
         self.lease.extend(ttl)
     }
 
+    /// How many guards share this acquisition: more than one only through reentrancy
+    /// ([`LockClient::lock_reentrant`](crate::LockClient::lock_reentrant)); the lock is
+    /// released when the last one goes.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redis_lock::Result<()> {
+    /// # let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+    /// let outer = locks.lock_reentrant("account:7")?;
+    /// let inner = locks.lock_reentrant("account:7")?;
+    /// assert_eq!(outer.hold_count(), 2);
+    /// drop(inner);
+    /// assert_eq!(outer.hold_count(), 1);
+    /// # Ok(()) }
+    /// ```
+    pub fn hold_count(&self) -> usize {
+        self.lease.holds()
+    }
+
     /// Releases the lock now and tells what happened (see [`ReleaseOutcome`]). A lock that
     /// somebody else holds now is left untouched.
     ///

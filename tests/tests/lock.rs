@@ -652,3 +652,52 @@ fn a_client_wide_on_lost_callback_hears_about_plain_locks() {
     assert_eq!(reason, LostReason::Deleted);
     assert!(guard.is_lost());
 }
+
+/// A thread that asks again for a lock it holds, without reentrancy, would wait for itself
+/// (forever, now that `lock` waits until free): it gets `AlreadyHeld` at once instead. A
+/// reentrant acquisition still joins, and another thread still simply waits.
+#[test]
+fn asking_again_for_a_lock_this_thread_holds_fails_at_once() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let guard = locks.lock("mine").unwrap();
+    assert!(locks.is_held_by_current_thread("mine"));
+    assert!(!locks.is_held_by_current_thread("other"));
+    let before = locks.request_count();
+    let started = Instant::now();
+    for err in [
+        locks.lock("mine").map(drop).unwrap_err(),
+        locks
+            .try_lock_for("mine", Duration::from_secs(5))
+            .map(drop)
+            .unwrap_err(),
+        locks.try_lock("mine").map(drop).unwrap_err(),
+    ] {
+        assert!(
+            matches!(&err, Error::AlreadyHeld { key } if key == "mine"),
+            "{err:?}"
+        );
+    }
+    assert!(started.elapsed() < Duration::from_millis(100));
+    assert_eq!(
+        locks.request_count(),
+        before,
+        "refused without asking Redis"
+    );
+    // Reentrancy joins.
+    let joined = locks.lock_reentrant("mine").unwrap();
+    assert_eq!(joined.hold_count(), 2);
+    drop(joined);
+    assert_eq!(guard.hold_count(), 1);
+    // Another thread is no owner: it waits (bounded here) and gets busy, not an error.
+    std::thread::scope(|s| {
+        let other = s
+            .spawn(|| locks.try_lock_for("mine", Duration::from_millis(100)))
+            .join()
+            .unwrap();
+        assert!(matches!(other, Ok(None)), "{other:?}");
+    });
+    drop(guard);
+    assert!(!locks.is_held_by_current_thread("mine"));
+    assert!(locks.try_lock("mine").unwrap().is_some());
+}

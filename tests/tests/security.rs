@@ -183,6 +183,9 @@ fn workload(server: &RedisServer, url: &str) -> redis_lock::Result<()> {
     locks.inspect("acl")?;
     let waiter = {
         let other = client_for(url);
+        // Another client: the waiter's own thread asking again would be refused at once
+        // (`AlreadyHeld`) without a round trip.
+        let third = client_for(url);
         std::thread::spawn(move || {
             let got = other
                 .options("acl")
@@ -190,7 +193,7 @@ fn workload(server: &RedisServer, url: &str) -> redis_lock::Result<()> {
                 .retry(redis_lock::RetryStrategy::fair())
                 .try_acquire()?;
             // An attempt on a lock that was handed over and not yet claimed (LLEN).
-            let busy = other.try_lock("acl")?.is_none();
+            let busy = third.try_lock("acl")?.is_none();
             Ok::<bool, Error>(got.is_some() && busy)
         })
     };

@@ -108,9 +108,13 @@ impl Inner {
         let keys = self.keys(name)?;
         let ttl = opts.ttl.unwrap_or(self.config.default_ttl);
         validate(ttl, opts)?;
-        if opts.reentrant
-            && let Some(lease) = registry::held_here(self, name)
-        {
+        if let Some(lease) = registry::held_here(self, name) {
+            if !opts.reentrant {
+                // Waiting would wait for this very thread: say so at once.
+                return Err(Error::AlreadyHeld {
+                    key: name.to_owned(),
+                });
+            }
             lease.add_hold();
             tracing::debug!(target: "redis_lock", key = name, "lock re-entered");
             return Ok(Some(lease));

@@ -497,6 +497,11 @@ impl Lease {
         result
     }
 
+    /// Guards alive for this acquisition.
+    pub(crate) fn holds(&self) -> usize {
+        self.holds.load(Ordering::Acquire)
+    }
+
     pub(crate) fn add_hold(&self) {
         self.holds.fetch_add(1, Ordering::AcqRel);
     }

@@ -41,9 +41,15 @@ fn main() -> redis_lock::Result<()> {
         );
     }
 
-    // A second attempt while it is held: busy, not an error.
-    assert!(locks.try_lock("report")?.is_none());
-    println!("try_lock while held: busy");
+    // Another thread's attempt while it is held: busy, not an error.
+    let busy = std::thread::scope(|s| s.spawn(|| locks.try_lock("report")).join())
+        .expect("thread panicked")?
+        .is_none();
+    assert!(busy);
+    println!("try_lock from another thread while held: busy");
+    // The holding thread asking again would wait for itself: refused at once instead.
+    let again = locks.try_lock("report").map(drop).unwrap_err();
+    println!("the same thread asking again: {again}");
     drop(guard);
 
     // A lock without watchdog expires after its TTL; its release then reports that.

@@ -6,15 +6,7 @@ use std::time::Duration;
 /// `CLOCK_MONOTONIC` in nanoseconds: the same clock in every process on this machine, so
 /// events recorded by worker processes can be ordered against each other.
 pub(crate) fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec.
-    unsafe {
-        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts);
-    }
-    u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
+    redis_lock_tests::monotonic_ns()
 }
 
 /// Sleeps until `CLOCK_MONOTONIC` reaches `at_ns`.

@@ -102,11 +102,18 @@ impl RedisCounters {
         }
     }
 
-    /// Microseconds of command execution between `before` and `self` (all commands but `INFO`).
+    /// Microseconds of command execution between `before` and `self`, counted once: only the
+    /// commands clients send. An `EVALSHA`'s `usec` already includes the commands its script
+    /// runs, and Redis counts those again under their own names, so adding every line of
+    /// `INFO commandstats` counts a script's work twice.
     pub(crate) fn usec_since(&self, before: &RedisCounters) -> u64 {
+        const TOP_LEVEL: [&str; 11] = [
+            "evalsha", "eval", "script", "set", "get", "blpop", "blmove", "ping", "wait",
+            "waitaof", "scan",
+        ];
         self.usec
             .iter()
-            .filter(|(name, _)| name.as_str() != "info")
+            .filter(|(name, _)| TOP_LEVEL.contains(&name.as_str()))
             .map(|(name, n)| n - before.usec.get(name).copied().unwrap_or(0))
             .sum()
     }

@@ -29,7 +29,8 @@ fn millis(ms: u64) -> TokenStream {
 
 fn options(plan: &Plan) -> TokenStream {
     let krate = &plan.krate;
-    let mut options = quote!(#krate::LockOptions::new());
+    let label = &plan.label;
+    let mut options = quote!(#krate::LockOptions::new().label(#label));
     if let Some(ms) = plan.ttl_ms {
         let d = millis(ms);
         options.extend(quote!(.ttl(#d)));

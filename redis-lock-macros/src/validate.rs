@@ -26,6 +26,9 @@ pub(crate) enum Key {
 /// Everything the expansion needs, checked.
 pub(crate) struct Plan {
     pub(crate) key: Key,
+    /// The key template as written: the lock's label in metrics and spans (bounded
+    /// cardinality: never the formatted name).
+    pub(crate) label: LitStr,
     pub(crate) ttl_ms: Option<u64>,
     pub(crate) wait_ms: Option<u64>,
     pub(crate) retry: Option<Retry>,
@@ -192,10 +195,11 @@ pub(crate) fn check(args: LockArgs, func: &ItemFn) -> syn::Result<Plan> {
             .ok(),
     };
 
-    match (errors.0, key) {
+    match (errors.0, key.zip(args.key)) {
         (Some(error), _) => Err(error),
-        (None, Some(key)) => Ok(Plan {
+        (None, Some((key, label))) => Ok(Plan {
             key,
+            label,
             ttl_ms,
             wait_ms,
             retry,

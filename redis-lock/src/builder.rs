@@ -510,6 +510,8 @@ impl Builder {
             call_bound: (self.connect_timeout.max(self.pool_timeout) + self.io_timeout)
                 * u32::try_from(deployment.stores().len()).unwrap_or(u32::MAX),
         };
+        // Units and descriptions for the recorder installed now (nothing without `metrics`).
+        crate::hold::observe::describe();
         Ok(LockClient::from_inner(Inner::new(
             deployment,
             config,

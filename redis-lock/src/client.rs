@@ -666,6 +666,12 @@ impl LockRequest<'_> {
         self
     }
 
+    /// See [`LockOptions::label`].
+    pub fn label(mut self, label: impl Into<std::borrow::Cow<'static, str>>) -> Self {
+        self.opts = self.opts.label(label);
+        self
+    }
+
     /// See [`LockOptions::on_lost`].
     pub fn on_lost(mut self, callback: impl Fn(&crate::LostEvent) + Send + Sync + 'static) -> Self {
         self.opts = self.opts.on_lost(callback);

@@ -37,6 +37,16 @@ pub struct LockInfo {
     /// [`LockGuard::release_after`](crate::LockGuard::release_after)): when the cool-down ends.
     /// The lock frees at the later of this and [`hold_until`](Self::hold_until).
     pub cooling_until: Option<SystemTime>,
+    /// Threads (of any process) registered as waiting for this lock, as Redis counts them
+    /// now: waiters whose registration has not lapsed. Under Redlock, the most any server of
+    /// the majority counts.
+    pub waiters: u32,
+    /// Fair waiters ([`RetryStrategy::fair`](crate::RetryStrategy::fair)) queued for this
+    /// lock, in arrival order; part of [`waiters`](Self::waiters) while they are alive.
+    pub queued: u32,
+    /// The id of the fair waiter at the head of the queue: the next one the lock goes to.
+    /// Opaque, random per acquisition; useful to see that the head moves.
+    pub queue_head: Option<String>,
 }
 
 fn unix_ms(t: u64) -> SystemTime {
@@ -56,6 +66,9 @@ impl LockInfo {
             owned: h.owned,
             hold_until: h.hold_until_ms.map(unix_ms),
             cooling_until: h.cool_until_ms.map(unix_ms),
+            waiters: h.waiters,
+            queued: h.queued,
+            queue_head: h.queue_head,
         }
     }
 }

@@ -84,8 +84,26 @@
 //!   compiler only, no OpenSSL). `rediss://host/#insecure` skips certificate verification; to
 //!   verify against your own CA, build a `redis::Client` with `redis::Client::build_with_tls`
 //!   and pass it to [`LockClient::from_pool`].
+//! - `metrics`: metrics through the [`metrics`](https://docs.rs/metrics) facade, so any
+//!   exporter works (see [`describe_metrics`] for the list). Without it, spans are still
+//!   there (see "Observability").
 //! - `cli`: the `redis-lock` command-line tool (`cargo install --path redis-lock --features
 //!   cli`; it includes `tls`). The library itself does not use the tool's dependencies.
+
+//!
+//! # Observability
+//!
+//! Every acquisition runs in an `acquire` span (target `redis_lock`, level INFO) with the
+//! lock's name, [label](LockOptions::label), primitive and wait budget, and on close its
+//! outcome (`acquired`, `busy`, `timeout`, `error`), the time waited, the attempts made and
+//! the fencing token; a `hold` span covers each held lock from acquisition to release (or
+//! drop), with how it ended (`released`, `late`, `lost`, `expired`). Both carry
+//! `otel.kind` and `otel.status_code` for OpenTelemetry bridges. Owner tokens and passwords
+//! never appear in spans, events, `Debug` or errors.
+//!
+//! With the `metrics` feature the same events feed metrics (see [`describe_metrics`]),
+//! labelled by the lock's *label*, never by its name, so that the number of time series
+//! stays bounded.
 
 #![warn(missing_docs)]
 // docs.rs builds with every feature and `--cfg docsrs`: each gated item says which feature it
@@ -124,6 +142,8 @@ pub use error::{Error, LostReason, Result};
 pub use global::{default_client, set_default_client};
 pub use guard::LockGuard;
 pub use hold::lease::ReleaseOutcome;
+#[cfg(feature = "metrics")]
+pub use hold::observe::describe_metrics;
 pub use hold::retry::RetryStrategy;
 pub use info::LockInfo;
 pub use options::{LockOptions, LostEvent, MAX_METADATA_LEN, MAX_TTL};

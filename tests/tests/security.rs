@@ -393,7 +393,13 @@ fn credentials_never_appear_in_debug_display_errors_or_log_events() {
 
     let events = EVENTS.lock().unwrap().clone();
     // The capture works: the events this test provoked are there.
-    for expected in ["lock acquired", "lock lost", "connecting to redis failed"] {
+    for expected in [
+        "lock acquired",
+        "lock lost",
+        "connecting to redis failed",
+        "span acquire",
+        "span hold",
+    ] {
         assert!(
             events.iter().any(|e| e.contains(expected)),
             "no {expected:?} event in {events:#?}"

@@ -329,6 +329,10 @@ fn combine_inspect(n: usize, a: &Answers<Option<Holder>>) -> Verdict<Option<Hold
             ttls.sort_unstable_by(|a, b| b.cmp(a));
             let mut holder = (*candidate).clone();
             holder.remaining_ttl = Some(ttls[q - 1]).filter(|t| *t != Duration::MAX);
+            // A waiter registers on every server it finds the lock busy on: the most any
+            // server counts.
+            holder.waiters = same.iter().map(|h| h.waiters).max().unwrap_or(0);
+            holder.queued = same.iter().map(|h| h.queued).max().unwrap_or(0);
             return Verdict::Decided(Some(holder));
         }
     }
@@ -837,6 +841,9 @@ mod tests {
             hold_until_ms: None,
             owned: true,
             cool_until_ms: None,
+            waiters: 0,
+            queued: 0,
+            queue_head: None,
         }
     }
 

@@ -21,6 +21,9 @@ use crate::wire::{
 /// deployment, so the request counter, the reply timeouts and broken-connection handling are
 /// the store's and not the primitive's business.
 pub(crate) trait Primitive: Send + Sync + std::fmt::Debug {
+    /// Its name in metrics and spans (`mutex`; a mode for primitives that have one).
+    fn kind(&self) -> &'static str;
+
     /// Take the lock, or find it busy (registering as a waiter as `args` say).
     fn attempt(&self, con: &mut dyn ConnectionLike, args: &AttemptArgs<'_>) -> Result<Attempt>;
 

@@ -14,10 +14,14 @@
 //!    claims it later) or claims it at once (`take_grant`).
 //! 4. A waiter whose budget runs out leaves, passing on a grant made for it.
 
+use std::cell::Cell;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tracing::Span;
+
 use super::lease::{Lease, Start};
+use super::observe::{self, Hold, Labels};
 use super::retry::{RetryStrategy, Step};
 use super::{Inner, registry, watchdog};
 use crate::deploy::seam::Primitive;
@@ -63,6 +67,11 @@ struct Acquisition<'a> {
     watchdog: bool,
     ids: Ids,
     fair: bool,
+    labels: &'a Labels,
+    /// The span the hold span goes under.
+    parent: &'a Span,
+    /// Attempts sent so far (for the acquire span).
+    attempts: &'a Cell<u32>,
 }
 
 /// What a grant we popped is worth.
@@ -105,6 +114,59 @@ impl Inner {
         opts: &LockOptions,
         deadline: &Deadline,
     ) -> Result<Option<Arc<Lease>>> {
+        let labels = Labels {
+            label: opts
+                .label
+                .clone()
+                .unwrap_or(std::borrow::Cow::Borrowed(observe::OTHER)),
+            primitive: primitive.kind(),
+        };
+        // The hold span's parent: the caller's span, not the acquire span.
+        let parent = Span::current();
+        // Not acquired: a timeout if it could wait, else busy (as `acquire_with` reports it).
+        let retry = opts.retry.as_ref().unwrap_or(&self.config.default_retry);
+        let waits = deadline.at > deadline.started && *retry != RetryStrategy::none();
+        let span = observe::acquire_span(
+            name,
+            &labels,
+            waits.then(|| deadline.at.saturating_duration_since(deadline.started)),
+        );
+        let attempts = Cell::new(0);
+        let result = span.in_scope(|| {
+            self.acquire_in_span(primitive, name, opts, deadline, &labels, &parent, &attempts)
+        });
+        let outcome = match &result {
+            Ok(Some(_)) => Ok(observe::Outcome::Acquired),
+            Ok(None) if waits => Ok(observe::Outcome::Timeout),
+            Ok(None) => Ok(observe::Outcome::Busy),
+            Err(e) => Err(e),
+        };
+        let fence = result
+            .as_ref()
+            .ok()
+            .and_then(|l| l.as_ref().map(|l| l.fence));
+        observe::acquired(
+            &span,
+            &labels,
+            deadline.started,
+            outcome,
+            attempts.get(),
+            fence,
+        );
+        result
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn acquire_in_span(
+        self: &Arc<Self>,
+        primitive: &Arc<dyn Primitive>,
+        name: &str,
+        opts: &LockOptions,
+        deadline: &Deadline,
+        labels: &Labels,
+        parent: &Span,
+        attempts: &Cell<u32>,
+    ) -> Result<Option<Arc<Lease>>> {
         let keys = self.keys(name)?;
         let ttl = opts.ttl.unwrap_or(self.config.default_ttl);
         validate(ttl, opts)?;
@@ -142,6 +204,9 @@ impl Inner {
             watchdog: opts.watchdog.unwrap_or(self.config.watchdog),
             ids: new_ids()?,
             fair: retry.is_fair(),
+            labels,
+            parent,
+            attempts,
         };
         a.run(retry, deadline)
     }
@@ -203,8 +268,11 @@ impl Acquisition<'_> {
         let wake = mutex::wake_list(&self.keys, &self.ids.waiter, self.fair);
         let mut registration: Option<Registration> = None;
         let mut attempt = 0u32;
+        // Counts this thread as waiting from its first wait on.
+        let mut waiting = None;
         loop {
             attempt += 1;
+            self.attempts.set(attempt);
             let left = deadline.at.saturating_duration_since(Instant::now());
             let register = if retry.notified() && retry.may_wait_after(attempt, left) {
                 if self.fair {
@@ -267,7 +335,11 @@ impl Acquisition<'_> {
                 }
             };
             let left = deadline.at.saturating_duration_since(Instant::now());
-            let popped = match retry.next(attempt, left, holder_ttl, block) {
+            let step = retry.next(attempt, left, holder_ttl, block);
+            if step != Step::Stop && waiting.is_none() {
+                waiting = Some(observe::Waiting::start(self.labels));
+            }
+            let popped = match step {
                 Step::Stop => {
                     if registration.is_some() {
                         self.leave();
@@ -382,6 +454,7 @@ impl Acquisition<'_> {
                 cooldown: self.opts.cooldown.unwrap_or_default(),
                 on_lost: self.on_lost(),
             })?;
+            observe::handoff(self.labels);
             tracing::debug!(target: "redis_lock", key = self.name, fence = grant.fence, waited = ?deadline.started.elapsed(), "lock handed over");
             return Ok(Some(lease));
         }
@@ -403,6 +476,7 @@ impl Acquisition<'_> {
             return Ok(None);
         };
         let lease = self.hold(self.taken(grant.token, fence, sent))?;
+        observe::handoff(self.labels);
         tracing::debug!(target: "redis_lock", key = self.name, fence, waited = ?deadline.started.elapsed(), "lock handed over and claimed");
         Ok(Some(lease))
     }
@@ -429,6 +503,13 @@ impl Acquisition<'_> {
     /// Makes an acquired lock a lease: registry, watchdog.
     fn hold(&self, start: Start) -> Result<Arc<Lease>> {
         let inner = self.inner;
+        let hold = Hold::start(
+            self.name,
+            self.labels.clone(),
+            start.fence,
+            start.acquired,
+            self.parent,
+        );
         let lease = Arc::new(Lease::new(
             inner.registry.next_id(),
             Arc::clone(inner),
@@ -436,6 +517,7 @@ impl Acquisition<'_> {
             self.name,
             self.keys.clone(),
             start,
+            hold,
         ));
         if self.watchdog
             && let Err(e) = watchdog::start(&lease)

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use super::Inner;
+use super::observe::{self, Ended, Hold};
 use super::watchdog::Worker;
 use crate::deploy::seam::Primitive;
 use crate::deploy::{ClaimArgs, ReleaseArgs};
@@ -192,6 +193,8 @@ pub(crate) struct Lease {
     /// The renewal thread serving this lease, until release (or loss) frees it.
     pub(crate) watchdog: Mutex<Option<Arc<Worker>>>,
     on_lost: Option<LostCallback>,
+    /// The hold's span and metrics; ended at the loss or the release, closed on drop.
+    hold: Mutex<Hold>,
 }
 
 impl std::fmt::Debug for Lease {
@@ -212,6 +215,7 @@ impl Lease {
         name: &str,
         keys: LockKeys,
         start: Start,
+        hold: Hold,
     ) -> Lease {
         let valid = inner.valid_until(start.sent, start.set_ttl);
         let mut state = State {
@@ -241,6 +245,7 @@ impl Lease {
             released: Condvar::new(),
             watchdog: Mutex::new(None),
             on_lost: start.on_lost,
+            hold: Mutex::new(hold),
         }
     }
 
@@ -253,6 +258,7 @@ impl Lease {
             }
             st.lost = Some(reason);
         }
+        self.hold.lock().end(Ended::from_loss(reason), Some(reason));
         tracing::warn!(target: "redis_lock", key = %self.name, %reason, "lock lost");
         if let Some(cb) = &self.on_lost {
             cb(&LostEvent {
@@ -336,6 +342,7 @@ impl Lease {
             Ok(Renewal::Renewed) => {
                 let valid = self.inner.valid_until(sent, ttl);
                 st.set(sent, ttl, valid);
+                observe::renewed(self.hold.lock().labels());
                 tracing::trace!(target: "redis_lock", key = %self.name, ?ttl, "lock renewed");
                 false
             }
@@ -346,6 +353,7 @@ impl Lease {
                 true
             }
             Err(error) => {
+                observe::renewal_failed(self.hold.lock().labels());
                 if st.renewal_failed(Instant::now()) {
                     drop(st);
                     self.mark_lost(LostReason::RenewalFailed);
@@ -472,6 +480,16 @@ impl Lease {
             )
             .map(ReleaseOutcome::from);
         let held_for = self.acquired_at.elapsed();
+        if let Ok(outcome) = &result {
+            let (ended, reason) = match outcome {
+                ReleaseOutcome::Released | ReleaseOutcome::StillHeld => (Ended::Released, None),
+                ReleaseOutcome::Late => (Ended::Late, Some(LostReason::Expired)),
+                ReleaseOutcome::Lost => (Ended::Lost, Some(LostReason::TakenOver)),
+            };
+            let mut hold = self.hold.lock();
+            hold.end(ended, reason);
+            hold.close();
+        }
         match &result {
             Ok(ReleaseOutcome::Released) => {
                 tracing::debug!(target: "redis_lock", key = %self.name, ?held_for, "lock released")

@@ -1,12 +1,14 @@
 //! What happens to a held lock and to its waiters: the acquire loop and the handoff
 //! (`acquire`), the lease (`lease`), the renewal threads (`watchdog`), the registry of held
-//! locks and reentrancy (`registry`), the retry strategies (`retry`), and the mutex's
-//! implementation of the primitive seam (`mutex`). Never matches on the deployment: it asks
+//! locks and reentrancy (`registry`), the retry strategies (`retry`), what is reported about
+//! locks in spans and metrics (`observe`), and the mutex's implementation of the primitive
+//! seam (`mutex`). Never matches on the deployment: it asks
 //! `deploy::Deployment` and gets one combined answer.
 
 pub(crate) mod acquire;
 pub(crate) mod lease;
 pub(crate) mod mutex;
+pub(crate) mod observe;
 pub(crate) mod registry;
 pub(crate) mod retry;
 pub(crate) mod watchdog;

@@ -17,6 +17,10 @@ use crate::wire::{
 pub(crate) struct Mutex;
 
 impl Primitive for Mutex {
+    fn kind(&self) -> &'static str {
+        "mutex"
+    }
+
     fn attempt(&self, con: &mut dyn ConnectionLike, args: &AttemptArgs<'_>) -> Result<Attempt> {
         script::acquire(con, args)
     }

@@ -156,6 +156,12 @@ pub(crate) struct Holder {
     pub(crate) owned: bool,
     /// End of the cool-down a release asked for, Unix ms (server clock).
     pub(crate) cool_until_ms: Option<u64>,
+    /// Live waiter registrations.
+    pub(crate) waiters: u32,
+    /// Fair waiters queued.
+    pub(crate) queued: u32,
+    /// The waiter id at the head of the fair queue.
+    pub(crate) queue_head: Option<String>,
 }
 
 /// The holder of a lock broken by `force_release`.
@@ -183,6 +189,11 @@ fn int(v: &Value) -> Option<i64> {
         Value::SimpleString(s) => s.parse().ok(),
         _ => None,
     }
+}
+
+/// A count in a reply: a non-negative integer, 0 for anything else.
+fn count(v: &Value) -> u32 {
+    int(v).and_then(|c| u32::try_from(c).ok()).unwrap_or(0)
 }
 
 fn text(v: &Value) -> String {

@@ -35,8 +35,8 @@ use std::time::Duration;
 use redis::{ConnectionLike, Script, Value};
 
 use super::{
-    Attempt, AttemptArgs, Broken, Claim, Holder, LockKeys, OwnedTtl, Release, Renewal, int, millis,
-    ms, text, unexpected,
+    Attempt, AttemptArgs, Broken, Claim, Holder, LockKeys, OwnedTtl, Release, Renewal, count, int,
+    millis, ms, text, unexpected,
 };
 use crate::error::{Error, Result};
 
@@ -308,9 +308,12 @@ static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     ))
 });
 
-/// Read holder information and the remaining TTL in one go.
-/// KEYS: lock. Returns `{}` when free, `{-2}` for another type, else
-/// `{pttl, host, pid, since, fence, meta, hold_until, token_is_empty, cool_until}`.
+/// Read holder information, the remaining TTL and who waits in one go.
+/// KEYS: lock, waiters, queue. Returns `{}` when free, `{-2}` for another type, else
+/// `{pttl, host, pid, since, fence, meta, hold_until, token_is_empty, cool_until, waiters,
+/// queued, head}`: `waiters` counts live registrations (lapsing after now), `queued` the fair
+/// queue, `head` is the waiter id at its head (`''` when empty). A waiter key of another type
+/// (not ours) counts as nobody waiting.
 static INSPECT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         "local h = redis.pcall('HMGET', KEYS[1], 'info', 'hold_until', 'token', 'fence', 'cool_until')\n",
@@ -327,7 +330,13 @@ static INSPECT: LazyLock<Script> = LazyLock::new(|| {
         "end\n",
         "local meta = ''\n",
         "if f[3] then meta = string.sub(info, pos) end\n",
-        "return {redis.call('PTTL', KEYS[1]), f[1] or '', f[2] or '', f[3] or '0', h[4] or '0', meta, h[2] or '0', (h[3] == '' or h[3] == false) and 1 or 0, h[5] or '0'}\n",
+        clock!(),
+        "local w = redis.pcall('ZCOUNT', KEYS[2], '(' .. clock(), '+inf')\n",
+        "if type(w) ~= 'number' then w = 0 end\n",
+        "local q = redis.pcall('ZCARD', KEYS[3])\n",
+        "local head = ''\n",
+        "if type(q) ~= 'number' then q = 0 elseif q > 0 then head = redis.call('ZRANGE', KEYS[3], 0, 0)[1] end\n",
+        "return {redis.call('PTTL', KEYS[1]), f[1] or '', f[2] or '', f[3] or '0', h[4] or '0', meta, h[2] or '0', (h[3] == '' or h[3] == false) and 1 or 0, h[5] or '0', w, q, head}\n",
     ))
 });
 
@@ -598,7 +607,11 @@ fn decode_owned_ttl(r: i64) -> OwnedTtl {
 
 /// `INSPECT`: who holds the lock, `None` when it is free.
 pub(crate) fn inspect(con: &mut dyn ConnectionLike, keys: &LockKeys) -> Result<Option<Holder>> {
-    let v: Vec<Value> = INSPECT.key(&keys.lock).invoke(con)?;
+    let v: Vec<Value> = INSPECT
+        .key(&keys.lock)
+        .key(&keys.waiters)
+        .key(&keys.queue)
+        .invoke(con)?;
     decode_inspect(keys, &v)
 }
 
@@ -618,6 +631,9 @@ fn decode_inspect(keys: &LockKeys, v: &[Value]) -> Result<Option<Holder>> {
             hold_until,
             no_owner,
             cool_until,
+            waiters,
+            queued,
+            head,
         ] => {
             let since_ms = int(since).and_then(|s| u64::try_from(s).ok()).unwrap_or(0);
             let hold_until_ms = int(hold_until)
@@ -636,6 +652,9 @@ fn decode_inspect(keys: &LockKeys, v: &[Value]) -> Result<Option<Holder>> {
                 cool_until_ms: int(cool_until)
                     .and_then(|c| u64::try_from(c).ok())
                     .filter(|c| *c > 0),
+                waiters: count(waiters),
+                queued: count(queued),
+                queue_head: Some(text(head)).filter(|h| !h.is_empty()),
             }))
         }
         _ => Err(unexpected("unexpected inspect reply")),
@@ -782,6 +801,9 @@ mod tests {
             bulk("1700000005000"),
             Value::Int(0),
             bulk("0"),
+            Value::Int(3),
+            Value::Int(2),
+            bulk("w1"),
         ];
         let h = decode_inspect(&k, &v).unwrap().unwrap();
         assert_eq!(
@@ -796,6 +818,9 @@ mod tests {
                 hold_until_ms: Some(1_700_000_005_000),
                 owned: true,
                 cool_until_ms: None,
+                waiters: 3,
+                queued: 2,
+                queue_head: Some("w1".into()),
             }
         );
         // A grant not yet claimed: empty holder fields, no expiry, no hold.
@@ -809,8 +834,12 @@ mod tests {
             bulk("0"),
             Value::Int(1),
             bulk("1700000009000"),
+            Value::Int(0),
+            Value::Int(0),
+            bulk(""),
         ];
         let h = decode_inspect(&k, &v).unwrap().unwrap();
+        assert_eq!((h.waiters, h.queued, h.queue_head.as_deref()), (0, 0, None));
         assert_eq!(
             (h.remaining_ttl, h.meta, h.hold_until_ms, h.owned),
             (None, None, None, false)

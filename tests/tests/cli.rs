@@ -1130,3 +1130,188 @@ fn pty() -> (std::fs::File, OwnedFd) {
         )
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// watch: a live view of holders and waiters
+
+/// The JSON objects `watch --json` has printed so far.
+fn watch_events(running: &Running) -> Vec<Value> {
+    running
+        .stdout
+        .lock()
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line:?}")))
+        .collect()
+}
+
+fn has_event(running: &Running, event: &str, check: impl Fn(&Value) -> bool) -> bool {
+    wait_until(QUICK, || {
+        watch_events(running)
+            .iter()
+            .any(|e| e["event"] == event && check(e))
+    })
+}
+
+#[test]
+fn watch_json_reports_holders_waiters_handoffs_and_releases() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let running = Running::start(tool(&server).args([
+        "watch",
+        "watched",
+        "--json",
+        "--interval",
+        "20ms",
+        "--duration",
+        "60s",
+    ]));
+    assert!(
+        has_event(&running, "free", |e| e["held"] == false
+            && e["key"] == "watched"),
+        "{:?}",
+        running.stderr()
+    );
+    // Each step waits until watch has reported the one before: no sleeps, no races.
+    let first = locks.lock("watched").unwrap();
+    assert!(has_event(&running, "acquired", |e| {
+        e["pid"] == u64::from(std::process::id())
+            && e["fencing_token"] == first.fencing_token()
+            && e["waiters"] == 0
+    }));
+    let waiter = std::thread::spawn({
+        let locks = client(&server);
+        move || {
+            let guard = locks.lock("watched").unwrap();
+            let fence = guard.fencing_token();
+            assert_eq!(guard.release().unwrap(), ReleaseOutcome::Released);
+            fence
+        }
+    });
+    assert!(has_event(&running, "waiters", |e| e["waiters"] == 1));
+    let first_fence = first.fencing_token();
+    assert_eq!(first.release().unwrap(), ReleaseOutcome::Released);
+    let second_fence = waiter.join().unwrap();
+    assert!(second_fence > first_fence);
+    // The waiter may hold it for less than an interval: then only the release is seen.
+    assert!(has_event(&running, "released", |e| e["held"] == false));
+    let events = watch_events(&running);
+    let handoffs: Vec<&Value> = events.iter().filter(|e| e["event"] == "handoff").collect();
+    for h in &handoffs {
+        assert_eq!(h["fencing_token"], second_fence, "{events:#?}");
+    }
+    // No owner token in anything it printed.
+    for e in &events {
+        let obj = e.as_object().unwrap();
+        assert!(!obj.contains_key("token"), "{e}");
+    }
+}
+
+#[test]
+fn watch_redraws_a_table_on_a_terminal() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let held = locks
+        .options("tty-watched")
+        .metadata("nightly")
+        .acquire()
+        .unwrap();
+    let (mut master, slave) = pty();
+    let mut running = tool(&server)
+        .args(["watch", "tty-*", "--interval", "50ms", "--duration", "30s"])
+        .stdout(Stdio::from(slave))
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let screen = Arc::new(Mutex::new(String::new()));
+    let _reader = {
+        let screen = Arc::clone(&screen);
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = master.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                screen
+                    .lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        })
+    };
+    // The latest drawing: everything after the last clear-screen.
+    let latest = || {
+        let s = screen.lock().unwrap().clone();
+        s.rsplit("\x1b[H\x1b[2J").next().unwrap_or("").to_owned()
+    };
+    let pid = std::process::id().to_string();
+    let row = |drawing: &str, waiters: &str| {
+        drawing.lines().any(|l| {
+            let cells: Vec<&str> = l.split_whitespace().collect();
+            cells.first() == Some(&"tty-watched")
+                && cells.contains(&pid.as_str())
+                && cells.last() == Some(&waiters)
+        })
+    };
+    assert!(
+        wait_until(QUICK, || row(&latest(), "0")),
+        "no row for the holder: {:?}",
+        latest()
+    );
+    assert!(latest().contains("WAITERS"));
+    let waiter = std::thread::spawn({
+        let locks = client(&server);
+        move || locks.lock("tty-watched").map(|g| g.release())
+    });
+    assert!(
+        wait_until(QUICK, || row(&latest(), "1")),
+        "the waiter does not show: {:?}",
+        latest()
+    );
+    drop(held);
+    waiter.join().unwrap().unwrap().unwrap();
+    assert!(
+        wait_until(QUICK, || latest().contains("no lock held")
+            && latest().contains("released")),
+        "{:?}",
+        latest()
+    );
+    let _ = running.kill();
+    let _ = running.wait();
+}
+
+#[test]
+fn status_and_list_count_waiters() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let held = locks.lock("counted").unwrap();
+    let waiters: Vec<_> = (0..2)
+        .map(|_| {
+            let locks = client(&server);
+            std::thread::spawn(move || locks.lock("counted").map(|g| g.release()))
+        })
+        .collect();
+    assert!(wait_until(QUICK, || {
+        locks
+            .inspect("counted")
+            .unwrap()
+            .is_some_and(|i| i.waiters == 2)
+    }));
+    let status = finish(tool(&server).args(["status", "counted", "--json"]));
+    let v: Value = serde_json::from_str(status.stdout.trim()).unwrap();
+    assert_eq!(
+        (v["waiters"].as_u64(), v["queued"].as_u64()),
+        (Some(2), Some(0))
+    );
+    let text = finish(tool(&server).args(["status", "counted"]));
+    assert!(text.stdout.contains("waiters     2"), "{text:?}");
+    let list = finish(tool(&server).arg("list"));
+    assert!(
+        list.stdout.lines().next().unwrap().contains("WAITERS"),
+        "{list:?}"
+    );
+    drop(held);
+    for w in waiters {
+        w.join().unwrap().unwrap().unwrap();
+    }
+}

@@ -132,6 +132,7 @@ fn by_label(label: &str) -> [(&'static str, &str); 2] {
 #[test]
 fn acquire_outcomes_hold_endings_and_gauges_are_recorded_with_their_labels() {
     LazyLock::force(&SNAPSHOTTER);
+    LazyLock::force(&SPANS);
     let server = RedisServer::start();
     let locks = client(&server);
     let other = client(&server);
@@ -197,6 +198,7 @@ fn acquire_outcomes_hold_endings_and_gauges_are_recorded_with_their_labels() {
 #[test]
 fn renewals_and_losses_are_counted_and_end_the_hold() {
     LazyLock::force(&SNAPSHOTTER);
+    LazyLock::force(&SPANS);
     let server = RedisServer::start();
     let locks = client(&server);
     const L: &str = "renewed";
@@ -238,6 +240,7 @@ fn settle(locks: &LockClient, id: u64) -> redis_lock::Result<u64> {
 #[test]
 fn the_macro_labels_by_key_template_never_by_argument_value() {
     LazyLock::force(&SNAPSHOTTER);
+    LazyLock::force(&SPANS);
     let server = RedisServer::start();
     let locks = client(&server);
     assert_eq!(settle(&locks, 4242).unwrap(), 8484);
@@ -351,25 +354,38 @@ impl tracing::Subscriber for Spans {
 }
 
 impl Spans {
-    fn named(&self, name: &str) -> Vec<(u64, SpanRec)> {
+    /// Spans called `name`, of the lock `lock` (any lock for `None`).
+    fn named(&self, name: &str, lock: Option<&str>) -> Vec<(u64, SpanRec)> {
         self.0
             .lock()
             .unwrap()
             .iter()
             .enumerate()
             .filter(|(_, s)| s.name == name)
+            .filter(|(_, s)| {
+                lock.is_none_or(|l| s.fields.get("lock.name").map(String::as_str) == Some(l))
+            })
             .map(|(i, s)| (i as u64 + 1, s.clone()))
             .collect()
     }
 }
+
+/// The subscriber of this whole test binary. A global one, not `with_default`: tracing caches
+/// per call site whether anybody is interested, and a call site first reached by another
+/// test's thread while no scoped subscriber existed could be skipped here.
+static SPANS: LazyLock<Spans> = LazyLock::new(|| {
+    let spans = Spans::default();
+    tracing::subscriber::set_global_default(spans.clone()).expect("the only subscriber");
+    spans
+});
 
 #[test]
 fn acquire_and_hold_spans_carry_their_fields_and_no_secret() {
     let server = RedisServer::start();
     let locks = client(&server);
     let other = client(&server);
-    let spans = Spans::default();
-    let (token, fence) = tracing::subscriber::with_default(spans.clone(), || {
+    let spans = &*SPANS;
+    let (token, fence) = {
         let request = tracing::info_span!("request");
         let _entered = request.enter();
         let guard = locks
@@ -383,9 +399,9 @@ fn acquire_and_hold_spans_carry_their_fields_and_no_secret() {
         assert!(other.try_lock("s-1").unwrap().is_none());
         assert_eq!(guard.release().unwrap(), ReleaseOutcome::Released);
         (token, fence)
-    });
-    let request = spans.named("request")[0].0;
-    let acquires = spans.named("acquire");
+    };
+    let request = spans.named("request", None)[0].0;
+    let acquires = spans.named("acquire", Some("s-1"));
     assert_eq!(acquires.len(), 2, "{acquires:#?}");
     let (_, first) = &acquires[0];
     assert_eq!(first.parent, Some(request));
@@ -412,7 +428,7 @@ fn acquire_and_hold_spans_carry_their_fields_and_no_secret() {
     assert_eq!(busy.fields["lock.label"], "other", "no label set");
     assert!(!busy.fields.contains_key("lock.fencing_token"));
 
-    let holds = spans.named("hold");
+    let holds = spans.named("hold", Some("s-1"));
     assert_eq!(holds.len(), 1, "{holds:#?}");
     let (_, hold) = &holds[0];
     assert_eq!(

@@ -52,6 +52,7 @@ pub(crate) enum Action {
     Status { key: String, json: bool },
     List { pattern: String, json: bool },
     Release { key: String, json: bool },
+    Watch(crate::watch::WatchArgs),
 }
 
 /// What the command line asked for.
@@ -70,6 +71,7 @@ Examples:
   redis-lock --url redis://redis.internal:6379/ status nightly-report --json
   redis-lock list 'report-*'
   redis-lock release nightly-report --force
+  redis-lock watch 'report-*'
 
   # crontab lines, on every machine: whoever comes first runs the backup, the others skip
   # it (cron's PATH is short, so give full paths)
@@ -311,6 +313,27 @@ pub(crate) fn command() -> Command {
                 .arg(json_arg("Print a JSON array")),
         )
         .subcommand(
+            Command::new("watch")
+                .about("Watch who holds and who waits, live")
+                .after_help(WATCH_AFTER)
+                .arg(
+                    Arg::new("target")
+                        .value_name("NAME|PATTERN")
+                        .required(true)
+                        .help("A lock name, or a glob on lock names (with * ? or [)"),
+                )
+                .arg(
+                    duration_arg("interval", "DURATION")
+                        .default_value("500ms")
+                        .help("How often to look"),
+                )
+                .arg(
+                    duration_arg("duration", "DURATION")
+                        .help("Stop after this long [default: until interrupted]"),
+                )
+                .arg(json_arg("Print one JSON object per change")),
+        )
+        .subcommand(
             Command::new("release")
                 .about("Break a lock whoever holds it (operators only)")
                 .after_help(RELEASE_AFTER)
@@ -325,6 +348,24 @@ pub(crate) fn command() -> Command {
                 .arg(json_arg("Print one JSON object")),
         )
 }
+
+const WATCH_AFTER: &str = "\
+Looks every --interval (one round trip for a name; a SCAN and one per lock for a pattern) and
+shows what changed since the look before: held or free (at the first look; free only for a
+name), acquired, handoff (a new fencing token under a lock that stayed held: it changed hands
+between two looks), released, waiters (the number of waiting threads changed). Changes faster
+than the interval are seen only as their net effect.
+
+On a terminal the screen is redrawn: one row per lock (holder, pid, time to expiry, fencing
+token, waiters) and the latest changes. Otherwise one line per change; with --json one JSON
+object per change (event, key, held, host, pid, remaining_ttl_ms, fencing_token, waiters,
+queued, time). A failed look is reported and the next one tried. Runs until interrupted, or
+for --duration.
+
+Examples:
+  redis-lock watch nightly-report
+  redis-lock watch 'invoice:*' --interval 200ms
+  redis-lock watch backup --json --duration 1h >> backup-lock.log";
 
 /// Parses `args` (program name first).
 pub(crate) fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Parsed, Failure> {
@@ -350,9 +391,26 @@ pub(crate) fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Parsed, 
             key: string(m, "key"),
             json: m.get_flag("json"),
         },
+        Some(("watch", m)) => {
+            let interval = m
+                .get_one::<Duration>("interval")
+                .copied()
+                .unwrap_or(Duration::from_millis(500));
+            if interval < Duration::from_millis(10) {
+                return Err(Failure::usage(
+                    "--interval must be at least 10ms: every look is a round trip to Redis",
+                ));
+            }
+            Action::Watch(crate::watch::WatchArgs {
+                target: string(m, "target"),
+                interval,
+                duration: m.get_one::<Duration>("duration").copied(),
+                json: m.get_flag("json"),
+            })
+        }
         _ => {
             return Err(Failure::usage(
-                "missing command (run, status, list, release)",
+                "missing command (run, status, list, watch, release)",
             ));
         }
     };
@@ -410,7 +468,7 @@ fn clap_outcome(e: &clap::Error) -> Result<Parsed, Failure> {
     match e.kind() {
         ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => Ok(Parsed::Print(e.to_string())),
         ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => Err(Failure::usage(
-            "missing command (run, status, list, release); see 'redis-lock --help'",
+            "missing command (run, status, list, watch, release); see 'redis-lock --help'",
         )),
         _ => Err(Failure::usage(one_line(&e.to_string()))),
     }

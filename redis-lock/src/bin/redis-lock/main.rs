@@ -1,7 +1,7 @@
 //! `redis-lock`: run commands under a distributed lock on Redis, and look at and break locks.
 //!
-//! `redis-lock run KEY -- COMMAND` is `flock(1)` across machines; `status`, `list` and
-//! `release --force` are for operators. Built with the `cli` feature:
+//! `redis-lock run KEY -- COMMAND` is `flock(1)` across machines; `status`, `list`, `watch`
+//! and `release --force` are for operators. Built with the `cli` feature:
 //! `cargo install --path redis-lock --features cli`. See `redis-lock --help`.
 
 mod args;
@@ -14,6 +14,7 @@ mod report;
 mod run;
 mod signals;
 mod waitline;
+mod watch;
 
 use redis::IntoConnectionInfo;
 use redis_lock::LockClient;
@@ -46,6 +47,7 @@ fn dispatch() -> Result<i32, Failure> {
         Action::Status { key, json } => report::status(&locks, &server, &key, json),
         Action::List { pattern, json } => report::list(&locks, &server, &pattern, json),
         Action::Release { key, json } => report::release(&locks, &server, &key, json),
+        Action::Watch(watch_args) => Ok(watch::watch(&locks, &server, &watch_args)),
     }
 }
 

@@ -125,6 +125,8 @@ fn lock_json(namespace: &str, info: &LockInfo) -> Json {
             "cooling_until",
             Json::opt_str(info.cooling_until.map(rfc3339)),
         ),
+        ("waiters", Json::Int(u128::from(info.waiters))),
+        ("queued", Json::Int(u128::from(info.queued))),
     ])
 }
 
@@ -150,6 +152,14 @@ fn status_text(info: &LockInfo) -> String {
             .map_or_else(|| "never (the key has no TTL)".to_owned(), human),
     );
     field("fencing", info.fencing_token.to_string());
+    if info.waiters > 0 || info.queued > 0 {
+        let fair = if info.queued > 0 {
+            format!(" ({} queued fairly)", info.queued)
+        } else {
+            String::new()
+        };
+        field("waiters", format!("{}{fair}", info.waiters));
+    }
     if let Some(meta) = &info.metadata {
         field("metadata", printable(meta));
     }
@@ -178,9 +188,10 @@ fn table(infos: &[LockInfo]) -> String {
         "SINCE",
         "EXPIRES IN",
         "FENCE",
+        "WAITERS",
         "METADATA",
     ];
-    let rows: Vec<[String; 7]> = infos
+    let rows: Vec<[String; 8]> = infos
         .iter()
         .map(|i| {
             [
@@ -190,6 +201,7 @@ fn table(infos: &[LockInfo]) -> String {
                 rfc3339(i.acquired_at),
                 i.remaining_ttl.map_or_else(|| "never".to_owned(), human),
                 i.fencing_token.to_string(),
+                i.waiters.to_string(),
                 i.metadata.as_deref().map_or_else(String::new, printable),
             ]
         })

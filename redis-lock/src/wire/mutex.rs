@@ -331,11 +331,15 @@ static INSPECT: LazyLock<Script> = LazyLock::new(|| {
         "local meta = ''\n",
         "if f[3] then meta = string.sub(info, pos) end\n",
         clock!(),
-        "local w = redis.pcall('ZCOUNT', KEYS[2], '(' .. clock(), '+inf')\n",
-        "if type(w) ~= 'number' then w = 0 end\n",
-        "local q = redis.pcall('ZCARD', KEYS[3])\n",
-        "local head = ''\n",
-        "if type(q) ~= 'number' then q = 0 elseif q > 0 then head = redis.call('ZRANGE', KEYS[3], 0, 0)[1] end\n",
+        // ZRANGEBYSCORE and ZRANGE rather than ZCOUNT and ZCARD: the scripts use them
+        // already, so the minimal ACL rule (SAFETY.md) stays as it is; waiters are few.
+        "local w = redis.pcall('ZRANGEBYSCORE', KEYS[2], '(' .. clock(), '+inf')\n",
+        "if w['err'] then w = {} end\n",
+        "local q = redis.pcall('ZRANGE', KEYS[3], 0, -1)\n",
+        "if q['err'] then q = {} end\n",
+        "local head = q[1] or ''\n",
+        "w = #w\n",
+        "q = #q\n",
         "return {redis.call('PTTL', KEYS[1]), f[1] or '', f[2] or '', f[3] or '0', h[4] or '0', meta, h[2] or '0', (h[3] == '' or h[3] == false) and 1 or 0, h[5] or '0', w, q, head}\n",
     ))
 });

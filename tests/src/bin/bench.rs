@@ -179,7 +179,23 @@ fn main() {
         let client = contended::bench_client(&url);
         let on = uncontended::cycles(&url, &client, true, short);
         let off = uncontended::cycles(&url, &client, false, short);
+        // The same cycle once a metrics recorder is installed (it stays installed: last).
+        #[cfg(feature = "metrics")]
+        let recorded = {
+            metrics_exporter_prometheus::PrometheusBuilder::new()
+                .install_recorder()
+                .expect("the bench installs the only recorder");
+            uncontended::cycles(&url, &client, true, short)
+        };
         drop(client);
+        println!(
+            "\nredis-lock's `metrics` feature: {}",
+            if cfg!(feature = "metrics") {
+                "on (no recorder installed, except in the row that says so)"
+            } else {
+                "off"
+            }
+        );
         let mut t = Table::new(&[
             "uncontended",
             "cycles/s",
@@ -190,13 +206,17 @@ fn main() {
             "redis cpu us",
         ]);
         let raw_rate = uncontended::per_second(&raw);
-        for (name, s) in [
+        #[allow(unused_mut)]
+        let mut rows = vec![
             ("PING round trip", &rtt),
             ("PING after 1 ms idle", &rtt_idle),
             ("raw SET NX PX + EVALSHA del", &raw),
             ("lock + release, watchdog on", &on),
             ("lock + release, watchdog off", &off),
-        ] {
+        ];
+        #[cfg(feature = "metrics")]
+        rows.push(("lock + release, metrics recorder", &recorded));
+        for (name, s) in rows {
             t.row(vec![
                 name.to_owned(),
                 f(uncontended::per_second(s), 0),
@@ -226,6 +246,16 @@ fn main() {
                     ),
                 ),
         );
+        #[cfg(feature = "metrics")]
+        {
+            report = report.with(
+                "uncontended_metrics_recorder",
+                uncontended::json(&recorded).with(
+                    "ratio_to_baseline",
+                    uncontended::per_second(&recorded) / raw_rate,
+                ),
+            );
+        }
     } else {
         report = report.with("rtt", uncontended::json(&rtt));
     }

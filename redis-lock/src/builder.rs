@@ -489,8 +489,12 @@ impl Builder {
                 Arc::clone(&housekeeping),
             ));
         }
+        // One server's worst case: a connection (or a pooled one), then the reply.
+        let per_server = self.connect_timeout.max(self.pool_timeout) + self.io_timeout;
         let deployment = if quorum {
-            Deployment::Quorum(Quorum::new(stores))
+            // As many threads per server as connections: more could only wait for one.
+            let threads = usize::try_from(self.pool_size).unwrap_or(usize::MAX);
+            Deployment::Quorum(Quorum::new(stores, per_server, threads))
         } else {
             Deployment::Single(
                 stores
@@ -507,8 +511,9 @@ impl Builder {
             default_retry: self.default_retry,
             watchdog: self.watchdog,
             redacted_url,
-            call_bound: (self.connect_timeout.max(self.pool_timeout) + self.io_timeout)
-                * u32::try_from(deployment.stores().len()).unwrap_or(u32::MAX),
+            // A quorum asks its servers at once, in at most two steps (an attempt, then an
+            // undo or a fencing-counter raise; a renewal is one).
+            call_bound: if quorum { per_server * 2 } else { per_server },
         };
         // Units and descriptions for the recorder installed now (nothing without `metrics`).
         crate::hold::observe::describe();

@@ -514,7 +514,7 @@ impl LockClient {
     /// ```
     pub fn inspect(&self, key: &str) -> Result<Option<LockInfo>> {
         let keys = self.inner.keys(key)?;
-        let holder = self.inner.deployment.inspect(&*self.inner.mutex, &keys)?;
+        let holder = self.inner.deployment.inspect(&self.inner.mutex, &keys)?;
         Ok(holder.map(|h| LockInfo::from_holder(key, h)))
     }
 
@@ -540,7 +540,7 @@ impl LockClient {
         let keys = self.inner.keys(key)?;
         self.inner
             .deployment
-            .force_release(&*self.inner.mutex, &keys)
+            .force_release(&self.inner.mutex, &keys)
     }
 
     /// Releases every lock this client (any of its clones) still holds, and returns how many

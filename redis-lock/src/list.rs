@@ -18,7 +18,8 @@ impl LockClient {
     /// match.
     ///
     /// A listing is not a snapshot: a lock taken or released while it runs may or may not
-    /// appear. On Redis Cluster only the node the client is connected to is scanned. Under
+    /// appear. On Redis Cluster every master is scanned (the masters come from `CLUSTER
+    /// SLOTS`, the scan of each is routed to it). Under
     /// Redlock every server is scanned (a majority must answer) and each lock found is
     /// inspected by quorum, as [`inspect`](LockClient::inspect) does.
     ///

@@ -1,4 +1,5 @@
-//! Redis Cluster: locks spread over the masters, all keys of one lock in one slot (also for
+//! Redis Cluster: locks spread over the masters (and `list` finds them on every master), all
+//! keys of one lock in one slot (also for
 //! names with braces), waiting routed to the slot's master, and a lock that lives through a
 //! slot migration.
 
@@ -75,9 +76,25 @@ fn locks_spread_over_masters_and_live_on_their_slot_owner() {
     for i in 0..30 {
         assert!(other.try_lock(&format!("job-{i}")).unwrap().is_none());
     }
+    // `list` scans every master, not just the node a connection happens to pick.
+    let listed: Vec<String> = other
+        .list("job-*")
+        .unwrap()
+        .into_iter()
+        .map(|i| i.key)
+        .collect();
+    let mut expected: Vec<String> = (0..30).map(|i| format!("job-{i}")).collect();
+    expected.sort();
+    assert_eq!(
+        listed,
+        expected,
+        "every lock, from {} masters",
+        owners.len()
+    );
     for guard in guards {
         assert_eq!(guard.release().unwrap(), ReleaseOutcome::Released);
     }
+    assert!(other.list("job-*").unwrap().is_empty());
     assert!(other.try_lock("job-0").unwrap().is_some());
 }
 

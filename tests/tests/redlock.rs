@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use redis_lock::{Error, LockClient, LostReason, ReleaseOutcome};
-use redis_lock_tests::{RedisServer, holds, redlock_client, wait_until};
+use redis_lock_tests::{RedisServer, TcpProxy, holds, redlock_client, wait_until};
 
 fn three() -> [RedisServer; 3] {
     [
@@ -23,14 +23,17 @@ fn acquires_on_all_and_releases_on_all() {
     let locks = redlock_client(&[&a, &b, &c]);
     let other = redlock_client(&[&a, &b, &c]);
     let guard = locks.try_lock("job").unwrap().expect("free");
-    assert!(holds(&a, "job") && holds(&b, "job") && holds(&c, "job"));
+    // Acquired once a majority has it; the third server's answer may still be on its way.
+    let on_all = || holds(&a, "job") && holds(&b, "job") && holds(&c, "job");
+    assert!(wait_until(Duration::from_secs(2), on_all));
     assert!(other.try_lock("job").unwrap().is_none());
     let info = other.inspect("job").unwrap().expect("held by a majority");
     assert_eq!(info.fencing_token, guard.fencing_token());
     assert!(info.remaining_ttl.is_some());
     assert!(guard.remaining_ttl().unwrap().is_some());
     assert_eq!(guard.release().unwrap(), ReleaseOutcome::Released);
-    assert!(!holds(&a, "job") && !holds(&b, "job") && !holds(&c, "job"));
+    let on_none = || !holds(&a, "job") && !holds(&b, "job") && !holds(&c, "job");
+    assert!(wait_until(Duration::from_secs(2), on_none));
     assert!(other.inspect("job").unwrap().is_none());
     locks.ping().unwrap();
 }
@@ -340,4 +343,70 @@ fn list_finds_the_majority_locks_with_a_server_down() {
     assert_eq!(names(listed.clone()), ["report"]);
     assert_eq!(listed[0].fencing_token, report.fencing_token());
     assert_eq!(listed[0].metadata.as_deref(), Some("nightly"));
+}
+
+/// The servers are asked at once, and a call returns once a majority has answered: one slow
+/// server (200 ms each way, behind a proxy) does not slow down acquire, renew or release
+/// while the other two are fast. It still gets every request (the lock ends up there too,
+/// and is released there too).
+#[test]
+fn a_slow_server_does_not_slow_down_a_fast_majority() {
+    let [a, b, c] = three();
+    let proxy = TcpProxy::start(c.port()).unwrap();
+    let urls = [a.url(), b.url(), proxy.url()];
+    let build = || {
+        LockClient::redlock_builder(urls.iter().cloned())
+            .connect_timeout(Duration::from_secs(2))
+            .io_timeout(Duration::from_secs(2))
+            .build()
+            .unwrap()
+    };
+    let locks = build();
+    // Connections (and the script cache) warmed up before the proxy turns slow.
+    drop(locks.lock("warm").unwrap());
+    proxy.set_latency(Duration::from_millis(200));
+    let mut fences = Vec::new();
+    for round in 0..5 {
+        let started = Instant::now();
+        let guard = locks
+            .options("slow-one")
+            .ttl(Duration::from_secs(5))
+            .acquire()
+            .unwrap();
+        let acquired = started.elapsed();
+        guard.extend(Duration::from_secs(5)).unwrap();
+        let extended = started.elapsed() - acquired;
+        fences.push(guard.fencing_token());
+        let released_at = Instant::now();
+        assert_eq!(guard.release().unwrap(), ReleaseOutcome::Released);
+        let released = released_at.elapsed();
+        // A round trip through the proxy alone is 400 ms.
+        for (what, took) in [
+            ("acquire", acquired),
+            ("extend", extended),
+            ("release", released),
+        ] {
+            assert!(
+                took < Duration::from_millis(150),
+                "round {round}: {what} took {took:?}: it waited for the slow server"
+            );
+        }
+        // The slow server got the release too, eventually.
+        assert!(wait_until(Duration::from_secs(5), || !holds(
+            &c, "slow-one"
+        )));
+    }
+    assert!(fences.windows(2).all(|w| w[0] < w[1]), "{fences:?}");
+    // A busy lock: the fast majority says busy, but a not-acquired attempt waits for every
+    // answer (its undo must follow each attempt), so it takes the slow round trip.
+    let holder = locks.lock("slow-two").unwrap();
+    let other = build();
+    let started = Instant::now();
+    assert!(other.try_lock("slow-two").unwrap().is_none());
+    assert!(
+        started.elapsed() >= Duration::from_millis(350),
+        "{:?}",
+        started.elapsed()
+    );
+    drop(holder);
 }

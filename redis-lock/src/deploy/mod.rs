@@ -2,10 +2,12 @@
 //! matches on the deployment; it runs a primitive's operations (the `seam`) on the store or on
 //! every server of the quorum and hands back one combined answer.
 
+pub(crate) mod lanes;
 pub(crate) mod quorum;
 pub(crate) mod seam;
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
@@ -79,13 +81,13 @@ impl Deployment {
 
     pub(crate) fn attempt(
         &self,
-        p: &dyn Primitive,
+        p: &Arc<dyn Primitive>,
         args: &AttemptArgs<'_>,
         ack: Option<Ack>,
     ) -> Result<Attempted> {
         match self {
             Deployment::Single(store) => Ok(Attempted {
-                attempt: attempt_on(store, p, args, ack)?,
+                attempt: attempt_on(store, &**p, args, ack)?,
                 wait_on: None,
             }),
             Deployment::Quorum(q) => q.attempt(p, args, ack),
@@ -93,22 +95,22 @@ impl Deployment {
     }
 
     /// `Ok(None)` when this deployment does not hand out grants to pop.
-    pub(crate) fn claim(&self, p: &dyn Primitive, c: &ClaimArgs<'_>) -> Result<Option<Claim>> {
+    pub(crate) fn claim(&self, p: &Arc<dyn Primitive>, c: &ClaimArgs<'_>) -> Result<Option<Claim>> {
         match self {
-            Deployment::Single(store) => claim_on(store, p, c).map(Some),
+            Deployment::Single(store) => claim_on(store, &**p, c).map(Some),
             Deployment::Quorum(_) => Ok(None),
         }
     }
 
     pub(crate) fn renew(
         &self,
-        p: &dyn Primitive,
+        p: &Arc<dyn Primitive>,
         keys: &LockKeys,
         token: &str,
         ttl: Duration,
     ) -> Result<Renewal> {
         match self {
-            Deployment::Single(store) => renew_on(store, p, keys, token, ttl),
+            Deployment::Single(store) => renew_on(store, &**p, keys, token, ttl),
             Deployment::Quorum(q) => q.renew(p, keys, token, ttl),
         }
     }
@@ -116,16 +118,16 @@ impl Deployment {
     /// Gives the lock up, handing it over to a waiter under the token `grant` where one is
     /// registered (after `cooldown`, if not zero); `registration` is our own leftover waiter
     /// id to forget (or "").
-    pub(crate) fn release(&self, p: &dyn Primitive, r: &ReleaseArgs<'_>) -> Result<Release> {
+    pub(crate) fn release(&self, p: &Arc<dyn Primitive>, r: &ReleaseArgs<'_>) -> Result<Release> {
         match self {
-            Deployment::Single(store) => release_on(store, p, r),
+            Deployment::Single(store) => release_on(store, &**p, r),
             Deployment::Quorum(q) => q.release(p, r),
         }
     }
 
     pub(crate) fn owned_ttl(
         &self,
-        p: &dyn Primitive,
+        p: &Arc<dyn Primitive>,
         keys: &LockKeys,
         token: &str,
     ) -> Result<OwnedTtl> {
@@ -140,9 +142,10 @@ impl Deployment {
 
     /// Unregisters a waiter that gives up, passing on a grant a release made for it. Best
     /// effort: a registration that is not removed lapses by itself within the waiter margin.
-    pub(crate) fn leave(&self, p: &dyn Primitive, keys: &LockKeys, waiter: &str) {
-        for store in self.stores() {
-            leave_on(store, p, keys, waiter);
+    pub(crate) fn leave(&self, p: &Arc<dyn Primitive>, keys: &LockKeys, waiter: &str) {
+        match self {
+            Deployment::Single(store) => leave_on(store, &**p, keys, waiter),
+            Deployment::Quorum(q) => q.leave(p, keys, waiter),
         }
     }
 
@@ -155,7 +158,11 @@ impl Deployment {
         }
     }
 
-    pub(crate) fn inspect(&self, p: &dyn Primitive, keys: &LockKeys) -> Result<Option<Holder>> {
+    pub(crate) fn inspect(
+        &self,
+        p: &Arc<dyn Primitive>,
+        keys: &LockKeys,
+    ) -> Result<Option<Holder>> {
         match self {
             Deployment::Single(store) => {
                 let mut conn = store.conn()?;
@@ -165,7 +172,7 @@ impl Deployment {
         }
     }
 
-    pub(crate) fn force_release(&self, p: &dyn Primitive, keys: &LockKeys) -> Result<Broken> {
+    pub(crate) fn force_release(&self, p: &Arc<dyn Primitive>, keys: &LockKeys) -> Result<Broken> {
         match self {
             Deployment::Single(store) => {
                 let mut conn = store.conn()?;

@@ -1,8 +1,22 @@
 //! Redlock: one lock over N independent Redis servers, held while a majority holds it.
 //!
-//! Each operation runs the single-server script on every server in turn (as the Redlock
-//! description does; each server is bounded by the client's connect and reply timeouts) and
-//! combines the answers:
+//! Each operation runs the single-server script on every server at once (a few long-lived
+//! threads per server, `lanes.rs`; no thread per call) and combines the answers. A call
+//! returns as soon as its outcome is decided, and never waits on a server past the server's
+//! own connect and reply timeouts (a server that has not answered by then counts as failed):
+//!
+//! - an acquisition returns once a majority has it; one that is not acquired waits for every
+//!   answer, because the undo it then sends must reach each server before the next attempt of
+//!   the same acquisition (same owner token) does, or that attempt could find the lock "ours"
+//!   on a server just before the undo deletes it. An answer that arrives after the call has
+//!   decided is handled by the thread that got it: a late "acquired" for an attempt that
+//!   failed is undone, a late registration as a waiter for an attempt that succeeded is left;
+//! - a renewal returns once a majority renewed, a release once a majority released; the
+//!   slower servers finish in the background (both compare the owner token, so a late one
+//!   cannot touch anybody else's lock);
+//! - everything else (inspect, remaining TTL, force release, scan, ping) waits for every answer.
+//!
+//! The rules:
 //!
 //! - **acquire**: acquired on a majority, and still valid: `ttl - elapsed - drift > 0`, where
 //!   `drift = ttl / 100 + 2 ms` allows for servers whose clocks run fast. Otherwise the lock is
@@ -26,17 +40,21 @@
 //! counters agree, as they do while every server is up, this costs nothing extra.
 //!
 //! A server that failed with a connection error is skipped for `DOWN_FOR` (counted as failed
-//! without being asked), so a dead server costs one connect timeout, not one per operation.
+//! without being asked), so a dead server costs one connect timeout, not one per operation;
+//! and since the servers are asked at once, a dead or slow server delays nothing a majority
+//! has decided.
 
 //! The combining rules are pure functions of the servers' answers (`combine_*`, `tally`,
 //! `fence_plan`, `until_free`), unit-tested below without a server; `Quorum`'s methods only
 //! ask the servers and carry out what the rules decide.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 
+use super::lanes::Lane;
 use super::seam::Primitive;
 use super::{Attempted, ReleaseArgs, attempt_on, leave_on, release_on, renew_on};
 use crate::error::{Error, Result};
@@ -46,12 +64,6 @@ use crate::wire::{Attempt, AttemptArgs, Broken, Holder, LockKeys, OwnedTtl, Rele
 
 /// How long a server that failed with a connection error is skipped.
 const DOWN_FOR: Duration = Duration::from_millis(500);
-
-/// How long a server that failed with a connection error stays suspect after that: a renewal
-/// asks it last, and not at all once a majority has renewed. Asking a dead server costs a
-/// connect timeout, and servers are asked in turn: a renewal that waits on it could outlast
-/// the lock it renews while a majority is up.
-const SUSPECT_FOR: Duration = Duration::from_secs(10);
 
 /// When a quorum's servers disagree so that nobody holds a majority, try again after at most
 /// this long (randomised, to break ties between clients that keep splitting the servers).
@@ -74,22 +86,14 @@ fn in_time(elapsed: Duration, ttl: Duration) -> bool {
     elapsed + drift(ttl) < ttl
 }
 
-/// One server of the quorum, and when it last failed.
+/// One server of the quorum, and until when it is skipped after a connection error.
 #[derive(Debug)]
 struct Member {
     store: Store,
     down: Mutex<Option<(Instant, String)>>,
-    /// When it last failed with a connection error.
-    failed_at: Mutex<Option<Instant>>,
 }
 
 impl Member {
-    fn suspect(&self) -> bool {
-        self.failed_at
-            .lock()
-            .is_some_and(|at| at.elapsed() < SUSPECT_FOR)
-    }
-
     fn skipped(&self) -> bool {
         self.down
             .lock()
@@ -111,22 +115,184 @@ impl Member {
         match &r {
             Err(e) if e.is_connection_error() => {
                 *self.down.lock() = Some((Instant::now() + DOWN_FOR, e.to_string()));
-                *self.failed_at.lock() = Some(Instant::now());
             }
-            Ok(_) => {
-                *self.down.lock() = None;
-                *self.failed_at.lock() = None;
-            }
+            Ok(_) => *self.down.lock() = None,
             Err(_) => {}
         }
         r
     }
 }
 
-/// N independent servers.
+/// What happens to an answer that arrives after its call has decided.
+type Late<T> = Box<dyn FnMut(usize, Result<T>) + Send>;
+
+/// One call fanned out to several servers: the answers so far, and once the caller has
+/// decided, what to do with the answers that are still to come.
+struct Call<T> {
+    state: Mutex<CallState<T>>,
+    arrived: Condvar,
+}
+
+struct CallState<T> {
+    answers: Answers<T>,
+    /// Servers asked that have not answered.
+    pending: Vec<usize>,
+    /// The caller took the answers: later ones are late.
+    decided: bool,
+    /// Late answers that came before the caller said what to do with them.
+    late: Vec<(usize, Result<T>)>,
+    handler: Option<Late<T>>,
+}
+
+impl<T> Call<T> {
+    /// A server answered.
+    fn answer(&self, i: usize, r: Result<T>) {
+        let mut st = self.state.lock();
+        st.pending.retain(|p| *p != i);
+        if !st.decided {
+            match r {
+                Ok(v) => st.answers.ok.push((i, v)),
+                Err(e) => st.answers.failed.push((i, e)),
+            }
+            drop(st);
+            self.arrived.notify_one();
+            return;
+        }
+        match st.handler.as_mut() {
+            Some(handle) => handle(i, r),
+            None => st.late.push((i, r)),
+        }
+    }
+
+    /// What to do with late answers, those already in and those still to come.
+    fn settle(&self, mut handler: Late<T>) {
+        let mut st = self.state.lock();
+        for (i, r) in std::mem::take(&mut st.late) {
+            handler(i, r);
+        }
+        st.handler = Some(handler);
+    }
+}
+
+/// The answers a fanned-out call decided on, and the call, for its late answers.
+struct Fanned<T> {
+    answers: Answers<T>,
+    call: Arc<Call<T>>,
+}
+
+impl<T> Fanned<T> {
+    /// Late answers change nothing.
+    fn ignore_late(self) -> Answers<T> {
+        self.call.settle(Box::new(|_, _| {}));
+        self.answers
+    }
+}
+
+/// An attempt's arguments, owned, for the threads that send it to each server.
+#[derive(Debug)]
+struct OwnedAttempt {
+    keys: LockKeys,
+    token: String,
+    ttl: Duration,
+    holder: String,
+    meta: String,
+    min_hold: Duration,
+    waiter: String,
+    register: Duration,
+    fair: bool,
+    registered: bool,
+    /// The grant an undo hands the lock over with.
+    grant: String,
+}
+
+impl OwnedAttempt {
+    fn of(a: &AttemptArgs<'_>, grant: String) -> OwnedAttempt {
+        OwnedAttempt {
+            keys: a.keys.clone(),
+            token: a.token.to_owned(),
+            ttl: a.ttl,
+            holder: a.holder.to_owned(),
+            meta: a.meta.to_owned(),
+            min_hold: a.min_hold,
+            waiter: a.waiter.to_owned(),
+            register: a.register,
+            fair: a.fair,
+            registered: a.registered,
+            grant,
+        }
+    }
+
+    fn args(&self) -> AttemptArgs<'_> {
+        AttemptArgs {
+            keys: &self.keys,
+            token: &self.token,
+            ttl: self.ttl,
+            holder: &self.holder,
+            meta: &self.meta,
+            min_hold: self.min_hold,
+            waiter: &self.waiter,
+            register: self.register,
+            fair: self.fair,
+            registered: self.registered,
+        }
+    }
+
+    /// Giving up what this attempt may have taken (no minimum hold, no cool-down).
+    fn undo(&self) -> ReleaseArgs<'_> {
+        ReleaseArgs {
+            keys: &self.keys,
+            token: &self.token,
+            cooldown: Duration::ZERO,
+            grant: &self.grant,
+            registration: "",
+            undo: true,
+        }
+    }
+}
+
+/// A release's arguments, owned.
+#[derive(Debug)]
+struct OwnedRelease {
+    keys: LockKeys,
+    token: String,
+    cooldown: Duration,
+    grant: String,
+    registration: String,
+    undo: bool,
+}
+
+impl OwnedRelease {
+    fn of(r: &ReleaseArgs<'_>) -> OwnedRelease {
+        OwnedRelease {
+            keys: r.keys.clone(),
+            token: r.token.to_owned(),
+            cooldown: r.cooldown,
+            grant: r.grant.to_owned(),
+            registration: r.registration.to_owned(),
+            undo: r.undo,
+        }
+    }
+
+    fn args(&self) -> ReleaseArgs<'_> {
+        ReleaseArgs {
+            keys: &self.keys,
+            token: &self.token,
+            cooldown: self.cooldown,
+            grant: &self.grant,
+            registration: &self.registration,
+            undo: self.undo,
+        }
+    }
+}
+
+/// N independent servers, and the threads that ask each of them.
 #[derive(Debug)]
 pub(crate) struct Quorum {
-    members: Vec<Member>,
+    members: Vec<Arc<Member>>,
+    lanes: Vec<Lane>,
+    /// The longest one server may take to answer (connect or checkout, then the reply):
+    /// after that it counts as failed.
+    bound: Duration,
 }
 
 /// Answers of all servers to one operation, by server index.
@@ -349,16 +515,25 @@ fn combine_reached(n: usize, answered: usize) -> Verdict<()> {
 }
 
 impl Quorum {
-    pub(crate) fn new(stores: Vec<Store>) -> Quorum {
+    /// `bound`: the longest one server may take to answer (its connect or checkout timeout
+    /// plus its reply timeout); `threads`: at most this many threads ask one server at once.
+    pub(crate) fn new(stores: Vec<Store>, bound: Duration, threads: usize) -> Quorum {
+        let lanes = stores
+            .iter()
+            .map(|s| Lane::new(s.label.clone(), threads))
+            .collect();
         Quorum {
             members: stores
                 .into_iter()
-                .map(|store| Member {
-                    store,
-                    down: Mutex::new(None),
-                    failed_at: Mutex::new(None),
+                .map(|store| {
+                    Arc::new(Member {
+                        store,
+                        down: Mutex::new(None),
+                    })
                 })
                 .collect(),
+            lanes,
+            bound,
         }
     }
 
@@ -370,48 +545,105 @@ impl Quorum {
         self.members.len()
     }
 
-    fn each<T>(&self, mut f: impl FnMut(&Store) -> Result<T>) -> Answers<T> {
-        let mut answers = Answers {
-            ok: Vec::with_capacity(self.total()),
-            failed: Vec::new(),
-        };
-        for (i, m) in self.members.iter().enumerate() {
-            match m.call(&mut f) {
-                Ok(v) => answers.ok.push((i, v)),
-                Err(e) => answers.failed.push((i, e)),
-            }
-        }
-        answers
+    fn all(&self) -> Vec<usize> {
+        (0..self.total()).collect()
     }
 
-    /// Like `each`, but asks suspect servers (see `SUSPECT_FOR`) last, and not at all once
-    /// `enough` holds for the answers so far.
-    fn each_unless<T>(
+    /// Asks `servers` at once and waits until `enough` holds for the answers so far, every
+    /// server answered, or `bound` passed (the servers still pending then count as failed).
+    /// The answers come sorted by server.
+    fn fan_out<T, F>(
         &self,
-        mut f: impl FnMut(&Store) -> Result<T>,
+        servers: &[usize],
+        f: F,
         enough: impl Fn(&Answers<T>) -> bool,
-    ) -> Answers<T> {
-        let mut answers = Answers {
-            ok: Vec::with_capacity(self.total()),
-            failed: Vec::new(),
-        };
-        let (suspects, healthy): (Vec<_>, Vec<_>) = self
-            .members
-            .iter()
-            .enumerate()
-            .partition(|(_, m)| m.suspect());
-        let suspects_from = healthy.len();
-        for (k, (i, m)) in healthy.into_iter().chain(suspects).enumerate() {
-            if k >= suspects_from && enough(&answers) {
-                break;
-            }
-            match m.call(&mut f) {
-                Ok(v) => answers.ok.push((i, v)),
-                Err(e) => answers.failed.push((i, e)),
+    ) -> Fanned<T>
+    where
+        T: Send + 'static,
+        F: Fn(&Store) -> Result<T> + Send + Sync + 'static,
+    {
+        self.fan_out_within(servers, f, enough, self.bound)
+    }
+
+    /// [`fan_out`](Self::fan_out) for a call that may take `bound` on one server.
+    fn fan_out_within<T, F>(
+        &self,
+        servers: &[usize],
+        f: F,
+        enough: impl Fn(&Answers<T>) -> bool,
+        bound: Duration,
+    ) -> Fanned<T>
+    where
+        T: Send + 'static,
+        F: Fn(&Store) -> Result<T> + Send + Sync + 'static,
+    {
+        let call = Arc::new(Call {
+            state: Mutex::new(CallState {
+                answers: Answers {
+                    ok: Vec::with_capacity(servers.len()),
+                    failed: Vec::new(),
+                },
+                pending: servers.to_vec(),
+                decided: false,
+                late: Vec::new(),
+                handler: None,
+            }),
+            arrived: Condvar::new(),
+        });
+        let f = Arc::new(f);
+        for &i in servers {
+            let member = Arc::clone(&self.members[i]);
+            let (call, f) = (Arc::clone(&call), Arc::clone(&f));
+            let job = Box::new(move || {
+                let r = member.call(|s| f(s));
+                call.answer(i, r);
+            });
+            if let Err(job) = self.lanes[i].submit(job) {
+                // No thread could be started: ask this server from here.
+                job();
             }
         }
+        let deadline = Instant::now() + bound;
+        let mut st = call.state.lock();
+        while !st.pending.is_empty()
+            && !enough(&st.answers)
+            && !call.arrived.wait_until(&mut st, deadline).timed_out()
+        {}
+        st.decided = true;
+        let mut answers = std::mem::replace(
+            &mut st.answers,
+            Answers {
+                ok: Vec::new(),
+                failed: Vec::new(),
+            },
+        );
+        if !enough(&answers) {
+            // Not decided by the answers in: a server still silent at the deadline failed.
+            for &i in &st.pending {
+                answers.failed.push((i, self.timed_out(i)));
+            }
+        }
+        drop(st);
         answers.ok.sort_by_key(|(i, _)| *i);
-        answers
+        answers.failed.sort_by_key(|(i, _)| *i);
+        Fanned { answers, call }
+    }
+
+    /// Every server, every answer (within `bound`).
+    fn each<T, F>(&self, f: F) -> Answers<T>
+    where
+        T: Send + 'static,
+        F: Fn(&Store) -> Result<T> + Send + Sync + 'static,
+    {
+        self.fan_out(&self.all(), f, |_| false).ignore_late()
+    }
+
+    fn timed_out(&self, i: usize) -> Error {
+        Error::Redis(redis::RedisError::from((
+            redis::ErrorKind::Io,
+            "no answer within the server's timeouts",
+            self.members[i].store.label.clone(),
+        )))
     }
 
     /// Carries out a verdict: the decided value, the hard error, or `NoQuorum`.
@@ -449,33 +681,79 @@ impl Quorum {
     /// the grant a release left on each server (see `wait`).
     pub(crate) fn attempt(
         &self,
-        p: &dyn Primitive,
+        p: &Arc<dyn Primitive>,
         args: &AttemptArgs<'_>,
         ack: Option<Ack>,
     ) -> Result<Attempted> {
         let keys = args.keys;
+        let q = majority(self.total());
         let start = Instant::now();
-        let answers = self.each(|s| attempt_on(s, p, args, ack));
+        // The token a release's undo hands the lock over with, if it finds a waiter.
+        let sent = Arc::new(OwnedAttempt::of(args, new_token()?));
+        let fanned = {
+            let (p, sent) = (Arc::clone(p), Arc::clone(&sent));
+            // Decided early only when a majority has it (see the module comment).
+            // Waiting for replicas' acknowledgement takes up to its own timeout on top.
+            let bound = self.bound + ack.map_or(Duration::ZERO, |a| a.timeout);
+            self.fan_out_within(
+                &self.all(),
+                move |s| attempt_on(s, &*p, &sent.args(), ack),
+                move |a| tally(&a.ok).acquired.len() >= q,
+                bound,
+            )
+        };
+        let answers = fanned.answers;
         let mut t = tally(&answers.ok);
-        let leave_busy = || {
-            if args.register.is_zero() {
+        let acquired = if t.acquired.len() >= q {
+            self.settle_fence(p, keys, args.token, &t.acquired)
+                .filter(|_| in_time(start.elapsed(), args.ttl))
+        } else {
+            None
+        };
+        // Answers still to come: a registration where the lock is ours is left; a lock taken
+        // for an attempt that failed is undone (it may also have been applied when the answer
+        // was an error).
+        fanned.call.settle({
+            let (p, sent) = (Arc::clone(p), Arc::clone(&sent));
+            let members = self.members.clone();
+            let ours = acquired.is_some();
+            Box::new(move |i, late: Result<Attempt>| {
+                let member = &members[i];
+                match (ours, late) {
+                    (true, Ok(Attempt::Busy { block: Some(_), .. })) => {
+                        let _ = member.call(|s| {
+                            leave_on(s, &*p, &sent.keys, &sent.waiter);
+                            Ok(())
+                        });
+                    }
+                    (false, Ok(Attempt::Acquired { .. }) | Err(_)) => {
+                        let _ = member.call(|s| release_on(s, &*p, &sent.undo()));
+                    }
+                    _ => {}
+                }
+            })
+        });
+        let leave_busy = |busy: &[(usize, Option<Duration>)]| {
+            if args.register.is_zero() || busy.is_empty() {
                 return;
             }
-            for (i, _) in &t.busy {
-                let _ = self.members[*i].call(|s| {
-                    leave_on(s, p, keys, args.waiter);
+            let servers: Vec<usize> = busy.iter().map(|(i, _)| *i).collect();
+            let (p, sent) = (Arc::clone(p), Arc::clone(&sent));
+            // Nobody waits for these: a registration left behind lapses by itself.
+            self.fan_out(
+                &servers,
+                move |s| {
+                    leave_on(s, &*p, &sent.keys, &sent.waiter);
                     Ok(())
-                });
-            }
+                },
+                |_| true,
+            )
+            .ignore_late();
         };
-        let q = majority(self.total());
-        if t.acquired.len() >= q
-            && let Some(fence) = self.settle_fence(p, keys, args.token, &t.acquired)
-            && in_time(start.elapsed(), args.ttl)
-        {
+        if let Some(fence) = acquired {
             // The busy minority registered us: a release there must not grant the lock to a
             // waiter that is gone.
-            leave_busy();
+            leave_busy(&t.busy);
             return Ok(Attempted {
                 attempt: Attempt::Acquired { fence },
                 wait_on: None,
@@ -483,24 +761,19 @@ impl Quorum {
         }
         // Not ours: undo everywhere we may have written (a failed reply may still have been
         // applied), so a partial acquisition blocks nobody for a whole TTL. The undo hands the
-        // lock over to a waiter registered there, as a release does.
-        let grant = new_token()?;
-        for (i, m) in self.members.iter().enumerate() {
-            if !t.busy.iter().any(|(b, _)| *b == i) {
-                let undo = ReleaseArgs {
-                    keys,
-                    token: args.token,
-                    cooldown: Duration::ZERO,
-                    grant: &grant,
-                    registration: "",
-                    undo: true,
-                };
-                let _ = m.call(|s| release_on(s, p, &undo));
-            }
+        // lock over to a waiter registered there, as a release does. Every answer is in (or
+        // counted failed at the deadline), so each undo follows its attempt on its server.
+        let undo: Vec<usize> = (0..self.total())
+            .filter(|i| !t.busy.iter().any(|(b, _)| b == i))
+            .collect();
+        if !undo.is_empty() {
+            let (p, sent) = (Arc::clone(p), Arc::clone(&sent));
+            self.fan_out(&undo, move |s| release_on(s, &*p, &sent.undo()), |_| false)
+                .ignore_late();
         }
         if answers.has_hard_error() || answers.ok.len() < q {
             // An error ends the acquisition: leave the servers that registered us.
-            leave_busy();
+            leave_busy(&t.busy);
             let verdict = if answers.has_hard_error() {
                 Verdict::Hard
             } else {
@@ -524,11 +797,12 @@ impl Quorum {
     }
 
     /// The token of an acquisition held on `acquired` (server, counter) pairs: the highest
-    /// counter, once a majority has a counter at least that high (servers behind are raised).
-    /// `None` when too few servers could be raised (the lock is then released by the caller).
+    /// counter, once a majority has a counter at least that high (servers behind are raised,
+    /// all at once). `None` when too few servers could be raised (the lock is then released
+    /// by the caller).
     fn settle_fence(
         &self,
-        p: &dyn Primitive,
+        p: &Arc<dyn Primitive>,
         keys: &LockKeys,
         token: &str,
         acquired: &[(usize, u64)],
@@ -537,72 +811,110 @@ impl Quorum {
         let mut settled = acquired.len() - behind.len();
         let q = majority(self.total());
         if settled < q {
-            for i in behind {
-                let raised = self.members[i].call(|s| {
-                    let mut conn = s.conn()?;
-                    p.raise_fence(&mut conn, keys, token, fence)
-                });
-                if matches!(raised, Ok(true)) {
-                    settled += 1;
-                    tracing::debug!(target: "redis_lock", key = keys.name(), to = fence, "redlock: fencing counter caught up");
-                }
+            let (p, k, token) = (Arc::clone(p), keys.clone(), token.to_owned());
+            let raised = self
+                .fan_out(
+                    &behind,
+                    move |s| {
+                        let mut conn = s.conn()?;
+                        p.raise_fence(&mut conn, &k, &token, fence)
+                    },
+                    |_| false,
+                )
+                .ignore_late();
+            let up = raised.ok.iter().filter(|(_, r)| *r).count();
+            if up > 0 {
+                tracing::debug!(target: "redis_lock", key = keys.name(), to = fence, servers = up, "redlock: fencing counters caught up");
             }
+            settled += up;
         }
         (settled >= q).then_some(fence)
     }
 
     pub(crate) fn renew(
         &self,
-        p: &dyn Primitive,
+        p: &Arc<dyn Primitive>,
         keys: &LockKeys,
         token: &str,
         ttl: Duration,
     ) -> Result<Renewal> {
         let start = Instant::now();
         let q = majority(self.total());
-        let answers = self.each_unless(
-            |s| renew_on(s, p, keys, token, ttl),
-            |a| a.ok.iter().filter(|(_, r)| *r == Renewal::Renewed).count() >= q,
-        );
+        let answers = {
+            let (p, k, token) = (Arc::clone(p), keys.clone(), token.to_owned());
+            self.fan_out(
+                &self.all(),
+                move |s| renew_on(s, &*p, &k, &token, ttl),
+                move |a| a.ok.iter().filter(|(_, r)| *r == Renewal::Renewed).count() >= q,
+            )
+            .ignore_late()
+        };
         let verdict = combine_renew(self.total(), &answers, in_time(start.elapsed(), ttl));
         self.resolve(keys.name(), verdict, answers)
     }
 
-    pub(crate) fn release(&self, p: &dyn Primitive, r: &ReleaseArgs<'_>) -> Result<Release> {
-        let answers = self.each(|s| release_on(s, p, r));
+    pub(crate) fn release(&self, p: &Arc<dyn Primitive>, r: &ReleaseArgs<'_>) -> Result<Release> {
+        let q = majority(self.total());
+        let answers = {
+            let (p, sent) = (Arc::clone(p), OwnedRelease::of(r));
+            self.fan_out(
+                &self.all(),
+                move |s| release_on(s, &*p, &sent.args()),
+                move |a| {
+                    a.ok.iter()
+                        .filter(|(_, r)| matches!(r, Release::Released | Release::Kept))
+                        .count()
+                        >= q
+                },
+            )
+            .ignore_late()
+        };
         let verdict = combine_release(self.total(), &answers);
         self.resolve(r.keys.name(), verdict, answers)
     }
 
     pub(crate) fn owned_ttl(
         &self,
-        p: &dyn Primitive,
+        p: &Arc<dyn Primitive>,
         keys: &LockKeys,
         token: &str,
     ) -> Result<OwnedTtl> {
-        let answers = self.each(|s| {
-            let mut conn = s.conn()?;
-            p.owned_ttl(&mut conn, keys, token)
-        });
+        let answers = {
+            let (p, k, token) = (Arc::clone(p), keys.clone(), token.to_owned());
+            self.each(move |s| {
+                let mut conn = s.conn()?;
+                p.owned_ttl(&mut conn, &k, &token)
+            })
+        };
         let verdict = combine_owned_ttl(self.total(), &answers);
         self.resolve(keys.name(), verdict, answers)
     }
 
-    pub(crate) fn inspect(&self, p: &dyn Primitive, keys: &LockKeys) -> Result<Option<Holder>> {
-        let answers = self.each(|s| {
-            let mut conn = s.conn()?;
-            p.inspect(&mut conn, keys)
-        });
+    pub(crate) fn inspect(
+        &self,
+        p: &Arc<dyn Primitive>,
+        keys: &LockKeys,
+    ) -> Result<Option<Holder>> {
+        let answers = {
+            let (p, k) = (Arc::clone(p), keys.clone());
+            self.each(move |s| {
+                let mut conn = s.conn()?;
+                p.inspect(&mut conn, &k)
+            })
+        };
         let verdict = combine_inspect(self.total(), &answers);
         self.resolve(keys.name(), verdict, answers)
     }
 
-    pub(crate) fn force_release(&self, p: &dyn Primitive, keys: &LockKeys) -> Result<Broken> {
+    pub(crate) fn force_release(&self, p: &Arc<dyn Primitive>, keys: &LockKeys) -> Result<Broken> {
         let grant = new_token()?;
-        let answers = self.each(|s| {
-            let mut conn = s.conn()?;
-            p.force_release(&mut conn, keys, &grant)
-        });
+        let answers = {
+            let (p, k) = (Arc::clone(p), keys.clone());
+            self.each(move |s| {
+                let mut conn = s.conn()?;
+                p.force_release(&mut conn, &k, &grant)
+            })
+        };
         let verdict = if answers.has_hard_error() {
             Verdict::Hard
         } else {
@@ -615,7 +927,10 @@ impl Quorum {
 
     /// Every server is scanned; the names found on a majority include every held lock.
     pub(crate) fn scan(&self, namespace: &str, pattern: &str) -> Result<BTreeSet<String>> {
-        let answers = self.each(|s| s.scan(namespace, pattern));
+        let answers = {
+            let (namespace, pattern) = (namespace.to_owned(), pattern.to_owned());
+            self.each(move |s| s.scan(&namespace, &pattern))
+        };
         let verdict = combine_reached(self.total(), answers.ok.len());
         let names = answers
             .ok
@@ -624,6 +939,21 @@ impl Quorum {
             .collect();
         self.resolve("", verdict, answers)?;
         Ok(names)
+    }
+
+    /// A waiter gives up: every server at once, without waiting (a registration left behind
+    /// lapses by itself).
+    pub(crate) fn leave(&self, p: &Arc<dyn Primitive>, keys: &LockKeys, waiter: &str) {
+        let (p, k, waiter) = (Arc::clone(p), keys.clone(), waiter.to_owned());
+        self.fan_out(
+            &self.all(),
+            move |s| {
+                leave_on(s, &*p, &k, &waiter);
+                Ok(())
+            },
+            |_| true,
+        )
+        .ignore_late();
     }
 
     pub(crate) fn ping(&self) -> Result<()> {

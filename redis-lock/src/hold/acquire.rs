@@ -261,7 +261,7 @@ impl Acquisition<'_> {
     fn leave(&self) {
         self.inner
             .deployment
-            .leave(&**self.primitive, &self.keys, &self.ids.waiter);
+            .leave(self.primitive, &self.keys, &self.ids.waiter);
     }
 
     fn run(self, retry: &RetryStrategy, deadline: &Deadline) -> Result<Option<Arc<Lease>>> {
@@ -369,11 +369,11 @@ impl Acquisition<'_> {
     /// owns stays taken for its whole TTL.
     fn attempt(&self, args: &AttemptArgs<'_>) -> Result<Attempted> {
         let deployment = &self.inner.deployment;
-        match deployment.attempt(&**self.primitive, args, self.ack) {
+        match deployment.attempt(self.primitive, args, self.ack) {
             Err(e) if e.is_connection_error() => {
                 tracing::debug!(target: "redis_lock", key = self.name, error = %e, "acquire reply lost; asking again with the same token");
                 deployment
-                    .attempt(&**self.primitive, args, self.ack)
+                    .attempt(self.primitive, args, self.ack)
                     .inspect_err(|_| self.undo())
             }
             other => other,
@@ -383,7 +383,7 @@ impl Acquisition<'_> {
     /// Gives up whatever an attempt whose outcome is unknown may have taken.
     fn undo(&self) {
         let undone = self.inner.deployment.release(
-            &**self.primitive,
+            self.primitive,
             &ReleaseArgs {
                 keys: &self.keys,
                 token: &self.ids.token,
@@ -460,7 +460,7 @@ impl Acquisition<'_> {
         }
         let sent = Instant::now();
         let claimed = self.inner.deployment.claim(
-            &**self.primitive,
+            self.primitive,
             &ClaimArgs {
                 keys: &self.keys,
                 grant: &grant.token,
@@ -640,7 +640,7 @@ mod server_tests {
             inner
                 .deployment
                 .claim(
-                    &*inner.mutex,
+                    &inner.mutex,
                     &ClaimArgs {
                         keys: &keys,
                         grant,

@@ -329,7 +329,7 @@ impl Lease {
             None => self
                 .inner
                 .deployment
-                .renew(&*self.primitive, &self.keys, &self.token, ttl),
+                .renew(&self.primitive, &self.keys, &self.token, ttl),
         };
         if let Some(job) = deadline {
             job.cancel();
@@ -380,7 +380,7 @@ impl Lease {
     /// Claims a grant taken unclaimed: holder information and the full TTL.
     fn claim(&self, ttl: Duration, meta: &str) -> Result<Renewal> {
         let claim = self.inner.deployment.claim(
-            &*self.primitive,
+            &self.primitive,
             &ClaimArgs {
                 keys: &self.keys,
                 grant: &self.token,
@@ -409,7 +409,7 @@ impl Lease {
         match self
             .inner
             .deployment
-            .renew(&*self.primitive, &self.keys, &self.token, ttl)?
+            .renew(&self.primitive, &self.keys, &self.token, ttl)?
         {
             Renewal::Renewed => {
                 {
@@ -432,7 +432,7 @@ impl Lease {
         match self
             .inner
             .deployment
-            .owned_ttl(&*self.primitive, &self.keys, &self.token)?
+            .owned_ttl(&self.primitive, &self.keys, &self.token)?
         {
             OwnedTtl::Left(ttl) => Ok(Some(ttl)),
             OwnedTtl::NoExpiry => Ok(None),
@@ -468,7 +468,7 @@ impl Lease {
             .inner
             .deployment
             .release(
-                &*self.primitive,
+                &self.primitive,
                 &ReleaseArgs {
                     keys: &self.keys,
                     token: &self.token,

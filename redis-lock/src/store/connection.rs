@@ -350,6 +350,86 @@ fn is_script_load(cmd: &redis::Cmd) -> bool {
     )
 }
 
+impl PooledConn {
+    /// Runs `f` once per node that holds keys: on a Redis Cluster once per master, with a
+    /// connection that sends every command to that master (a keyless command such as `SCAN`
+    /// would otherwise go to one node picked at random); elsewhere once, with this connection.
+    pub(crate) fn for_each_master(
+        &mut self,
+        mut f: impl FnMut(&mut dyn ConnectionLike) -> RedisResult<()>,
+    ) -> RedisResult<()> {
+        #[cfg(feature = "cluster")]
+        if let Checkout::Managed(c) = &mut self.conn
+            && let Link::Cluster(cluster) = &mut c.inner
+        {
+            let requests = Arc::clone(&self.requests);
+            let masters = crate::wire::commands::cluster_masters(&mut **cluster)?;
+            requests.fetch_add(1, Ordering::Relaxed);
+            for (host, port) in masters {
+                let mut node = Node {
+                    cluster,
+                    host,
+                    port,
+                    requests: &requests,
+                };
+                f(&mut node)?;
+            }
+            return Ok(());
+        }
+        f(self)
+    }
+}
+
+/// One node of a cluster, reached through the cluster connection: every command goes to it.
+#[cfg(feature = "cluster")]
+struct Node<'a> {
+    cluster: &'a mut redis::cluster::ClusterConnection,
+    host: String,
+    port: u16,
+    requests: &'a AtomicU64,
+}
+
+#[cfg(feature = "cluster")]
+impl ConnectionLike for Node<'_> {
+    fn req_command(&mut self, cmd: &redis::Cmd) -> RedisResult<Value> {
+        use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        self.cluster.route_command(
+            cmd,
+            RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                host: self.host.clone(),
+                port: self.port,
+            }),
+        )
+    }
+
+    fn req_packed_command(&mut self, _: &[u8]) -> RedisResult<Value> {
+        Err(RedisError::from((
+            ErrorKind::Client,
+            "a cluster node connection takes commands, not packed bytes",
+        )))
+    }
+
+    fn req_packed_commands(&mut self, _: &[u8], _: usize, _: usize) -> RedisResult<Vec<Value>> {
+        Err(RedisError::from((
+            ErrorKind::Client,
+            "a cluster node connection takes commands, not pipelines",
+        )))
+    }
+
+    fn get_db(&self) -> i64 {
+        0
+    }
+
+    fn check_connection(&mut self) -> bool {
+        self.cluster.check_connection()
+    }
+
+    fn is_open(&self) -> bool {
+        self.cluster.is_open()
+    }
+}
+
 impl ConnectionLike for PooledConn {
     fn req_packed_command(&mut self, cmd: &[u8]) -> RedisResult<Value> {
         self.count(1);

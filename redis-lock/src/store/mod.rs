@@ -235,11 +235,14 @@ impl Store {
     ) -> Result<std::collections::BTreeSet<String>> {
         let mut conn = self.conn()?;
         let mut names = std::collections::BTreeSet::new();
-        commands::scan(&mut conn, pattern, |keys| {
-            names.extend(
-                keys.iter()
-                    .filter_map(|key| wire::keys::lock_name(namespace, key)),
-            );
+        // On a cluster, every master in turn: each holds the keys of its own slots.
+        conn.for_each_master(|node| {
+            commands::scan(node, pattern, |keys| {
+                names.extend(
+                    keys.iter()
+                        .filter_map(|key| wire::keys::lock_name(namespace, key)),
+                );
+            })
         })?;
         Ok(names)
     }

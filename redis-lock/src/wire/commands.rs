@@ -84,6 +84,93 @@ pub(crate) fn scan(
     }
 }
 
+/// The masters of a Redis Cluster, as `(host, port)`, from `CLUSTER SLOTS` (in the minimal
+/// ACL rule for clusters already; `CLUSTER SHARDS` would need Redis 7). Each slot range is
+/// `[start, end, [host, port, id, ...], replicas...]`; a master serving several ranges is
+/// listed once.
+#[cfg(feature = "cluster")]
+pub(crate) fn cluster_masters(con: &mut dyn ConnectionLike) -> RedisResult<Vec<(String, u16)>> {
+    let ranges: Vec<redis::Value> = redis::cmd("CLUSTER").arg("SLOTS").query(con)?;
+    Ok(parse_cluster_masters(&ranges))
+}
+
+#[cfg(any(feature = "cluster", test))]
+fn parse_cluster_masters(ranges: &[redis::Value]) -> Vec<(String, u16)> {
+    use redis::Value;
+    let mut masters: Vec<(String, u16)> = Vec::new();
+    for range in ranges {
+        let Value::Array(parts) = range else { continue };
+        let Some(Value::Array(master)) = parts.get(2) else {
+            continue;
+        };
+        let host = match master.first() {
+            Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+            Some(Value::SimpleString(s)) => s.clone(),
+            _ => continue,
+        };
+        let Some(Value::Int(port)) = master.get(1) else {
+            continue;
+        };
+        let Ok(port) = u16::try_from(*port) else {
+            continue;
+        };
+        if !masters.iter().any(|(h, p)| *h == host && *p == port) {
+            masters.push((host, port));
+        }
+    }
+    masters
+}
+
 pub(crate) fn ping(con: &mut dyn ConnectionLike) -> RedisResult<()> {
     redis::cmd("PING").query(con)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_masters_are_read_from_cluster_slots() {
+        use redis::Value;
+        let node = |host: &str, port: i64| {
+            Value::Array(vec![
+                Value::BulkString(host.as_bytes().to_vec()),
+                Value::Int(port),
+                Value::BulkString(b"id".to_vec()),
+            ])
+        };
+        let range = |start, end, master: Value, replica: Value| {
+            Value::Array(vec![Value::Int(start), Value::Int(end), master, replica])
+        };
+        let slots = [
+            range(0, 5460, node("127.0.0.1", 7000), node("127.0.0.1", 7003)),
+            range(
+                5461,
+                10922,
+                node("127.0.0.1", 7001),
+                node("127.0.0.1", 7004),
+            ),
+            range(
+                10923,
+                16000,
+                node("127.0.0.1", 7002),
+                node("127.0.0.1", 7005),
+            ),
+            range(
+                16001,
+                16383,
+                node("127.0.0.1", 7000),
+                node("127.0.0.1", 7003),
+            ),
+            Value::Int(3),
+        ];
+        assert_eq!(
+            parse_cluster_masters(&slots),
+            [
+                ("127.0.0.1".to_owned(), 7000),
+                ("127.0.0.1".to_owned(), 7001),
+                ("127.0.0.1".to_owned(), 7002)
+            ]
+        );
+    }
 }

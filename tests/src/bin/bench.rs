@@ -7,7 +7,7 @@
 //! --workers N        contending workers (default 8)
 //! --hold-us US       how long each acquisition holds the lock (default 1000)
 //! --modes LIST       contended rows to run, of notify,fair,retry-10ms (default: all)
-//! --only LIST      sections to run, of uncontended,contended,held (default: all)
+//! --only LIST        sections to run, of uncontended,contended,held,deployments (default: all)
 //! --json PATH        where to write the JSON report (default target/bench.json)
 //! ```
 //!
@@ -22,6 +22,8 @@ use redis_lock::testing::RedisServer;
 
 #[path = "bench/contended.rs"]
 mod contended;
+#[path = "bench/deployments.rs"]
+mod deployments;
 #[path = "bench/held.rs"]
 mod held;
 #[path = "bench/report.rs"]
@@ -33,6 +35,9 @@ mod uncontended;
 
 use contended::Mode;
 use report::{Json, Table, f};
+
+/// The sections, in the order they run.
+const SECTIONS: [&str; 4] = ["uncontended", "contended", "held", "deployments"];
 
 #[derive(Debug)]
 struct Args {
@@ -52,7 +57,7 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
         workers: 8,
         hold: Duration::from_millis(1),
         modes: vec![Mode::Notify, Mode::Fair, Mode::Poll10],
-        sections: vec!["uncontended".into(), "contended".into(), "held".into()],
+        sections: SECTIONS.iter().map(|s| (*s).to_owned()).collect(),
         json: "target/bench.json".to_owned(),
     };
     let mut duration_set = false;
@@ -87,11 +92,7 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
             }
             "--only" => {
                 a.sections = value()?.split(',').map(str::to_owned).collect();
-                if let Some(bad) = a
-                    .sections
-                    .iter()
-                    .find(|s| !["uncontended", "contended", "held"].contains(&s.as_str()))
-                {
+                if let Some(bad) = a.sections.iter().find(|s| !SECTIONS.contains(&s.as_str())) {
                     return Err(format!("unknown section {bad:?}"));
                 }
             }
@@ -316,6 +317,21 @@ fn main() {
             println!("{line}");
         }
         report = report.with("held", held.json);
+    }
+
+    // Every deployment, side by side with this run's single server.
+    if run("deployments") {
+        let d = deployments::run(&deployments::Settings {
+            single_url: &url,
+            counter_url: &counter_server.url(),
+            rtt_us: rtt.lat.p50,
+            workers: args.workers,
+            hold: args.hold,
+            duration: args.duration,
+            short,
+        });
+        println!("{}", d.text);
+        report = report.with("deployments", d.json);
     }
 
     if let Some(dir) = std::path::Path::new(&args.json).parent()

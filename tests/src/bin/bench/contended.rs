@@ -1,7 +1,9 @@
-//! Contended runs: N workers (threads of one process, or processes) take one key in a loop,
-//! hold it for `hold` (a read-modify-write of a counter on a second Redis inside), release
-//! it, and at once ask again. Every acquisition is recorded with `CLOCK_MONOTONIC` times, so
-//! handoffs can be measured across processes: fences order the acquisitions.
+//! Contended runs: N workers (threads of one process, or processes) take one key (or one of
+//! K keys, picked at random each time) in a loop, hold it for `hold` (a read-modify-write of
+//! the key's counter on a second Redis inside), release it, and at once ask again. Every
+//! acquisition is recorded with `CLOCK_MONOTONIC` times, so handoffs can be measured across
+//! processes: per key, fences order the acquisitions. The lock side can be any deployment
+//! (`threads_on`): its servers' counters are summed.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
@@ -54,6 +56,8 @@ impl Mode {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Event {
     pub(crate) worker: u32,
+    /// Which of the run's keys (0 when there is one).
+    pub(crate) key: u32,
     pub(crate) fence: u64,
     pub(crate) call: u64,
     pub(crate) acq: u64,
@@ -69,6 +73,18 @@ pub(crate) struct Spec {
     pub(crate) mode: Mode,
     /// Stop asking for the lock after this instant.
     pub(crate) stop_at: u64,
+    /// How many keys the workers spread over (1: `key` itself).
+    pub(crate) keys: u32,
+}
+
+impl Spec {
+    fn lock_name(&self, k: u32) -> String {
+        if self.keys <= 1 {
+            self.key.clone()
+        } else {
+            format!("{}-{k}", self.key)
+        }
+    }
 }
 
 /// The worker loop; returns its acquisitions.
@@ -77,16 +93,25 @@ pub(crate) fn work(client: &LockClient, spec: &Spec, worker: u32) -> Vec<Event> 
         .unwrap()
         .get_connection()
         .unwrap();
-    let counter_key = format!("{}:counter", spec.key);
+    let names: Vec<String> = (0..spec.keys.max(1)).map(|k| spec.lock_name(k)).collect();
     let opts = LockOptions::new()
         .ttl(Duration::from_secs(10))
         .wait(Duration::from_secs(120))
         .retry(spec.mode.strategy());
     let hold = u64::try_from(spec.hold.as_nanos()).unwrap_or(u64::MAX);
     let mut events = Vec::new();
+    // xorshift, seeded per worker: which key next (a spread, not a secret).
+    let mut rng =
+        0x9E37_79B9_7F4A_7C15u64 ^ (u64::from(worker) + 1).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     while now_ns() < spec.stop_at {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        let k = u32::try_from(rng % u64::from(spec.keys.max(1))).unwrap_or(0);
+        let name = &names[k as usize];
+        let counter_key = format!("{name}:counter");
         let call = now_ns();
-        let guard = client.acquire_with(&spec.key, &opts).unwrap();
+        let guard = client.acquire_with(name, &opts).unwrap();
         let acq = now_ns();
         // A read-modify-write that loses updates unless the lock excludes the others.
         let n: Option<i64> = redis::cmd("GET")
@@ -102,6 +127,7 @@ pub(crate) fn work(client: &LockClient, spec: &Spec, worker: u32) -> Vec<Event> 
         let rel = now_ns();
         events.push(Event {
             worker,
+            key: k,
             fence: guard.fencing_token(),
             call,
             acq,
@@ -121,7 +147,8 @@ pub(crate) struct Outcome {
     pub(crate) events: Vec<Event>,
     /// Client-counted Redis requests of all workers.
     pub(crate) requests: u64,
-    pub(crate) counter: i64,
+    /// Each key's counter at the end.
+    pub(crate) counters: BTreeMap<u32, i64>,
     pub(crate) before: RedisCounters,
     pub(crate) after: RedisCounters,
     /// Measurement window (after the warm-up), ns.
@@ -135,21 +162,39 @@ pub(crate) fn bench_client(url: &str) -> LockClient {
     LockClient::builder(url).build().unwrap()
 }
 
-fn counter_value(counter_url: &str, key: &str) -> i64 {
+fn counter_values(counter_url: &str, spec_key: &str, keys: u32) -> BTreeMap<u32, i64> {
     let mut c = redis::Client::open(counter_url)
         .unwrap()
         .get_connection()
         .unwrap();
-    redis::cmd("GET")
-        .arg(format!("{key}:counter"))
-        .query::<Option<i64>>(&mut c)
-        .unwrap()
-        .unwrap_or(0)
+    let spec = Spec {
+        counter_url: String::new(),
+        key: spec_key.to_owned(),
+        hold: Duration::ZERO,
+        mode: Mode::Notify,
+        stop_at: 0,
+        keys,
+    };
+    (0..keys.max(1))
+        .map(|k| {
+            let n = redis::cmd("GET")
+                .arg(format!("{}:counter", spec.lock_name(k)))
+                .query::<Option<i64>>(&mut c)
+                .unwrap()
+                .unwrap_or(0);
+            (k, n)
+        })
+        .collect()
+}
+
+/// The summed counters of every server of a deployment.
+fn read_all(probes: &mut [redis::Connection]) -> RedisCounters {
+    RedisCounters::sum(probes.iter_mut().map(RedisCounters::read).collect())
 }
 
 const WARM_UP: Duration = Duration::from_millis(300);
 
-/// `workers` threads sharing one client.
+/// `workers` threads sharing one client, on one key.
 pub(crate) fn threads(
     url: &str,
     counter_url: &str,
@@ -158,10 +203,49 @@ pub(crate) fn threads(
     hold: Duration,
     time: Duration,
 ) -> Outcome {
-    let key = format!("threads-{}", mode.name());
-    let client = bench_client(url);
+    let run = Run {
+        label: format!("{} x{workers} threads", mode.name()),
+        key: format!("threads-{}", mode.name()),
+        keys: 1,
+        mode,
+        workers,
+        hold,
+        time,
+    };
+    threads_on(&bench_client(url), &[url.to_owned()], counter_url, &run)
+}
+
+/// A contended run on any deployment.
+#[derive(Debug, Clone)]
+pub(crate) struct Run {
+    pub(crate) label: String,
+    pub(crate) key: String,
+    pub(crate) keys: u32,
+    pub(crate) mode: Mode,
+    pub(crate) workers: usize,
+    pub(crate) hold: Duration,
+    pub(crate) time: Duration,
+}
+
+/// `run.workers` threads sharing `client`; `probes`: the URLs of the deployment's servers,
+/// whose command and CPU counters are summed.
+pub(crate) fn threads_on(
+    client: &LockClient,
+    probes: &[String],
+    counter_url: &str,
+    run: &Run,
+) -> Outcome {
     client.ping().unwrap();
-    let mut probe = redis::Client::open(url).unwrap().get_connection().unwrap();
+    let mut probes: Vec<redis::Connection> = probes
+        .iter()
+        .map(|u| {
+            redis::Client::open(u.as_str())
+                .unwrap()
+                .get_connection()
+                .unwrap()
+        })
+        .collect();
+    let workers = run.workers;
     let barrier = Arc::new(Barrier::new(workers + 1));
     let start_slot = Arc::new(std::sync::Mutex::new(0u64));
     let handles: Vec<_> = (0..workers)
@@ -170,40 +254,41 @@ pub(crate) fn threads(
             let barrier = Arc::clone(&barrier);
             let start_slot = Arc::clone(&start_slot);
             let counter_url = counter_url.to_owned();
-            let key = key.clone();
+            let run = run.clone();
             std::thread::spawn(move || {
                 barrier.wait();
                 let stop_at = *start_slot.lock().unwrap();
                 let spec = Spec {
                     counter_url,
-                    key,
-                    hold,
-                    mode,
+                    key: run.key,
+                    hold: run.hold,
+                    mode: run.mode,
                     stop_at,
+                    keys: run.keys,
                 };
                 work(&client, &spec, u32::try_from(w).unwrap())
             })
         })
         .collect();
-    let before = RedisCounters::read(&mut probe);
+    let before = read_all(&mut probes);
     let requests_before = client.request_count();
     let go = now_ns();
     let start = go + nanos(WARM_UP);
-    let stop = start + nanos(time);
+    let stop = start + nanos(run.time);
     *start_slot.lock().unwrap() = stop;
     barrier.wait();
     let mut events = Vec::new();
     for h in handles {
         events.extend(h.join().unwrap());
     }
-    let after = RedisCounters::read(&mut probe);
+    let after = read_all(&mut probes);
     Outcome {
-        label: format!("{} x{workers} threads", mode.name()),
-        mode,
+        label: run.label.clone(),
+        mode: run.mode,
         workers,
         events,
         requests: client.request_count() - requests_before,
-        counter: counter_value(counter_url, &key),
+        counters: counter_values(counter_url, &run.key, run.keys),
         before,
         after,
         start,
@@ -277,6 +362,7 @@ pub(crate) fn processes(
             match (line.chars().next(), parts.as_slice()) {
                 (Some('E'), [worker, fence, call, acq, rel]) => events.push(Event {
                     worker: u32::try_from(*worker).unwrap(),
+                    key: 0,
                     fence: *fence,
                     call: *call,
                     acq: *acq,
@@ -297,7 +383,7 @@ pub(crate) fn processes(
         workers,
         events,
         requests,
-        counter: counter_value(counter_url, &key),
+        counters: counter_values(counter_url, &key, 1),
         before,
         after,
         start,
@@ -328,6 +414,7 @@ pub(crate) fn worker_main(args: &[String]) {
         hold: Duration::from_micros(hold_us.parse().unwrap()),
         mode: Mode::parse(mode).unwrap(),
         stop_at,
+        keys: 1,
     };
     let requests_before = client.request_count();
     let events = work(&client, &spec, id.parse().unwrap());
@@ -374,34 +461,45 @@ fn us(ns: u64) -> f64 {
 }
 
 pub(crate) fn analyze(o: &Outcome, rtt_us: f64) -> Analysis {
-    let mut by_fence: Vec<Event> = o.events.clone();
-    by_fence.sort_by_key(|e| e.fence);
-    let total = by_fence.len();
+    let total = o.events.len();
     let mut violations = 0u64;
-    // Mutual exclusion, three ways: the counter lost no update, fences are unique, and no
-    // acquisition returned before the previous holder started releasing.
-    if o.counter != i64::try_from(total).unwrap() {
-        violations += 1;
-    }
     let mut same = Vec::new();
     let mut other = Vec::new();
-    for pair in by_fence.windows(2) {
-        let (a, b) = (pair[0], pair[1]);
-        if b.fence == a.fence {
+    let keys: std::collections::BTreeSet<u32> = o
+        .events
+        .iter()
+        .map(|e| e.key)
+        .chain(o.counters.keys().copied())
+        .collect();
+    for k in keys {
+        let mut by_fence: Vec<Event> = o.events.iter().filter(|e| e.key == k).copied().collect();
+        by_fence.sort_by_key(|e| e.fence);
+        // Mutual exclusion, three ways, per key: its counter lost no update, fences are
+        // unique, and no acquisition returned before the previous holder started releasing.
+        if o.counters.get(&k).copied().unwrap_or(0) != i64::try_from(by_fence.len()).unwrap() {
             violations += 1;
-            continue;
         }
-        if b.acq < a.rel {
-            violations += 1;
-        }
-        if b.fence != a.fence + 1 || a.call < o.start || a.rel > o.stop {
-            continue;
-        }
-        let h = us(b.acq.saturating_sub(a.rel));
-        if a.worker == b.worker {
-            same.push(h);
-        } else {
-            other.push(h);
+        for pair in by_fence.windows(2) {
+            let (a, b) = (pair[0], pair[1]);
+            if b.fence == a.fence {
+                violations += 1;
+                continue;
+            }
+            if b.acq < a.rel {
+                violations += 1;
+            }
+            // Consecutive holders (a quorum's token may skip numbers, a server's does not);
+            // a handoff only when the next one was already waiting at the release (with
+            // many keys a key is often free between two holders).
+            if a.call < o.start || a.rel > o.stop || b.call > a.rel {
+                continue;
+            }
+            let h = us(b.acq.saturating_sub(a.rel));
+            if a.worker == b.worker {
+                same.push(h);
+            } else {
+                other.push(h);
+            }
         }
     }
     let measured: Vec<&Event> = o
@@ -490,7 +588,7 @@ pub(crate) fn analyze(o: &Outcome, rtt_us: f64) -> Analysis {
         .with("acquisitions_max_worker", max)
         .with("wait", summary_json(&waits, "ms", false))
         .with("max_wait_target_ms", max_wait_target_ms)
-        .with("counter", o.counter as f64)
+        .with("counter", o.counters.values().sum::<i64>() as f64)
         .with("violations", violations);
     let row = vec![
         o.label.clone(),

@@ -60,6 +60,25 @@ pub(crate) struct RedisCounters {
 }
 
 impl RedisCounters {
+    /// The counters of several servers, added up (a deployment of several).
+    pub(crate) fn sum(all: Vec<RedisCounters>) -> RedisCounters {
+        let mut total = RedisCounters {
+            calls: BTreeMap::new(),
+            usec: BTreeMap::new(),
+            cpu_s: 0.0,
+        };
+        for c in all {
+            for (k, v) in c.calls {
+                *total.calls.entry(k).or_default() += v;
+            }
+            for (k, v) in c.usec {
+                *total.usec.entry(k).or_default() += v;
+            }
+            total.cpu_s += c.cpu_s;
+        }
+        total
+    }
+
     pub(crate) fn read(conn: &mut redis::Connection) -> RedisCounters {
         let text: String = redis::cmd("INFO")
             .arg("commandstats")

@@ -14,12 +14,28 @@ const CAD: &str =
 /// Latencies in µs of `op` run repeatedly for `time` (after a short warm-up), and the
 /// Redis-side cost per run: command execution µs (`INFO commandstats`) and process CPU µs
 /// (`INFO cpu`).
-fn measure(url: &str, time: Duration, mut op: impl FnMut()) -> Measured {
+fn measure(url: &str, time: Duration, op: impl FnMut()) -> Measured {
+    measure_on(&[url.to_owned()], time, op)
+}
+
+/// [`measure`] on a deployment of several servers: their counters are summed.
+fn measure_on(urls: &[String], time: Duration, mut op: impl FnMut()) -> Measured {
     for _ in 0..200 {
         op();
     }
-    let mut probe = redis::Client::open(url).unwrap().get_connection().unwrap();
-    let before = RedisCounters::read(&mut probe);
+    let mut probes: Vec<redis::Connection> = urls
+        .iter()
+        .map(|u| {
+            redis::Client::open(u.as_str())
+                .unwrap()
+                .get_connection()
+                .unwrap()
+        })
+        .collect();
+    let read = |probes: &mut Vec<redis::Connection>| {
+        RedisCounters::sum(probes.iter_mut().map(RedisCounters::read).collect())
+    };
+    let before = read(&mut probes);
     let mut lat = Vec::new();
     let start = Instant::now();
     while start.elapsed() < time {
@@ -27,7 +43,7 @@ fn measure(url: &str, time: Duration, mut op: impl FnMut()) -> Measured {
         op();
         lat.push(t.elapsed().as_secs_f64() * 1e6);
     }
-    let after = RedisCounters::read(&mut probe);
+    let after = read(&mut probes);
     let n = lat.len().max(1) as f64;
     let commands = after
         .calls_since(&before)
@@ -114,6 +130,24 @@ pub(crate) fn raw_baseline(url: &str, time: Duration) -> Measured {
 }
 
 /// Uncontended `lock` + release of one key on one thread.
+/// Uncontended cycles on any deployment (`probes`: its servers), with the client's requests
+/// per cycle.
+pub(crate) fn cycles_on(client: &LockClient, probes: &[String], time: Duration) -> (Measured, f64) {
+    let opts = LockOptions::new().ttl(Duration::from_secs(10));
+    let mut n = 0u64;
+    let mut requests = 0u64;
+    let m = measure_on(probes, time, || {
+        let before = client.request_count();
+        let guard = client
+            .acquire_with("uncontended-deployment", &opts)
+            .unwrap();
+        drop(guard);
+        requests += client.request_count() - before;
+        n += 1;
+    });
+    (m, requests as f64 / n.max(1) as f64)
+}
+
 pub(crate) fn cycles(url: &str, client: &LockClient, watchdog: bool, time: Duration) -> Measured {
     let opts = LockOptions::new()
         .ttl(Duration::from_secs(10))

@@ -7,7 +7,8 @@
 //! --workers N        contending workers (default 8)
 //! --hold-us US       how long each acquisition holds the lock (default 1000)
 //! --modes LIST       contended rows to run, of notify,fair,retry-10ms (default: all)
-//! --only LIST        sections to run, of uncontended,contended,held,deployments (default: all)
+//! --only LIST        sections to run, of uncontended,contended,held,deployments,failover
+//!                    (default: all)
 //! --json PATH        where to write the JSON report (default target/bench.json)
 //! ```
 //!
@@ -24,6 +25,8 @@ use redis_lock::testing::RedisServer;
 mod contended;
 #[path = "bench/deployments.rs"]
 mod deployments;
+#[path = "bench/failover.rs"]
+mod failover;
 #[path = "bench/held.rs"]
 mod held;
 #[path = "bench/report.rs"]
@@ -37,7 +40,13 @@ use contended::Mode;
 use report::{Json, Table, f};
 
 /// The sections, in the order they run.
-const SECTIONS: [&str; 4] = ["uncontended", "contended", "held", "deployments"];
+const SECTIONS: [&str; 5] = [
+    "uncontended",
+    "contended",
+    "held",
+    "deployments",
+    "failover",
+];
 
 #[derive(Debug)]
 struct Args {
@@ -332,6 +341,18 @@ fn main() {
         });
         println!("{}", d.text);
         report = report.with("deployments", d.json);
+    }
+
+    // Failover under load: Sentinel, and a Redlock server killed and restarted.
+    if run("failover") {
+        let total = if args.quick {
+            Duration::from_secs(6)
+        } else {
+            Duration::from_secs(20)
+        };
+        let r = failover::run(&counter_server.url(), args.workers, args.hold, total);
+        println!("{}", r.text);
+        report = report.with("failover", r.json);
     }
 
     if let Some(dir) = std::path::Path::new(&args.json).parent()

@@ -75,6 +75,10 @@ pub(crate) struct Spec {
     pub(crate) stop_at: u64,
     /// How many keys the workers spread over (1: `key` itself).
     pub(crate) keys: u32,
+    /// Wait for this many replicas to acknowledge each acquisition (`LockOptions::replicas`).
+    pub(crate) replicas: Option<u32>,
+    /// A failed acquisition is counted and tried again (failover runs), not a panic.
+    pub(crate) tolerate_errors: bool,
 }
 
 impl Spec {
@@ -89,15 +93,28 @@ impl Spec {
 
 /// The worker loop; returns its acquisitions.
 pub(crate) fn work(client: &LockClient, spec: &Spec, worker: u32) -> Vec<Event> {
+    work_counting_errors(client, spec, worker).0
+}
+
+/// The worker loop; returns its acquisitions and how many acquisitions failed.
+pub(crate) fn work_counting_errors(
+    client: &LockClient,
+    spec: &Spec,
+    worker: u32,
+) -> (Vec<Event>, u64) {
     let mut counter = redis::Client::open(spec.counter_url.as_str())
         .unwrap()
         .get_connection()
         .unwrap();
     let names: Vec<String> = (0..spec.keys.max(1)).map(|k| spec.lock_name(k)).collect();
-    let opts = LockOptions::new()
+    let mut opts = LockOptions::new()
         .ttl(Duration::from_secs(10))
         .wait(Duration::from_secs(120))
         .retry(spec.mode.strategy());
+    if let Some(n) = spec.replicas {
+        opts = opts.replicas(n, Duration::from_millis(500));
+    }
+    let mut errors = 0u64;
     let hold = u64::try_from(spec.hold.as_nanos()).unwrap_or(u64::MAX);
     let mut events = Vec::new();
     // xorshift, seeded per worker: which key next (a spread, not a secret).
@@ -111,7 +128,16 @@ pub(crate) fn work(client: &LockClient, spec: &Spec, worker: u32) -> Vec<Event> 
         let name = &names[k as usize];
         let counter_key = format!("{name}:counter");
         let call = now_ns();
-        let guard = client.acquire_with(name, &opts).unwrap();
+        let guard = match client.acquire_with(name, &opts) {
+            Ok(guard) => guard,
+            Err(e) if spec.tolerate_errors => {
+                let _ = e;
+                errors += 1;
+                std::thread::sleep(Duration::from_millis(5));
+                continue;
+            }
+            Err(e) => panic!("acquiring {name}: {e}"),
+        };
         let acq = now_ns();
         // A read-modify-write that loses updates unless the lock excludes the others.
         let n: Option<i64> = redis::cmd("GET")
@@ -135,7 +161,7 @@ pub(crate) fn work(client: &LockClient, spec: &Spec, worker: u32) -> Vec<Event> 
         });
         drop(guard);
     }
-    events
+    (events, errors)
 }
 
 /// Everything a run produced.
@@ -162,7 +188,7 @@ pub(crate) fn bench_client(url: &str) -> LockClient {
     LockClient::builder(url).build().unwrap()
 }
 
-fn counter_values(counter_url: &str, spec_key: &str, keys: u32) -> BTreeMap<u32, i64> {
+pub(crate) fn counter_values(counter_url: &str, spec_key: &str, keys: u32) -> BTreeMap<u32, i64> {
     let mut c = redis::Client::open(counter_url)
         .unwrap()
         .get_connection()
@@ -174,6 +200,8 @@ fn counter_values(counter_url: &str, spec_key: &str, keys: u32) -> BTreeMap<u32,
         mode: Mode::Notify,
         stop_at: 0,
         keys,
+        replicas: None,
+        tolerate_errors: false,
     };
     (0..keys.max(1))
         .map(|k| {
@@ -265,6 +293,8 @@ pub(crate) fn threads_on(
                     mode: run.mode,
                     stop_at,
                     keys: run.keys,
+                    replicas: None,
+                    tolerate_errors: false,
                 };
                 work(&client, &spec, u32::try_from(w).unwrap())
             })
@@ -415,6 +445,8 @@ pub(crate) fn worker_main(args: &[String]) {
         mode: Mode::parse(mode).unwrap(),
         stop_at,
         keys: 1,
+        replicas: None,
+        tolerate_errors: false,
     };
     let requests_before = client.request_count();
     let events = work(&client, &spec, id.parse().unwrap());

@@ -130,3 +130,88 @@ pub fn signal(child: &Child, signal: libc::c_int) {
         libc::kill(pid, signal);
     }
 }
+
+/// Threads contending for one lock in a loop (hold 1 ms), counting acquisitions, failed
+/// acquisitions (tried again after 5 ms) and overlaps: a thread that gets the lock while
+/// another still holds it is a mutual-exclusion violation. For fault tests: inject the
+/// fault, wait for more acquisitions, stop.
+pub struct Contention {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    counts: std::sync::Arc<ContentionCounts>,
+    handles: Vec<std::thread::JoinHandle<()>>,
+}
+
+/// What a [`Contention`] counted.
+#[derive(Debug, Default)]
+pub struct ContentionCounts {
+    pub acquired: std::sync::atomic::AtomicU64,
+    pub errors: std::sync::atomic::AtomicU64,
+    pub violations: std::sync::atomic::AtomicU64,
+    holding: std::sync::atomic::AtomicU64,
+}
+
+impl Contention {
+    /// `threads` threads of `client` taking `key` with `opts` until [`finish`](Self::finish).
+    pub fn start(
+        client: &LockClient,
+        key: &str,
+        opts: &redis_lock::LockOptions,
+        threads: usize,
+    ) -> Contention {
+        use std::sync::atomic::Ordering::SeqCst;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let counts = std::sync::Arc::new(ContentionCounts::default());
+        let handles = (0..threads)
+            .map(|_| {
+                let (client, key, opts) = (client.clone(), key.to_owned(), opts.clone());
+                let (stop, counts) = (std::sync::Arc::clone(&stop), std::sync::Arc::clone(&counts));
+                std::thread::spawn(move || {
+                    while !stop.load(SeqCst) {
+                        match client.acquire_with(&key, &opts) {
+                            Ok(guard) => {
+                                if counts.holding.fetch_add(1, SeqCst) != 0 {
+                                    counts.violations.fetch_add(1, SeqCst);
+                                }
+                                std::thread::sleep(Duration::from_millis(1));
+                                counts.holding.fetch_sub(1, SeqCst);
+                                counts.acquired.fetch_add(1, SeqCst);
+                                drop(guard);
+                            }
+                            Err(_) => {
+                                counts.errors.fetch_add(1, SeqCst);
+                                std::thread::sleep(Duration::from_millis(5));
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        Contention {
+            stop,
+            counts,
+            handles,
+        }
+    }
+
+    /// Acquisitions so far.
+    pub fn acquired(&self) -> u64 {
+        self.counts
+            .acquired
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Waits until `n` more acquisitions than now have been made, at most `limit`.
+    pub fn wait_for_more(&self, n: u64, limit: Duration) -> bool {
+        let target = self.acquired() + n;
+        wait_until(limit, || self.acquired() >= target)
+    }
+
+    /// Stops the threads and returns the counts.
+    pub fn finish(self) -> std::sync::Arc<ContentionCounts> {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        for h in self.handles {
+            h.join().unwrap();
+        }
+        self.counts
+    }
+}

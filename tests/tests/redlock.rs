@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use redis_lock::{Error, LockClient, LostReason, ReleaseOutcome};
-use redis_lock_tests::{RedisServer, TcpProxy, holds, redlock_client, wait_until};
+use redis_lock_tests::{Contention, RedisServer, TcpProxy, holds, redlock_client, wait_until};
 
 fn three() -> [RedisServer; 3] {
     [
@@ -409,4 +409,33 @@ fn a_slow_server_does_not_slow_down_a_fast_majority() {
         started.elapsed()
     );
     drop(holder);
+}
+
+/// The Redlock failover run of the benchmark, bounded: 4 threads contend while one of three
+/// servers is killed and later restarted empty; acquisitions go on throughout and never
+/// overlap.
+#[test]
+fn contention_continues_while_a_server_is_killed_and_restarted() {
+    let [a, b, mut c] = three();
+    let locks = redlock_client(&[&a, &b, &c]);
+    let opts = redis_lock::LockOptions::new()
+        .ttl(Duration::from_secs(2))
+        .wait(Duration::from_secs(5));
+    let run = Contention::start(&locks, "under-kill", &opts, 4);
+    assert!(
+        run.wait_for_more(30, Duration::from_secs(20)),
+        "no acquisitions before"
+    );
+    c.kill();
+    assert!(
+        run.wait_for_more(30, Duration::from_secs(20)),
+        "acquisitions stopped with one server down"
+    );
+    c.restart();
+    assert!(
+        run.wait_for_more(30, Duration::from_secs(20)),
+        "acquisitions stopped after the restart"
+    );
+    let counts = run.finish();
+    assert_eq!(counts.violations.load(Ordering::SeqCst), 0, "{counts:?}");
 }

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use redis_lock::testing::{RedisServer, SentinelGroup};
 use redis_lock::{Error, LockClient, ReleaseOutcome};
-use redis_lock_tests::{holds, sentinel_client, wait_until};
+use redis_lock_tests::{Contention, holds, sentinel_client, wait_until};
 
 #[test]
 fn acquisitions_follow_a_failover_to_the_new_master() {
@@ -202,4 +202,30 @@ fn failover_loses_an_unacknowledged_lock_and_keeps_an_acknowledged_one() {
     assert_eq!(acked.release().unwrap(), ReleaseOutcome::Released);
     assert_eq!(group.master_port(), new);
     drop(stolen);
+}
+
+/// The failover run of the benchmark, bounded: 4 threads contend (replica acknowledgement on)
+/// while the master is failed over; acquisitions go on afterwards and never overlap.
+#[test]
+fn contention_continues_through_a_failover_without_overlap() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let group = SentinelGroup::start();
+    let locks = sentinel_client(&group);
+    let opts = redis_lock::LockOptions::new()
+        .ttl(Duration::from_secs(2))
+        .wait(Duration::from_secs(5))
+        .replicas(1, Duration::from_millis(500));
+    let run = Contention::start(&locks, "under-failover", &opts, 4);
+    assert!(
+        run.wait_for_more(30, Duration::from_secs(20)),
+        "no acquisitions before"
+    );
+    group.failover();
+    // The old master is demoted later: a replica must come back for acknowledgements.
+    assert!(
+        run.wait_for_more(30, Duration::from_secs(60)),
+        "acquisitions stopped after the failover"
+    );
+    let counts = run.finish();
+    assert_eq!(counts.violations.load(SeqCst), 0, "{counts:?}");
 }

@@ -135,6 +135,7 @@ pub fn signal(child: &Child, signal: libc::c_int) {
 /// acquisitions (tried again after 5 ms) and overlaps: a thread that gets the lock while
 /// another still holds it is a mutual-exclusion violation. For fault tests: inject the
 /// fault, wait for more acquisitions, stop.
+#[derive(Debug)]
 pub struct Contention {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     counts: std::sync::Arc<ContentionCounts>,

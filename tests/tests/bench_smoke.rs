@@ -1,6 +1,6 @@
 //! The benchmark suite runs (`--quick`, short rows) and its own checks hold: every contended
-//! row, in threads and in processes, notify, fair and 10 ms retrying, finds zero mutual
-//! exclusion violations, and the JSON report is written.
+//! row (threads and processes; notify, fair and 10 ms retrying; every deployment; both
+//! failover runs) finds zero mutual exclusion violations, and the JSON report is written.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -31,6 +31,10 @@ fn quick_benchmark_runs_and_finds_no_violations() {
         "notify x4 processes",
         "fair x4 processes",
         "retry-10ms x4 processes",
+        "single server: 1 keys",
+        "redlock, 3 servers: 64 keys",
+        "cluster, 3 masters: 1 keys",
+        "sentinel (1 replica): 64 keys",
     ] {
         assert!(report.contains(label), "row {label} missing:\n{report}");
     }
@@ -39,7 +43,9 @@ fn quick_benchmark_runs_and_finds_no_violations() {
         .skip(1)
         .map(|rest| rest.split([',', '\n']).next().unwrap_or(""))
         .collect();
-    assert_eq!(violations, vec!["0"; 6], "{report}");
+    // 6 single-server rows, 8 deployment rows, 2 failover runs.
+    assert_eq!(violations.len(), 16, "{report}");
+    assert!(violations.iter().all(|v| *v == "0"), "{violations:?}\n{report}");
     assert!(report.contains("\"rss_per_held_lock_kib\""), "{report}");
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(table.contains("raw SET NX PX + EVALSHA del"), "{table}");

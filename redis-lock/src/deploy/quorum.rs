@@ -293,6 +293,19 @@ pub(crate) struct Quorum {
     /// The longest one server may take to answer (connect or checkout, then the reply):
     /// after that it counts as failed.
     bound: Duration,
+    /// Won acquisitions (by owner token) whose attempt has not yet answered on every server.
+    unsettled: Arc<Mutex<std::collections::HashMap<String, Unsettled>>>,
+}
+
+/// A won acquisition with attempts still in flight. A release fans out on its own threads, so
+/// on a server where the attempt is late the release can run first, find nothing, and let the
+/// attempt take the lock after it: a lock nobody holds, until its TTL. The release marks the
+/// acquisition `released`, and the late answer, seeing the mark, releases that server.
+#[derive(Debug)]
+struct Unsettled {
+    /// Servers still to answer.
+    pending: usize,
+    released: bool,
 }
 
 /// Answers of all servers to one operation, by server index.
@@ -534,6 +547,7 @@ impl Quorum {
                 .collect(),
             lanes,
             bound,
+            unsettled: Arc::default(),
         }
     }
 
@@ -713,18 +727,44 @@ impl Quorum {
         // Answers still to come: a registration where the lock is ours is left; a lock taken
         // for an attempt that failed is undone (it may also have been applied when the answer
         // was an error).
+        let ours = acquired.is_some();
+        let pending = self.total() - answers.ok.len() - answers.failed.len();
+        if ours && pending > 0 {
+            self.unsettled.lock().insert(
+                args.token.to_owned(),
+                Unsettled {
+                    pending,
+                    released: false,
+                },
+            );
+        }
         fanned.call.settle({
             let (p, sent) = (Arc::clone(p), Arc::clone(&sent));
             let members = self.members.clone();
-            let ours = acquired.is_some();
+            let unsettled = Arc::clone(&self.unsettled);
             Box::new(move |i, late: Result<Attempt>| {
                 let member = &members[i];
+                let released = ours && {
+                    let mut all = unsettled.lock();
+                    let released = all.get(&sent.token).is_some_and(|u| u.released);
+                    if let Some(u) = all.get_mut(&sent.token) {
+                        u.pending -= 1;
+                        if u.pending == 0 {
+                            all.remove(&sent.token);
+                        }
+                    }
+                    released
+                };
                 match (ours, late) {
                     (true, Ok(Attempt::Busy { block: Some(_), .. })) => {
                         let _ = member.call(|s| {
                             leave_on(s, &*p, &sent.keys, &sent.waiter);
                             Ok(())
                         });
+                    }
+                    // Taken here after the holder released it (see `Unsettled`).
+                    (true, Ok(Attempt::Acquired { .. }) | Err(_)) if released => {
+                        let _ = member.call(|s| release_on(s, &*p, &sent.undo()));
                     }
                     (false, Ok(Attempt::Acquired { .. }) | Err(_)) => {
                         let _ = member.call(|s| release_on(s, &*p, &sent.undo()));
@@ -855,6 +895,10 @@ impl Quorum {
 
     pub(crate) fn release(&self, p: &Arc<dyn Primitive>, r: &ReleaseArgs<'_>) -> Result<Release> {
         let q = majority(self.total());
+        // Before any release is sent: an attempt that lands after it must see the mark.
+        if let Some(u) = self.unsettled.lock().get_mut(r.token) {
+            u.released = true;
+        }
         let answers = {
             let (p, sent) = (Arc::clone(p), OwnedRelease::of(r));
             self.fan_out(
@@ -943,6 +987,8 @@ impl Quorum {
 
     /// A waiter gives up: every server at once, without waiting (a registration left behind
     /// lapses by itself).
+    /// Waits for every server (within the bound), as on a single server: a release right
+    /// after a waiter gave up must not find it still registered and grant it the lock.
     pub(crate) fn leave(&self, p: &Arc<dyn Primitive>, keys: &LockKeys, waiter: &str) {
         let (p, k, waiter) = (Arc::clone(p), keys.clone(), waiter.to_owned());
         self.fan_out(
@@ -951,7 +997,7 @@ impl Quorum {
                 leave_on(s, &*p, &k, &waiter);
                 Ok(())
             },
-            |_| true,
+            |_| false,
         )
         .ignore_late();
     }

@@ -705,3 +705,27 @@ fn inspect_and_list_show_readers_and_writers() {
     assert!(writer.join().unwrap());
     drop(mutex);
 }
+
+#[test]
+fn rw_locks_through_sentinel() {
+    let group = redis_lock::testing::SentinelGroup::start();
+    let locks = redis_lock_tests::sentinel_client(&group);
+    let r1 = locks.read_lock("s").unwrap();
+    let other = locks.clone();
+    let r2 = elsewhere(move || other.read_lock("s").unwrap());
+    let other = locks.clone();
+    assert!(
+        elsewhere(move || other.try_write_lock("s").unwrap().is_none()),
+        "a writer is kept out while readers hold"
+    );
+    let highest = r1.fencing_token().max(r2.fencing_token());
+    drop((r1, r2));
+    let w = locks
+        .options("s")
+        .mode(LockMode::Write)
+        .replicas(1, Duration::from_secs(2))
+        .acquire()
+        .unwrap();
+    assert!(w.fencing_token() > highest);
+    assert_eq!(w.release().unwrap(), ReleaseOutcome::Released);
+}

@@ -729,3 +729,50 @@ fn rw_locks_through_sentinel() {
     assert!(w.fencing_token() > highest);
     assert_eq!(w.release().unwrap(), ReleaseOutcome::Released);
 }
+
+/// Readers that entered `read_report` (none leaves before all have entered).
+static READING: AtomicU32 = AtomicU32::new(0);
+
+/// Waits (bounded) inside a read lock until `expected` readers have entered: they are then
+/// all inside at once.
+#[redis_lock::distributed_lock(key = "report:{id}", client = locks, mode = "read", wait = "10s")]
+fn read_report(locks: &redis_lock::LockClient, id: u32, expected: u32) -> redis_lock::Result<bool> {
+    READING.fetch_add(1, Ordering::SeqCst);
+    let met = wait_until(Duration::from_secs(10), || {
+        READING.load(Ordering::SeqCst) >= expected
+    });
+    Ok(met)
+}
+
+#[redis_lock::distributed_lock(key = "report:{id}", client = locks, mode = "write", wait = "0s")]
+fn rebuild_report(locks: &redis_lock::LockClient, id: u32) -> redis_lock::Result<u64> {
+    Ok(locks
+        .inspect(&format!("report:{id}"))?
+        .map_or(0, |i| i.fencing_token))
+}
+
+#[test]
+fn the_attribute_takes_read_and_write_locks() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let readers: Vec<_> = (0..3)
+        .map(|_| {
+            let locks = locks.clone();
+            std::thread::spawn(move || read_report(&locks, 7, 3).unwrap())
+        })
+        .collect();
+    for r in readers {
+        assert!(r.join().unwrap(), "three readers were inside at once");
+    }
+    // Exclusive: with a reader in, the writer (no wait) is busy; alone, it runs.
+    let share = locks.read_lock("report:7").unwrap();
+    let other = locks.clone();
+    assert!(matches!(
+        elsewhere(move || rebuild_report(&other, 7)),
+        Err(Error::Busy { .. })
+    ));
+    drop(share);
+    let info_fence = rebuild_report(&locks, 7).unwrap();
+    assert!(info_fence > 0, "the writer saw its own lock");
+    assert!(locks.inspect("report:7").unwrap().is_none(), "released");
+}

@@ -16,6 +16,7 @@ mod kw {
     syn::custom_keyword!(cooldown);
     syn::custom_keyword!(client);
     syn::custom_keyword!(guard);
+    syn::custom_keyword!(mode);
 }
 
 /// A duration as written: whole seconds, or a string such as `"500ms"`.
@@ -51,6 +52,8 @@ pub(crate) struct LockArgs {
     pub(crate) guard: Option<Ident>,
     /// `crate = "path"`: where the runtime is, for a renamed dependency or a re-export.
     pub(crate) krate: Option<LitStr>,
+    /// `mode = "read"` / `"write"`: a side of a read-write lock instead of a mutex.
+    pub(crate) mode: Option<LitStr>,
 }
 
 /// Parses `= value` into `slot`, or fails at `keyword` when the argument was given before.
@@ -107,6 +110,9 @@ impl Parse for LockArgs {
             } else if lookahead.peek(kw::guard) {
                 let kw: kw::guard = input.parse()?;
                 once(input, &mut args.guard, kw.span, "guard", |i| i.parse())?;
+            } else if lookahead.peek(kw::mode) {
+                let kw: kw::mode = input.parse()?;
+                once(input, &mut args.mode, kw.span, "mode", |i| i.parse())?;
             } else if lookahead.peek(Token![crate]) {
                 let kw: Token![crate] = input.parse()?;
                 once(input, &mut args.krate, kw.span, "crate", |i| i.parse())?;

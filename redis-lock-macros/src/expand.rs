@@ -7,7 +7,7 @@ use syn::spanned::Spanned;
 use syn::{AttrStyle, ItemFn, ReturnType};
 
 use crate::duration::Retry;
-use crate::validate::{Key, Plan};
+use crate::validate::{Key, Mode, Plan};
 
 /// The runtime's path with every token at `span`, so that a diagnostic about an expression
 /// built around it points at the user's tokens, not at the whole attribute.
@@ -61,6 +61,11 @@ fn options(plan: &Plan) -> TokenStream {
     if let Some(ms) = plan.cooldown_ms {
         let d = millis(ms);
         options.extend(quote!(.cooldown(#d)));
+    }
+    match plan.mode {
+        Some(Mode::Read) => options.extend(quote!(.mode(#krate::LockMode::Read))),
+        Some(Mode::Write) => options.extend(quote!(.mode(#krate::LockMode::Write))),
+        None => {}
     }
     options
 }

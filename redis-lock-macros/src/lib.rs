@@ -59,6 +59,7 @@ use proc_macro::TokenStream;
 /// | `on_busy` | `"error"` or `"skip"` | `"error"` |
 /// | `hold_at_least` | seconds or a duration the lock stays taken after the call started | none |
 /// | `cooldown` | seconds or a duration the lock stays taken after the call *ended* (at most one run per cool-down, however short each run is; with `hold_at_least`, the later of the two) | none |
+/// | `mode` | `"read"` (a share of a read-write lock: many callers at once) or `"write"` (exclusive; waits for the readers, keeps new ones out); see `LockClient::read_lock`. Not with `hold_at_least` | a mutex |
 /// | `client` | an expression yielding `&LockClient` | the process-wide default client |
 /// | `guard` | a name the body can use for the `&LockGuard` | none |
 ///

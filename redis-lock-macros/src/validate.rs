@@ -39,6 +39,15 @@ pub(crate) struct Plan {
     pub(crate) guard: Option<Ident>,
     /// The path the expansion names the runtime by: `::redis_lock` unless `crate = "…"`.
     pub(crate) krate: syn::Path,
+    /// A side of a read-write lock; `None`: a mutex.
+    pub(crate) mode: Option<Mode>,
+}
+
+/// `mode = "read"` / `"write"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    Read,
+    Write,
 }
 
 /// Collects errors so that one compile reports every problem.
@@ -159,6 +168,29 @@ pub(crate) fn check(args: LockArgs, func: &ItemFn) -> syn::Result<Plan> {
             );
         }
     }
+    let mode = args
+        .mode
+        .as_ref()
+        .and_then(|lit| match lit.value().as_str() {
+            "read" => Some(Mode::Read),
+            "write" => Some(Mode::Write),
+            other => {
+                errors.spanned(
+                    lit,
+                    format!(
+                        "unknown `mode` value {other:?}: expected \"read\" (a shared lock) or \
+                     \"write\" (exclusive); leave `mode` out for a mutex"
+                    ),
+                );
+                None
+            }
+        });
+    if let (Some(_), Some(hold)) = (&args.mode, &args.hold_at_least) {
+        errors.spanned(
+            hold,
+            "`hold_at_least` is not available for read-write locks (`mode`)",
+        );
+    }
     let retry = args.retry.as_ref().and_then(|lit| {
         duration::parse_retry(&lit.value())
             .map_err(|msg| errors.spanned(lit, msg))
@@ -209,6 +241,7 @@ pub(crate) fn check(args: LockArgs, func: &ItemFn) -> syn::Result<Plan> {
             client: args.client,
             guard: args.guard,
             krate: krate.unwrap_or_else(|| syn::parse_quote!(::redis_lock)),
+            mode,
         }),
         (None, None) => Err(missing_key()),
     }
@@ -466,6 +499,25 @@ mod tests {
             "fn f((a, b): (u8, u8), S { c, .. }: S) -> Result<(), E> {}",
         );
         assert!(p.is_ok());
+    }
+
+    #[test]
+    fn modes_take_a_side_of_a_read_write_lock() {
+        let ok = "fn f() -> Result<(), E> {}";
+        assert_eq!(
+            plan(r#"key = "a", mode = "read""#, ok).unwrap().mode,
+            Some(Mode::Read)
+        );
+        assert_eq!(
+            plan(r#"key = "a", mode = "write""#, ok).unwrap().mode,
+            Some(Mode::Write)
+        );
+        assert_eq!(plan(r#"key = "a""#, ok).unwrap().mode, None);
+        assert!(message(r#"key = "a", mode = "shared""#, ok).contains("unknown `mode` value"));
+        assert!(
+            message(r#"key = "a", mode = "read", hold_at_least = 5"#, ok)
+                .contains("not available for read-write locks")
+        );
     }
 
     #[test]

@@ -11,7 +11,7 @@ use crate::hold::acquire::Deadline;
 use crate::hold::lease::ReleaseOutcome;
 use crate::hold::retry::RetryStrategy;
 use crate::info::LockInfo;
-use crate::options::LockOptions;
+use crate::options::{LockMode, LockOptions};
 
 /// How far away "wait until the lock is free" puts the deadline.
 const UNTIL_FREE: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
@@ -490,9 +490,10 @@ impl LockClient {
             None => started + UNTIL_FREE,
         };
         let deadline = Deadline { at, started };
+        let primitive = self.primitive(opts.mode);
         Ok(self
             .inner
-            .acquire(&self.inner.mutex, key, opts, &deadline)?
+            .acquire(&primitive, key, opts, &deadline)?
             .map(LockGuard::new))
     }
 
@@ -514,7 +515,14 @@ impl LockClient {
     /// ```
     pub fn inspect(&self, key: &str) -> Result<Option<LockInfo>> {
         let keys = self.inner.keys(key)?;
-        let holder = self.inner.deployment.inspect(&self.inner.mutex, &keys)?;
+        let holder = match self.inner.deployment.inspect(&self.inner.mutex, &keys) {
+            // Not a mutex: a read-write lock, perhaps (its own script tells).
+            Err(Error::WrongType { redis_key }) if redis_key == keys.lock => self
+                .inner
+                .deployment
+                .inspect(&self.primitive(Some(LockMode::Read)), &keys)?,
+            other => other?,
+        };
         Ok(holder.map(|h| LockInfo::from_holder(key, h)))
     }
 
@@ -538,9 +546,18 @@ impl LockClient {
     /// ```
     pub fn force_release(&self, key: &str) -> Result<Option<(String, u32)>> {
         let keys = self.inner.keys(key)?;
-        self.inner
+        match self
+            .inner
             .deployment
             .force_release(&self.inner.mutex, &keys)
+        {
+            // Not a mutex: a read-write lock, perhaps (its own script tells).
+            Err(Error::WrongType { redis_key }) if redis_key == keys.lock => self
+                .inner
+                .deployment
+                .force_release(&self.primitive(Some(LockMode::Write)), &keys),
+            other => other,
+        }
     }
 
     /// Releases every lock this client (any of its clones) still holds, and returns how many
@@ -658,6 +675,8 @@ impl LockRequest<'_> {
         replicas(replicas: u32, timeout: Duration);
         /// See [`LockOptions::replicas_fsynced`].
         replicas_fsynced(replicas: u32, timeout: Duration);
+        /// See [`LockOptions::mode`].
+        mode(mode: LockMode);
     }
 
     /// See [`LockOptions::metadata`].

@@ -122,6 +122,17 @@ pub enum Error {
     /// the cause is its `source`.
     #[error("no redis connection became available in time")]
     Pool(#[from] r2d2::Error),
+    /// This thread holds a read lock on `key` through this client and asked for its write
+    /// lock: the writer would wait for this very reader, forever. Refused at once; release the
+    /// read lock first (the other way round, a writer taking a read lock, is a downgrade and
+    /// allowed: see [`LockClient::read_lock`](crate::LockClient::read_lock)).
+    #[error(
+        "this thread holds a read lock on {key:?}; the write lock would wait for itself: release the read lock first"
+    )]
+    UpgradeRefused {
+        /// The lock name as the caller gave it (without namespace).
+        key: String,
+    },
 }
 
 /// Why a lock counts as lost. Carried by [`Error::Lost`] and by the loss callback.

@@ -2,6 +2,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::options::LockMode;
 use crate::wire::Holder;
 
 /// Who holds a lock and since when, as stored with the lock by the holder.
@@ -47,6 +48,16 @@ pub struct LockInfo {
     /// The id of the fair waiter at the head of the queue: the next one the lock goes to.
     /// Opaque, random per acquisition; useful to see that the head moves.
     pub queue_head: Option<String>,
+    /// For a read-write lock ([`LockClient::read_lock`](crate::LockClient::read_lock)): who
+    /// holds it, [`LockMode::Write`] (a writer, described by the holder fields above) or
+    /// [`LockMode::Read`] (readers; the holder fields describe the share that expires first);
+    /// `None` for a mutex, and for a read-write lock cooling down after its release.
+    pub mode: Option<LockMode>,
+    /// Read shares held now (read-write locks; 0 otherwise).
+    pub readers: u32,
+    /// Writers waiting for a read-write lock (part of [`waiters`](Self::waiters)): while
+    /// there are any, no new reader enters.
+    pub writers_waiting: u32,
 }
 
 fn unix_ms(t: u64) -> SystemTime {
@@ -69,6 +80,15 @@ impl LockInfo {
             waiters: h.waiters,
             queued: h.queued,
             queue_head: h.queue_head,
+            mode: h.rw.and_then(|rw| {
+                if rw.writer {
+                    Some(LockMode::Write)
+                } else {
+                    (rw.readers > 0).then_some(LockMode::Read)
+                }
+            }),
+            readers: h.rw.map_or(0, |rw| rw.readers),
+            writers_waiting: h.rw.map_or(0, |rw| rw.writers_waiting),
         }
     }
 }

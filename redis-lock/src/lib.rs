@@ -131,6 +131,7 @@ mod guard;
 mod info;
 mod list;
 mod options;
+mod rwlock;
 
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
@@ -146,7 +147,7 @@ pub use hold::lease::ReleaseOutcome;
 pub use hold::observe::describe_metrics;
 pub use hold::retry::RetryStrategy;
 pub use info::LockInfo;
-pub use options::{LockOptions, LostEvent, MAX_METADATA_LEN, MAX_TTL};
+pub use options::{LockMode, LockOptions, LostEvent, MAX_METADATA_LEN, MAX_TTL};
 pub use wire::keys::{MAX_KEY_LEN, MAX_NAMESPACE_LEN};
 
 #[cfg(feature = "macros")]

@@ -88,6 +88,7 @@ pub struct LockOptions {
     pub(crate) reentrant: bool,
     pub(crate) replicas: Option<ReplicaAck>,
     pub(crate) label: Option<Cow<'static, str>>,
+    pub(crate) mode: Option<LockMode>,
 }
 
 /// What an acquisition waits for after writing the lock (see [`LockOptions::replicas`]).
@@ -114,6 +115,7 @@ impl std::fmt::Debug for LockOptions {
             .field("reentrant", &self.reentrant)
             .field("replicas", &self.replicas)
             .field("label", &self.label)
+            .field("mode", &self.mode)
             .finish()
     }
 }
@@ -282,5 +284,70 @@ impl LockOptions {
             fsync: true,
         });
         self
+    }
+
+    /// Take the name as a read-write lock, on this side: [`LockMode::Read`] (a share; many
+    /// readers at once) or [`LockMode::Write`] (exclusive). Unset: a mutex. See
+    /// [`LockClient::read_lock`](crate::LockClient::read_lock) for the rules. Read-write locks
+    /// refuse [`hold_at_least`](Self::hold_at_least) and fair waiting with
+    /// [`Error::InvalidInput`](crate::Error::InvalidInput).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redis_lock::Result<()> {
+    /// # let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+    /// use redis_lock::{LockMode, LockOptions};
+    /// let opts = LockOptions::new().mode(LockMode::Read);
+    /// let share = locks.acquire_with("catalog", &opts)?;
+    /// # drop(share); Ok(()) }
+    /// ```
+    pub fn mode(mut self, mode: LockMode) -> Self {
+        self.mode = Some(mode);
+        self
+    }
+}
+
+/// The side of a read-write lock an acquisition takes (see
+/// [`LockOptions::mode`] and [`LockClient::read_lock`](crate::LockClient::read_lock)).
+///
+/// # Examples
+///
+/// ```
+/// use redis_lock::LockMode;
+/// assert_eq!("read".parse::<LockMode>().unwrap(), LockMode::Read);
+/// assert_eq!(LockMode::Write.to_string(), "write");
+/// assert!("shared".parse::<LockMode>().is_err());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LockMode {
+    /// A share: any number of readers hold the lock at once, while no writer does.
+    Read,
+    /// Exclusive: one writer, no reader.
+    Write,
+}
+
+impl std::fmt::Display for LockMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LockMode::Read => "read",
+            LockMode::Write => "write",
+        })
+    }
+}
+
+impl std::str::FromStr for LockMode {
+    type Err = crate::error::Error;
+
+    /// `read` or `write`.
+    fn from_str(s: &str) -> crate::error::Result<LockMode> {
+        match s {
+            "read" => Ok(LockMode::Read),
+            "write" => Ok(LockMode::Write),
+            other => Err(crate::error::Error::invalid(
+                "mode",
+                format!("{other:?} is not a lock mode: use \"read\" or \"write\""),
+            )),
+        }
     }
 }

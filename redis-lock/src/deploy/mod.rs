@@ -79,6 +79,11 @@ impl Deployment {
         matches!(self, Deployment::Single(_))
     }
 
+    /// A Redlock quorum rather than one store.
+    pub(crate) fn is_quorum(&self) -> bool {
+        matches!(self, Deployment::Quorum(_))
+    }
+
     pub(crate) fn attempt(
         &self,
         p: &Arc<dyn Primitive>,

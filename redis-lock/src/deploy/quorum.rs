@@ -1220,6 +1220,7 @@ mod tests {
             waiters: 0,
             queued: 0,
             queue_head: None,
+            rw: None,
         }
     }
 

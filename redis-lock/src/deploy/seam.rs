@@ -8,6 +8,7 @@
 //! per server: undoing a partial acquisition, leaving the servers that registered a waiter,
 //! settling the fencing counter.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::ConnectionLike;
@@ -101,4 +102,33 @@ pub(crate) trait Primitive: Send + Sync + std::fmt::Debug {
         keys: &LockKeys,
         grant: &str,
     ) -> Result<Broken>;
+
+    /// What an acquisition does when this thread already holds the same name through this
+    /// client, by a lease of primitive `held` (its [`kind`](Self::kind)) under `token`. The
+    /// mutex: join it (if reentrant) when it is a mutex too; anything else is a new attempt.
+    fn nested(&self, held: &'static str, token: &str) -> Nested {
+        let _ = token;
+        if held == self.kind() {
+            Nested::Join
+        } else {
+            Nested::Attempt(None)
+        }
+    }
+
+    /// Whether the primitive is sound on a Redlock quorum; if not, acquisitions under Redlock
+    /// are refused with `Error::InvalidInput` before anything is sent.
+    fn quorum_sound(&self) -> bool {
+        true
+    }
+}
+
+/// See [`Primitive::nested`].
+#[derive(Debug)]
+pub(crate) enum Nested {
+    /// Join the held lease if the acquisition is reentrant, else `Error::AlreadyHeld`.
+    Join,
+    /// Refuse with `Error::UpgradeRefused`: the acquisition would wait for this very thread.
+    Refuse,
+    /// Attempt as usual, with this primitive instead (`None`: the same).
+    Attempt(Option<Arc<dyn Primitive>>),
 }

@@ -24,7 +24,7 @@ use super::lease::{Lease, Start};
 use super::observe::{self, Hold, Labels};
 use super::retry::{RetryStrategy, Step};
 use super::{Inner, registry, watchdog};
-use crate::deploy::seam::Primitive;
+use crate::deploy::seam::{Nested, Primitive};
 use crate::deploy::{Attempted, ClaimArgs, ReleaseArgs};
 use crate::error::{Error, Result};
 use crate::options::{LockOptions, MAX_METADATA_LEN, MAX_TTL, validate_cooldown, validate_ttl};
@@ -170,16 +170,38 @@ impl Inner {
         let keys = self.keys(name)?;
         let ttl = opts.ttl.unwrap_or(self.config.default_ttl);
         validate(ttl, opts)?;
+        let mut nested_primitive = None;
         if let Some(lease) = registry::held_here(self, name) {
-            if !opts.reentrant {
-                // Waiting would wait for this very thread: say so at once.
-                return Err(Error::AlreadyHeld {
-                    key: name.to_owned(),
-                });
+            match primitive.nested(lease.kind(), &lease.token) {
+                Nested::Join => {
+                    if !opts.reentrant {
+                        // Waiting would wait for this very thread: say so at once.
+                        return Err(Error::AlreadyHeld {
+                            key: name.to_owned(),
+                        });
+                    }
+                    lease.add_hold();
+                    tracing::debug!(target: "redis_lock", key = name, "lock re-entered");
+                    return Ok(Some(lease));
+                }
+                Nested::Refuse => {
+                    return Err(Error::UpgradeRefused {
+                        key: name.to_owned(),
+                    });
+                }
+                Nested::Attempt(other) => nested_primitive = other,
             }
-            lease.add_hold();
-            tracing::debug!(target: "redis_lock", key = name, "lock re-entered");
-            return Ok(Some(lease));
+        }
+        let primitive = nested_primitive.as_ref().unwrap_or(primitive);
+        if !primitive.quorum_sound() && self.deployment.is_quorum() {
+            return Err(Error::invalid(
+                "primitive",
+                format!(
+                    "{} locks are not available under Redlock; use a single server, Sentinel \
+                     or Cluster",
+                    primitive.kind()
+                ),
+            ));
         }
         let retry = opts.retry.as_ref().unwrap_or(&self.config.default_retry);
         if retry.is_fair() && !self.deployment.allows_fair() {

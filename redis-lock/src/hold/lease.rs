@@ -515,6 +515,11 @@ impl Lease {
         result
     }
 
+    /// The primitive's kind (`mutex`, `read`, `write`, ...).
+    pub(crate) fn kind(&self) -> &'static str {
+        self.primitive.kind()
+    }
+
     /// Guards alive for this acquisition.
     pub(crate) fn holds(&self) -> usize {
         self.holds.load(Ordering::Acquire)

@@ -58,6 +58,19 @@ impl LockKeys {
     }
 }
 
+impl LockKeys {
+    /// A read-write lock's read shares: a sorted set, owner token → when the share expires.
+    pub(crate) fn readers(&self) -> String {
+        format!("{}:readers", self.lock)
+    }
+
+    /// A read-write lock's waiting writers: a sorted set, waiter id → when the registration
+    /// lapses.
+    pub(crate) fn writers(&self) -> String {
+        format!("{}:writers", self.lock)
+    }
+}
+
 pub(crate) fn validate_name(name: &str) -> Result<()> {
     if name.is_empty() {
         return Err(Error::invalid("key", "the lock name is empty"));

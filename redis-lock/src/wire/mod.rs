@@ -10,6 +10,7 @@ pub(crate) mod keys;
 #[macro_use]
 mod lua;
 pub(crate) mod mutex;
+pub(crate) mod rwlock;
 pub(crate) mod token;
 
 use std::time::Duration;
@@ -162,6 +163,8 @@ pub(crate) struct Holder {
     pub(crate) queued: u32,
     /// The waiter id at the head of the fair queue.
     pub(crate) queue_head: Option<String>,
+    /// Readers and waiting writers, for a read-write lock (`None`: a mutex).
+    pub(crate) rw: Option<rwlock::RwState>,
 }
 
 /// The holder of a lock broken by `force_release`.

@@ -335,7 +335,8 @@ static RELEASE: LazyLock<Script> = LazyLock::new(|| {
 });
 
 /// Read holder information, the remaining TTL and who waits in one go.
-/// KEYS: lock, waiters, queue. Returns `{}` when free, `{-2}` for another type, else
+/// KEYS: lock, waiters, queue. Returns `{}` when free, `{-2}` for another type or a hash
+/// without owner token (a read-write lock, see `rwlock.rs`), else
 /// `{pttl, host, pid, since, fence, meta, hold_until, token_is_empty, cool_until, waiters,
 /// queued, head}`: `waiters` counts live registrations (lapsing after now), `queued` the fair
 /// queue, `head` is the waiter id at its head (`''` when empty). A waiter key of another type
@@ -344,7 +345,11 @@ static INSPECT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         "local h = redis.pcall('HMGET', KEYS[1], 'info', 'hold_until', 'token', 'fence', 'cool_until')\n",
         "if h['err'] then return {-2} end\n",
-        "if h[3] == false and redis.call('EXISTS', KEYS[1]) == 0 then return {} end\n",
+        "if h[3] == false then\n",
+        "  if redis.call('EXISTS', KEYS[1]) == 0 then return {} end\n",
+        // A hash without an owner token is not a mutex (a read-write lock, or foreign data).
+        "  return {-2}\n",
+        "end\n",
         "local info = h[1] or ''\n",
         "local f = {}\n",
         "local pos = 1\n",
@@ -385,7 +390,7 @@ static OWNED_TTL: LazyLock<Script> = LazyLock::new(|| {
 /// Operator's release: give up whatever lock is there (handing it to a waiter, as a release
 /// does), returning who held it.
 /// KEYS: lock, fence, signal, waiters, queue. ARGV: grant token for `hand_over`. Returns `{}`
-/// when free, `{-2}` when the lock key holds another type, `{-4}` when the signal key does
+/// when free, `{-2}` when the lock key holds another type (or a hash without owner token), `{-4}` when the signal key does
 /// (nothing changed), else `{host, pid}`.
 static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
@@ -393,8 +398,9 @@ static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| {
         prune!(),
         hand_over!(),
         "if redis.call('EXISTS', KEYS[1]) == 0 then return {} end\n",
-        "local h = redis.pcall('HGET', KEYS[1], 'info')\n",
-        "if type(h) == 'table' then return {-2} end\n",
+        "local h = redis.pcall('HMGET', KEYS[1], 'info', 'token')\n",
+        "if h['err'] or h[2] == false then return {-2} end\n",
+        "h = h[1]\n",
         "local sk = redis.call('TYPE', KEYS[3])['ok']\n",
         "if sk ~= 'none' and sk ~= 'list' then return {-4} end\n",
         "local host, pid = string.match(h or '', '^([^\\n]*)\\n([^\\n]*)\\n')\n",
@@ -714,6 +720,7 @@ fn decode_inspect(keys: &LockKeys, v: &[Value]) -> Result<Option<Holder>> {
                 waiters: count(waiters),
                 queued: count(queued),
                 queue_head: Some(text(head)).filter(|h| !h.is_empty()),
+                rw: None,
             }))
         }
         _ => Err(unexpected("unexpected inspect reply")),
@@ -916,6 +923,7 @@ mod tests {
                 waiters: 3,
                 queued: 2,
                 queue_head: Some("w1".into()),
+                rw: None,
             }
         );
         // A grant not yet claimed: empty holder fields, no expiry, no hold.

@@ -14,6 +14,9 @@
 //!     handles SIGUSR1 (SA_RESTART, counting), prints "READY", reads a line, prints "ASKING",
 //!     then acquires KEY (3 s reply timeout) and prints "ACQUIRED <fence> <signals seen>" or
 //!     "FAILED <error>", then behaves as `hold`
+//! lock-holder read URL KEY TTL_MS
+//!     takes a read share of the read-write lock KEY (TTL_MS, watchdog on), then behaves as
+//!     `hold`
 //! lock-holder count URL KEY ITERATIONS
 //!     ITERATIONS times: lock KEY, GET counter, SET counter+1, unlock; then prints "DONE"
 //! lock-holder churn URL KEY DIR THREADS ITERATIONS TTL_MS
@@ -52,6 +55,12 @@ fn main() {
                 .retry(retry);
             hold_with(url, key, &opts)
         }
+        ["read", url, key, ttl_ms] => {
+            let opts = LockOptions::new()
+                .mode(redis_lock::LockMode::Read)
+                .ttl(Duration::from_millis(ttl_ms.parse().unwrap()));
+            hold_with(url, key, &opts)
+        }
         ["count", url, key, iterations] => count(url, key, iterations.parse().unwrap()),
         ["churn", url, key, dir, threads, iterations, ttl_ms] => churn(
             url,
@@ -71,7 +80,7 @@ fn main() {
         ),
         _ => {
             eprintln!(
-                "usage: lock-holder hold URL KEY TTL_MS on|off | wait URL KEY notify|fair | count URL KEY N | churn URL KEY DIR THREADS N TTL_MS | cooldown URL KEY RUNS BODY_MS COOLDOWN_MS"
+                "usage: lock-holder hold URL KEY TTL_MS on|off | read URL KEY TTL_MS | wait URL KEY notify|fair | count URL KEY N | churn URL KEY DIR THREADS N TTL_MS | cooldown URL KEY RUNS BODY_MS COOLDOWN_MS"
             );
             std::process::exit(2);
         }

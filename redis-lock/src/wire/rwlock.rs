@@ -1,0 +1,842 @@
+//! The read-write lock on the wire: its Lua scripts, and one typed function per script (below
+//! them). Many readers or one writer; a waiting writer keeps new readers out.
+//!
+//! The lock is the same key as a mutex's, `ns{name}`, a hash told apart by its `mode` field
+//! (a mutex's hash never has one, and a read-write lock's never has `token`, so each
+//! primitive's scripts answer "wrong type" on the other's key and touch nothing):
+//!
+//! | field          | value                                                               |
+//! |----------------|---------------------------------------------------------------------|
+//! | `mode`         | `read`, `write`, or `cool` (released with a cool-down: nobody owns it) |
+//! | `wtoken`       | the writer's owner token (write mode only)                          |
+//! | `wfence`       | the writer's fencing token                                          |
+//! | `winfo`        | the writer's `host \n pid \n since \n meta`                         |
+//! | `r:<token>`    | one per read share: `fence \n host \n pid \n since \n meta`          |
+//! | `cool_until`   | end of the cool-down, Unix ms (server clock; `cool` mode only)       |
+//!
+//! Each read share also has its own expiry, as its score in the sorted set `ns{name}:readers`
+//! (owner token → Unix ms, server clock), so one reader's renewal or release never touches
+//! another's share, and a share whose holder died is dropped once its score has passed, by
+//! whichever script looks next. The hash and `readers` always carry the same TTL: the latest
+//! share's expiry (or the writer's TTL). A share is live while both its field and its score (in
+//! the future) are there.
+//!
+//! Waiting reuses the mutex's registry (`ns{name}:waiters`, pruned by `prune` of `lua.rs`) and
+//! its shared wake-up list `ns{name}:signal`; writers that wait are also in
+//! `ns{name}:writers` (waiter id → when the registration lapses). While that set is not empty,
+//! no new reader enters (no writer starvation). Whenever the lock frees (the writer's release,
+//! the last reader's release, a waiting writer giving up) the script pushes one "look again"
+//! element (see `recheck` in `lua.rs`) per live registered waiter: every blocked reader and
+//! writer wakes at once and attempts again; the readers enter together, unless a writer waits.
+//! Nothing is granted through the list, so no waiter ever has to claim a grant.
+//!
+//! Every acquisition, read or write, takes the next value of the name's fencing counter
+//! `ns{name}:fence` (the mutex's), so a writer's token is above every token issued before it.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use redis::{ConnectionLike, Script, Value};
+
+use super::{
+    Attempt, AttemptArgs, Broken, Holder, LockKeys, OwnedTtl, Release, Renewal, count, int, millis,
+    ms, text, unexpected,
+};
+use crate::error::{Error, Result};
+
+/// What a read-write lock looks like in `inspect`, besides its holder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RwState {
+    /// A writer holds it (`false`: readers, or nobody during a cool-down).
+    pub(crate) writer: bool,
+    /// Live read shares.
+    pub(crate) readers: u32,
+    /// Writers registered as waiting: while there are any, no new reader enters.
+    pub(crate) writers_waiting: u32,
+}
+
+/// Lua for every script below: drop expired read shares (at most 100 per call), wake every
+/// registered waiter, and make the lock and its shares live at least so long.
+macro_rules! rw_lua {
+    () => {
+        concat!(
+            clock!(),
+            prune!(),
+            // Read shares whose expiry has passed: their field and their score go.
+            "local function drop_expired(lock, readers)\n\
+               local dead = redis.call('ZRANGEBYSCORE', readers, '-inf', clock(), 'LIMIT', 0, 100)\n\
+               for _, t in ipairs(dead) do\n\
+                 redis.call('ZREM', readers, t)\n\
+                 redis.call('HDEL', lock, 'r:' .. t)\n\
+               end\n\
+             end\n",
+            // Whether any writer waits (after forgetting lapsed registrations).
+            "local function writers_wait(writers)\n\
+               local dead = redis.call('ZRANGEBYSCORE', writers, '-inf', clock(), 'LIMIT', 0, 100)\n\
+               if #dead > 0 then redis.call('ZREM', writers, unpack(dead)) end\n\
+               return redis.call('ZRANGE', writers, 0, 0)[1] ~= nil\n\
+             end\n",
+            // The lock freed: one "look again" per live registered waiter (at most 1000).
+            "local function wake_all(signal, waiters, writers)\n\
+               if redis.call('EXISTS', waiters) == 0 then return end\n\
+               prune(waiters, writers)\n\
+               local n = #redis.call('ZRANGE', waiters, 0, 999)\n\
+               if n == 0 then return end\n\
+               local elems = {}\n\
+               for i = 1, n do elems[i] = ",
+            recheck!(),
+            " end\n\
+               redis.call('DEL', signal)\n\
+               redis.call('RPUSH', signal, unpack(elems))\n\
+               redis.call('PEXPIRE', signal, ",
+            handoff_grace_ms!(),
+            ")\n\
+             end\n",
+            // The lock and its shares live at least `ttl` ms more.
+            "local function stretch(lock, readers, ttl)\n\
+               if redis.call('PTTL', lock) < ttl then redis.call('PEXPIRE', lock, ttl) end\n\
+               if redis.call('EXISTS', readers) == 1 and redis.call('PTTL', readers) < ttl then\n\
+                 redis.call('PEXPIRE', readers, ttl)\n\
+               end\n\
+             end\n",
+            // The lock and its shares live until the latest share expires (or at least `floor` ms).
+            "local function fit(lock, readers, floor)\n\
+               local last = redis.call('ZRANGE', readers, -1, -1, 'WITHSCORES')\n\
+               local left = floor\n\
+               if last[2] then left = math.max(left, tonumber(last[2]) - clock()) end\n\
+               if left > 0 then\n\
+                 redis.call('PEXPIRE', lock, left)\n\
+                 if last[2] then redis.call('PEXPIRE', readers, left) end\n\
+               end\n\
+             end\n",
+            // How long a caller that cannot enter waits at most, and its registration.
+            "local function register(waiters, id, pttl, cap)\n\
+               local wait = cap\n\
+               if pttl >= 0 then wait = pttl + 1 end\n\
+               local block = math.max(1, math.min(wait, cap))\n\
+               local life = block + ",
+            waiter_margin_ms!(),
+            "\n\
+               redis.call('ZADD', waiters, clock() + life, id)\n\
+               if redis.call('PTTL', waiters) < life then redis.call('PEXPIRE', waiters, life) end\n\
+               return block, life\n\
+             end\n",
+        )
+    };
+}
+
+/// Take a read share, or register as a waiter.
+///
+/// KEYS: lock, fence, waiters, writers, readers.
+/// ARGV: token, ttl_ms, holder (`host \n pid \n`), meta, waiter id, register_ms, the owner
+/// token of the write lock this thread holds on the same name (a downgrade) or `""`.
+///
+/// A reader enters when the lock is free or read, and no writer waits; or when the lock is
+/// held for writing under the token in the last argument (the same thread downgrades). A
+/// caller whose token already holds a share gets `{1, fence, …}` with its stored fencing token
+/// (a resent request). Returns `{1, fence, 0, 0, 0}` when it entered; `{0, pttl, block, 0,
+/// now}` when not (`pttl`: the writer's remaining TTL, or how long until the registration of
+/// the waiting writer that keeps it out lapses; `block`: how long to wait at most, `-1` when
+/// not registered); `{-2, …}` when the lock key is not a read-write lock (nothing written),
+/// `{-3, …}` when the fence key holds another type, `{-5, …}` when the readers key does.
+static READ: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        rw_lua!(),
+        "local h = redis.pcall('HMGET', KEYS[1], 'mode', 'wtoken')\n",
+        "if h['err'] then return {-2, 0, 0, 0, 0} end\n",
+        "if h[1] == false and redis.call('EXISTS', KEYS[1]) == 1 then return {-2, 0, 0, 0, 0} end\n",
+        "local rt = redis.call('TYPE', KEYS[5])['ok']\n",
+        "if rt ~= 'none' and rt ~= 'zset' then return {-5, 0, 0, 0, 0} end\n",
+        "local now = clock()\n",
+        "local mode = h[1]\n",
+        "if mode then\n",
+        "  local mine = redis.call('HGET', KEYS[1], 'r:' .. ARGV[1])\n",
+        "  if mine then return {1, tonumber(string.match(mine, '^(%d+)')) or 0, 0, 0, 0} end\n",
+        "else\n",
+        // No lock: no shares either (they share the TTL); drop any left by a foreign DEL.
+        "  redis.call('DEL', KEYS[5])\n",
+        "end\n",
+        "if mode == 'read' then drop_expired(KEYS[1], KEYS[5]) end\n",
+        "local ok = false\n",
+        "if mode == 'write' then\n",
+        "  ok = ARGV[7] ~= '' and h[2] == ARGV[7]\n",
+        "elseif mode ~= 'cool' then\n",
+        "  ok = not writers_wait(KEYS[4])\n",
+        "end\n",
+        "if ok then\n",
+        "  local fence = redis.pcall('INCR', KEYS[2])\n",
+        "  if type(fence) == 'table' then return {-3, 0, 0, 0, 0} end\n",
+        "  if mode ~= 'write' then mode = 'read' end\n",
+        "  redis.call('ZREM', KEYS[3], ARGV[5])\n",
+        "  local ttl = tonumber(ARGV[2])\n",
+        "  redis.call('ZADD', KEYS[5], now + ttl, ARGV[1])\n",
+        "  redis.call('HSET', KEYS[1], 'mode', mode, 'r:' .. ARGV[1], fence .. '\\n' .. ARGV[3] .. now .. '\\n' .. ARGV[4])\n",
+        "  stretch(KEYS[1], KEYS[5], ttl)\n",
+        "  return {1, fence, 0, 0, 0}\n",
+        "end\n",
+        "local pttl = -2\n",
+        "if mode == 'write' or mode == 'cool' then\n",
+        "  pttl = redis.call('PTTL', KEYS[1])\n",
+        "else\n",
+        "  local first = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')\n",
+        "  pttl = math.max(0, tonumber(first[2]) - now)\n",
+        "end\n",
+        "local cap = tonumber(ARGV[6])\n",
+        "if cap <= 0 then return {0, pttl, -1, 0, 0} end\n",
+        "local block = register(KEYS[3], ARGV[5], pttl, cap)\n",
+        "return {0, pttl, block, 0, now}\n",
+    ))
+});
+
+/// Take the write lock, or register as a waiting writer (which keeps new readers out).
+///
+/// KEYS: lock, fence, waiters, writers, readers.
+/// ARGV: token, ttl_ms, holder (`host \n pid \n`), meta, waiter id, register_ms.
+///
+/// The writer enters when nobody holds the lock (no live share, no writer, no cool-down). A
+/// caller whose token already holds it gets `{1, fence, …}` with its stored fencing token.
+/// Replies as `READ`; when readers hold the lock, `pttl` is the time until the earliest
+/// share expires, so a waiter comes back when a crashed reader's share is gone at the latest.
+static WRITE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        rw_lua!(),
+        "local h = redis.pcall('HMGET', KEYS[1], 'mode', 'wtoken', 'wfence')\n",
+        "if h['err'] then return {-2, 0, 0, 0, 0} end\n",
+        "if h[1] == false and redis.call('EXISTS', KEYS[1]) == 1 then return {-2, 0, 0, 0, 0} end\n",
+        "local rt = redis.call('TYPE', KEYS[5])['ok']\n",
+        "if rt ~= 'none' and rt ~= 'zset' then return {-5, 0, 0, 0, 0} end\n",
+        "if h[2] == ARGV[1] then return {1, tonumber(h[3]) or 0, 0, 0, 0} end\n",
+        "local now = clock()\n",
+        "local mode = h[1]\n",
+        "if mode == 'read' then drop_expired(KEYS[1], KEYS[5]) end\n",
+        "local free = mode == false or (mode == 'read' and redis.call('ZRANGE', KEYS[5], 0, 0)[1] == nil)\n",
+        "if free then\n",
+        "  local fence = redis.pcall('INCR', KEYS[2])\n",
+        "  if type(fence) == 'table' then return {-3, 0, 0, 0, 0} end\n",
+        "  redis.call('ZREM', KEYS[3], ARGV[5])\n",
+        "  redis.call('ZREM', KEYS[4], ARGV[5])\n",
+        "  redis.call('DEL', KEYS[1], KEYS[5])\n",
+        "  redis.call('HSET', KEYS[1], 'mode', 'write', 'wtoken', ARGV[1], 'wfence', fence, 'winfo', ARGV[3] .. now .. '\\n' .. ARGV[4])\n",
+        "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n",
+        "  return {1, fence, 0, 0, 0}\n",
+        "end\n",
+        "local pttl = -2\n",
+        "if mode == 'read' then\n",
+        "  local first = redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')\n",
+        "  pttl = math.max(0, tonumber(first[2]) - now)\n",
+        "else\n",
+        "  pttl = redis.call('PTTL', KEYS[1])\n",
+        "end\n",
+        "local cap = tonumber(ARGV[6])\n",
+        "if cap <= 0 then return {0, pttl, -1, 0, 0} end\n",
+        "local block, life = register(KEYS[3], ARGV[5], pttl, cap)\n",
+        "redis.call('ZADD', KEYS[4], now + life, ARGV[5])\n",
+        "if redis.call('PTTL', KEYS[4]) < life then redis.call('PEXPIRE', KEYS[4], life) end\n",
+        "return {0, pttl, block, 0, now}\n",
+    ))
+});
+
+/// Renew a read share: compare, then move its expiry (the lock lives at least as long).
+/// KEYS: lock, readers. ARGV: token, ttl_ms.
+/// Returns `1` renewed, `0` the share is gone (expired, or the lock freed), `-1` a writer (or
+/// another type) is there.
+static RENEW_READ: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        rw_lua!(),
+        "local h = redis.pcall('HMGET', KEYS[1], 'mode', 'r:' .. ARGV[1])\n",
+        "if h['err'] then return -1 end\n",
+        "local s = redis.pcall('ZSCORE', KEYS[2], ARGV[1])\n",
+        "if type(s) == 'table' then return -1 end\n",
+        "local ttl = tonumber(ARGV[2])\n",
+        "if h[2] and s and tonumber(s) > clock() then\n",
+        "  redis.call('ZADD', KEYS[2], clock() + ttl, ARGV[1])\n",
+        "  stretch(KEYS[1], KEYS[2], ttl)\n",
+        "  return 1\n",
+        "end\n",
+        "if s then redis.call('ZREM', KEYS[2], ARGV[1]) end\n",
+        "if h[2] then redis.call('HDEL', KEYS[1], 'r:' .. ARGV[1]) end\n",
+        "if h[1] == 'write' then return -1 end\n",
+        "if h[1] == false and redis.call('EXISTS', KEYS[1]) == 1 then return -1 end\n",
+        "return 0\n",
+    ))
+});
+
+/// Renew the write lock: compare the token, then set the TTL (never below the latest share
+/// of a downgrade in progress).
+/// KEYS: lock, readers. ARGV: token, ttl_ms. Returns `1` renewed, `0` the key is gone, `-1`
+/// anyone else (readers, another writer, a cool-down, another type) is there.
+static RENEW_WRITE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        rw_lua!(),
+        "local h = redis.pcall('HMGET', KEYS[1], 'mode', 'wtoken')\n",
+        "if h['err'] then return -1 end\n",
+        "if h[2] == ARGV[1] then\n",
+        "  fit(KEYS[1], KEYS[2], tonumber(ARGV[2]))\n",
+        "  return 1\n",
+        "end\n",
+        "if h[1] == false and redis.call('EXISTS', KEYS[1]) == 0 then return 0 end\n",
+        "return -1\n",
+    ))
+});
+
+/// Give a read share up. When it was the last one (and no writer holds the lock), the lock is
+/// deleted, or kept ownerless for the cool-down, and every waiter is woken.
+/// KEYS: lock, readers, waiters, writers, signal. ARGV: token, `1` to ignore the cool-down
+/// (an undone acquisition) or `0`, the releaser's leftover waiter id or "", cool-down ms.
+/// Returns `1` released, `2` released and kept for the cool-down, `0` late (the share was
+/// already gone), `-1` lost (a writer, or another type, is there now), `-4` the signal key
+/// holds another type (nothing changed).
+static RELEASE_READ: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        rw_lua!(),
+        "local sk = redis.call('TYPE', KEYS[5])['ok']\n",
+        "if sk ~= 'none' and sk ~= 'list' then return -4 end\n",
+        "local h = redis.pcall('HMGET', KEYS[1], 'mode', 'r:' .. ARGV[1])\n",
+        "if h['err'] then return -1 end\n",
+        "if h[1] == false and redis.call('EXISTS', KEYS[1]) == 1 then return -1 end\n",
+        "local s = redis.pcall('ZSCORE', KEYS[2], ARGV[1])\n",
+        "if type(s) == 'table' then return -1 end\n",
+        "if ARGV[3] ~= '' then redis.call('ZREM', KEYS[3], ARGV[3]) end\n",
+        "local live = h[2] and s and tonumber(s) > clock()\n",
+        "if s then redis.call('ZREM', KEYS[2], ARGV[1]) end\n",
+        "if h[2] then redis.call('HDEL', KEYS[1], 'r:' .. ARGV[1]) end\n",
+        "if not h[2] then\n",
+        "  if h[1] == 'write' then return -1 end\n",
+        "  return 0\n",
+        "end\n",
+        "local code = 0\n",
+        "if live then code = 1 end\n",
+        "if h[1] ~= 'read' then return code end\n",
+        "drop_expired(KEYS[1], KEYS[2])\n",
+        "if redis.call('ZRANGE', KEYS[2], 0, 0)[1] then\n",
+        "  fit(KEYS[1], KEYS[2], 0)\n",
+        "  return code\n",
+        "end\n",
+        "redis.call('DEL', KEYS[1], KEYS[2])\n",
+        "local cool = tonumber(ARGV[4]) or 0\n",
+        "if live and cool > 0 and ARGV[2] ~= '1' then\n",
+        "  redis.call('HSET', KEYS[1], 'mode', 'cool', 'cool_until', clock() + cool)\n",
+        "  redis.call('PEXPIRE', KEYS[1], cool)\n",
+        "  code = 2\n",
+        "end\n",
+        "wake_all(KEYS[5], KEYS[3], KEYS[4])\n",
+        "return code\n",
+    ))
+});
+
+/// Give the write lock up: to the shares of a downgrade if there are any (the lock turns
+/// read), else delete it or keep it ownerless for the cool-down; then wake every waiter.
+/// KEYS, ARGV and replies as `RELEASE_READ`; `0` (late) only when the key is gone, `-1`
+/// (lost) when anyone else holds it now.
+static RELEASE_WRITE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        rw_lua!(),
+        "local sk = redis.call('TYPE', KEYS[5])['ok']\n",
+        "if sk ~= 'none' and sk ~= 'list' then return -4 end\n",
+        "local h = redis.pcall('HMGET', KEYS[1], 'mode', 'wtoken')\n",
+        "if h['err'] then return -1 end\n",
+        "if h[2] ~= ARGV[1] then\n",
+        "  if h[1] == false and redis.call('EXISTS', KEYS[1]) == 0 then return 0 end\n",
+        "  return -1\n",
+        "end\n",
+        "if ARGV[3] ~= '' then redis.call('ZREM', KEYS[3], ARGV[3]) end\n",
+        "drop_expired(KEYS[1], KEYS[2])\n",
+        "local code = 1\n",
+        "if redis.call('ZRANGE', KEYS[2], 0, 0)[1] then\n",
+        "  redis.call('HDEL', KEYS[1], 'wtoken', 'wfence', 'winfo')\n",
+        "  redis.call('HSET', KEYS[1], 'mode', 'read')\n",
+        "  fit(KEYS[1], KEYS[2], 0)\n",
+        "else\n",
+        "  redis.call('DEL', KEYS[1], KEYS[2])\n",
+        "  local cool = tonumber(ARGV[4]) or 0\n",
+        "  if cool > 0 and ARGV[2] ~= '1' then\n",
+        "    redis.call('HSET', KEYS[1], 'mode', 'cool', 'cool_until', clock() + cool)\n",
+        "    redis.call('PEXPIRE', KEYS[1], cool)\n",
+        "    code = 2\n",
+        "  end\n",
+        "end\n",
+        "wake_all(KEYS[5], KEYS[3], KEYS[4])\n",
+        "return code\n",
+    ))
+});
+
+/// A waiter gives up: unregister it; a writer that was the last one waiting lets the readers
+/// it kept out in (every waiter is woken, unless a writer holds the lock or it cools down).
+/// KEYS: lock, waiters, writers, signal. ARGV: waiter id. Returns `1`.
+static LEAVE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        rw_lua!(),
+        "redis.call('ZREM', KEYS[2], ARGV[1])\n",
+        "if redis.call('ZREM', KEYS[3], ARGV[1]) == 1 and not writers_wait(KEYS[3]) then\n",
+        "  local m = redis.pcall('HGET', KEYS[1], 'mode')\n",
+        "  local sk = redis.call('TYPE', KEYS[4])['ok']\n",
+        "  if type(m) ~= 'table' and m ~= 'write' and m ~= 'cool' and (sk == 'none' or sk == 'list') then\n",
+        "    wake_all(KEYS[4], KEYS[2], KEYS[3])\n",
+        "  end\n",
+        "end\n",
+        "return 1\n",
+    ))
+});
+
+/// Remaining TTL of a read share. KEYS: lock, readers. ARGV: token.
+/// Returns the ms left, `-2` gone, `-3` another type is there.
+static OWNED_TTL_READ: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        clock!(),
+        "local f = redis.pcall('HGET', KEYS[1], 'r:' .. ARGV[1])\n",
+        "if type(f) == 'table' then return -3 end\n",
+        "local s = redis.pcall('ZSCORE', KEYS[2], ARGV[1])\n",
+        "if type(s) == 'table' then return -3 end\n",
+        "if f and s and tonumber(s) > clock() then return tonumber(s) - clock() end\n",
+        "return -2\n",
+    ))
+});
+
+/// Remaining TTL of the write lock. KEYS: lock. ARGV: token.
+/// Returns the PTTL, `-2` gone, `-3` not ours.
+static OWNED_TTL_WRITE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        "local t = redis.pcall('HGET', KEYS[1], 'wtoken')\n",
+        "if type(t) == 'table' then return -3 end\n",
+        "if t == ARGV[1] then return redis.call('PTTL', KEYS[1]) end\n",
+        "if redis.call('EXISTS', KEYS[1]) == 0 then return -2 end\n",
+        "return -3\n",
+    ))
+});
+
+/// Who holds the lock. KEYS: lock, readers, waiters, writers.
+/// Returns `{}` when free, `{-2}` when the key is not a read-write lock, else `{mode, pttl,
+/// fence, info, readers, waiters, writers_waiting, cool_until}`: the writer's fencing token
+/// and holder information, or those of the live share that expires first; `readers` counts
+/// the live shares, `waiters` the live registrations, `writers_waiting` the writers among them.
+static INSPECT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        clock!(),
+        "local h = redis.pcall('HMGET', KEYS[1], 'mode', 'wfence', 'winfo', 'cool_until')\n",
+        "if h['err'] then return {-2} end\n",
+        "if h[1] == false then\n",
+        "  if redis.call('EXISTS', KEYS[1]) == 0 then return {} end\n",
+        "  return {-2}\n",
+        "end\n",
+        "local now = clock()\n",
+        "local live = redis.pcall('ZRANGEBYSCORE', KEYS[2], '(' .. now, '+inf')\n",
+        "if live['err'] then live = {} end\n",
+        "local fence, info = h[2] or '0', h[3] or ''\n",
+        "if h[1] ~= 'write' and live[1] then\n",
+        "  local r = redis.call('HGET', KEYS[1], 'r:' .. live[1]) or ''\n",
+        "  fence = string.match(r, '^(%d+)') or '0'\n",
+        "  info = string.sub(r, #fence + 2)\n",
+        "end\n",
+        "local w = redis.pcall('ZRANGEBYSCORE', KEYS[3], '(' .. now, '+inf')\n",
+        "if w['err'] then w = {} end\n",
+        "local ww = redis.pcall('ZRANGEBYSCORE', KEYS[4], '(' .. now, '+inf')\n",
+        "if ww['err'] then ww = {} end\n",
+        "return {h[1], redis.call('PTTL', KEYS[1]), fence, info, #live, #w, #ww, h[4] or '0'}\n",
+    ))
+});
+
+/// Operator's release: delete the lock (writer and every share) and wake every waiter.
+/// KEYS: lock, readers, waiters, writers, signal. Returns `{}` when free, `{-2}` when the key
+/// is not a read-write lock, `{-4}` when the signal key holds another type (nothing changed),
+/// else `{host, pid}` of the writer (or of one reader).
+static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        rw_lua!(),
+        "local h = redis.pcall('HMGET', KEYS[1], 'mode', 'winfo')\n",
+        "if h['err'] then return {-2} end\n",
+        "if h[1] == false then\n",
+        "  if redis.call('EXISTS', KEYS[1]) == 0 then return {} end\n",
+        "  return {-2}\n",
+        "end\n",
+        "local sk = redis.call('TYPE', KEYS[5])['ok']\n",
+        "if sk ~= 'none' and sk ~= 'list' then return {-4} end\n",
+        "local info = h[2] or ''\n",
+        "if h[1] == 'read' then\n",
+        "  local first = redis.pcall('ZRANGE', KEYS[2], 0, 0)\n",
+        "  if not first['err'] and first[1] then\n",
+        "    local r = redis.call('HGET', KEYS[1], 'r:' .. first[1]) or ''\n",
+        "    info = string.sub(r, (string.find(r, '\\n', 1, true) or #r) + 1)\n",
+        "  end\n",
+        "end\n",
+        "local host, pid = string.match(info, '^([^\\n]*)\\n([^\\n]*)\\n')\n",
+        "redis.call('DEL', KEYS[1], KEYS[2])\n",
+        "wake_all(KEYS[5], KEYS[3], KEYS[4])\n",
+        "return {host or '', pid or ''}\n",
+    ))
+});
+
+// ---------------------------------------------------------------------------------------------
+// Typed calls: the only code that builds `KEYS`/`ARGV` for these scripts or reads their codes.
+
+/// Read or write: which scripts a call uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Side {
+    Read,
+    Write,
+}
+
+/// `READ` / `WRITE`: take a share or the write lock, or register as a waiter. `under`: the
+/// owner token of the write lock this thread holds on the name (a read taken under it is a
+/// downgrade), else `""`.
+pub(crate) fn acquire(
+    con: &mut dyn ConnectionLike,
+    side: Side,
+    a: &AttemptArgs<'_>,
+    under: &str,
+) -> Result<Attempt> {
+    let keys = a.keys;
+    let script = match side {
+        Side::Read => &*READ,
+        Side::Write => &*WRITE,
+    };
+    let mut call = script.prepare_invoke();
+    call.key(&keys.lock)
+        .key(&keys.fence)
+        .key(&keys.waiters)
+        .key(keys.writers())
+        .key(keys.readers())
+        .arg(a.token)
+        .arg(ms(a.ttl))
+        .arg(a.holder)
+        .arg(a.meta)
+        .arg(a.waiter)
+        .arg(ms(a.register));
+    if side == Side::Read {
+        call.arg(under);
+    }
+    let reply: (i64, i64, i64, i64, i64) = call.invoke(con)?;
+    decode_acquire(keys, reply)
+}
+
+fn decode_acquire(
+    keys: &LockKeys,
+    (status, value, block, _, server_ms): (i64, i64, i64, i64, i64),
+) -> Result<Attempt> {
+    let wrong = |key: String| Err(Error::WrongType { redis_key: key });
+    match status {
+        1 => Ok(Attempt::Acquired {
+            fence: u64::try_from(value).unwrap_or(0),
+        }),
+        // Nothing is ever granted through the wake-up list, so `fresh` does not matter.
+        0 => Ok(Attempt::Busy {
+            holder_ttl: millis(value),
+            block: millis(block),
+            fresh: false,
+            server_ms: u64::try_from(server_ms).unwrap_or(0),
+        }),
+        -2 => wrong(keys.lock.clone()),
+        -3 => wrong(keys.fence.clone()),
+        -5 => wrong(keys.readers()),
+        _ => Err(unexpected("unexpected read-write lock acquire reply")),
+    }
+}
+
+/// `RENEW_READ` / `RENEW_WRITE`.
+pub(crate) fn renew(
+    con: &mut dyn ConnectionLike,
+    side: Side,
+    keys: &LockKeys,
+    token: &str,
+    ttl: Duration,
+) -> Result<Renewal> {
+    let script = match side {
+        Side::Read => &*RENEW_READ,
+        Side::Write => &*RENEW_WRITE,
+    };
+    let r: i64 = script
+        .key(&keys.lock)
+        .key(keys.readers())
+        .arg(token)
+        .arg(ms(ttl))
+        .invoke(con)?;
+    Ok(decode_renew(r))
+}
+
+fn decode_renew(r: i64) -> Renewal {
+    match r {
+        1 => Renewal::Renewed,
+        0 => Renewal::Gone,
+        _ => Renewal::NotOurs,
+    }
+}
+
+/// `RELEASE_READ` / `RELEASE_WRITE`. `undo`: the acquisition is undone (no cool-down).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn release(
+    con: &mut dyn ConnectionLike,
+    side: Side,
+    keys: &LockKeys,
+    token: &str,
+    undo: bool,
+    cooldown: Duration,
+    registration: &str,
+) -> Result<Release> {
+    let script = match side {
+        Side::Read => &*RELEASE_READ,
+        Side::Write => &*RELEASE_WRITE,
+    };
+    let r: i64 = script
+        .key(&keys.lock)
+        .key(keys.readers())
+        .key(&keys.waiters)
+        .key(keys.writers())
+        .key(&keys.signal)
+        .arg(token)
+        .arg(i32::from(undo))
+        .arg(registration)
+        .arg(ms(cooldown))
+        .invoke(con)?;
+    decode_release(keys, r)
+}
+
+fn decode_release(keys: &LockKeys, r: i64) -> Result<Release> {
+    Ok(match r {
+        1 => Release::Released,
+        2 => Release::Kept,
+        0 => Release::Late,
+        -4 => {
+            return Err(Error::WrongType {
+                redis_key: keys.signal.clone(),
+            });
+        }
+        _ => Release::Lost,
+    })
+}
+
+/// `LEAVE`: a waiter gives up.
+pub(crate) fn leave(con: &mut dyn ConnectionLike, keys: &LockKeys, waiter: &str) -> Result<()> {
+    LEAVE
+        .key(&keys.lock)
+        .key(&keys.waiters)
+        .key(keys.writers())
+        .key(&keys.signal)
+        .arg(waiter)
+        .invoke::<i64>(con)?;
+    Ok(())
+}
+
+/// `OWNED_TTL_READ` / `OWNED_TTL_WRITE`.
+pub(crate) fn owned_ttl(
+    con: &mut dyn ConnectionLike,
+    side: Side,
+    keys: &LockKeys,
+    token: &str,
+) -> Result<OwnedTtl> {
+    let r: i64 = match side {
+        Side::Read => OWNED_TTL_READ
+            .key(&keys.lock)
+            .key(keys.readers())
+            .arg(token)
+            .invoke(con)?,
+        Side::Write => OWNED_TTL_WRITE.key(&keys.lock).arg(token).invoke(con)?,
+    };
+    Ok(decode_owned_ttl(r))
+}
+
+fn decode_owned_ttl(r: i64) -> OwnedTtl {
+    match r {
+        -1 => OwnedTtl::NoExpiry,
+        -2 => OwnedTtl::Gone,
+        -3 => OwnedTtl::NotOurs,
+        ms => OwnedTtl::Left(Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
+    }
+}
+
+/// `INSPECT`: who holds the lock, `None` when it is free; [`Error::WrongType`] when the key is
+/// not a read-write lock (a mutex, or foreign data).
+pub(crate) fn inspect(con: &mut dyn ConnectionLike, keys: &LockKeys) -> Result<Option<Holder>> {
+    let v: Vec<Value> = INSPECT
+        .key(&keys.lock)
+        .key(keys.readers())
+        .key(&keys.waiters)
+        .key(keys.writers())
+        .invoke(con)?;
+    decode_inspect(keys, &v)
+}
+
+fn decode_inspect(keys: &LockKeys, v: &[Value]) -> Result<Option<Holder>> {
+    match v {
+        [] => Ok(None),
+        [_] => Err(Error::WrongType {
+            redis_key: keys.lock.clone(),
+        }),
+        [
+            mode,
+            pttl,
+            fence,
+            info,
+            readers,
+            waiters,
+            writers,
+            cool_until,
+        ] => {
+            let mode = text(mode);
+            let info = text(info);
+            let mut parts = info.splitn(4, '\n');
+            let host = parts.next().unwrap_or("").to_owned();
+            let pid = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+            let since_ms = parts.next().and_then(|s| s.parse().ok()).unwrap_or(0);
+            let meta = parts.next().filter(|m| !m.is_empty()).map(str::to_owned);
+            let readers = count(readers);
+            Ok(Some(Holder {
+                remaining_ttl: int(pttl).and_then(millis),
+                host,
+                pid,
+                since_ms,
+                fence: int(fence).and_then(|f| u64::try_from(f).ok()).unwrap_or(0),
+                meta,
+                hold_until_ms: None,
+                owned: mode == "write" || (mode == "read" && readers > 0),
+                cool_until_ms: int(cool_until)
+                    .and_then(|c| u64::try_from(c).ok())
+                    .filter(|c| *c > 0),
+                waiters: count(waiters),
+                queued: 0,
+                queue_head: None,
+                rw: Some(RwState {
+                    writer: mode == "write",
+                    readers,
+                    writers_waiting: count(writers),
+                }),
+            }))
+        }
+        _ => Err(unexpected("unexpected read-write lock inspect reply")),
+    }
+}
+
+/// `FORCE_RELEASE`: break the lock whoever holds it, waking every waiter.
+pub(crate) fn force_release(con: &mut dyn ConnectionLike, keys: &LockKeys) -> Result<Broken> {
+    let v: Vec<String> = FORCE_RELEASE
+        .key(&keys.lock)
+        .key(keys.readers())
+        .key(&keys.waiters)
+        .key(keys.writers())
+        .key(&keys.signal)
+        .invoke(con)?;
+    match v.as_slice() {
+        [] => Ok(None),
+        [host, pid] => Ok(Some((host.clone(), pid.parse().unwrap_or(0)))),
+        [code] if code == "-4" => Err(Error::WrongType {
+            redis_key: keys.signal.clone(),
+        }),
+        _ => Err(Error::WrongType {
+            redis_key: keys.lock.clone(),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys() -> LockKeys {
+        LockKeys::new("lock:", "k").unwrap()
+    }
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn acquire_replies_decode() {
+        let k = keys();
+        assert_eq!(
+            decode_acquire(&k, (1, 7, 0, 0, 0)).unwrap(),
+            Attempt::Acquired { fence: 7 }
+        );
+        assert_eq!(
+            decode_acquire(&k, (0, 250, 251, 0, 99)).unwrap(),
+            Attempt::Busy {
+                holder_ttl: Some(Duration::from_millis(250)),
+                block: Some(Duration::from_millis(251)),
+                fresh: false,
+                server_ms: 99,
+            }
+        );
+        for (code, key) in [
+            (-2, k.lock.clone()),
+            (-3, k.fence.clone()),
+            (-5, k.readers()),
+        ] {
+            match decode_acquire(&k, (code, 0, 0, 0, 0)) {
+                Err(Error::WrongType { redis_key }) => assert_eq!(redis_key, key),
+                other => panic!("{code}: {other:?}"),
+            }
+        }
+        assert!(decode_acquire(&k, (9, 0, 0, 0, 0)).is_err());
+    }
+
+    #[test]
+    fn renew_release_and_ttl_codes() {
+        assert_eq!(decode_renew(1), Renewal::Renewed);
+        assert_eq!(decode_renew(0), Renewal::Gone);
+        assert_eq!(decode_renew(-1), Renewal::NotOurs);
+        let k = keys();
+        assert_eq!(decode_release(&k, 1).unwrap(), Release::Released);
+        assert_eq!(decode_release(&k, 2).unwrap(), Release::Kept);
+        assert_eq!(decode_release(&k, 0).unwrap(), Release::Late);
+        assert_eq!(decode_release(&k, -1).unwrap(), Release::Lost);
+        assert!(matches!(
+            decode_release(&k, -4),
+            Err(Error::WrongType { .. })
+        ));
+        assert_eq!(decode_owned_ttl(-2), OwnedTtl::Gone);
+        assert_eq!(decode_owned_ttl(-3), OwnedTtl::NotOurs);
+        assert_eq!(
+            decode_owned_ttl(900),
+            OwnedTtl::Left(Duration::from_millis(900))
+        );
+    }
+
+    #[test]
+    fn inspect_reply_decodes() {
+        let k = keys();
+        assert_eq!(decode_inspect(&k, &[]).unwrap(), None);
+        assert!(matches!(
+            decode_inspect(&k, &[Value::Int(-2)]),
+            Err(Error::WrongType { .. })
+        ));
+        let v = [
+            bulk("read"),
+            Value::Int(900),
+            bulk("17"),
+            bulk("web-1\n4242\n1700000000000\nnightly\nreport"),
+            Value::Int(3),
+            Value::Int(2),
+            Value::Int(1),
+            bulk("0"),
+        ];
+        let h = decode_inspect(&k, &v).unwrap().unwrap();
+        assert_eq!(
+            (h.host.as_str(), h.pid, h.since_ms, h.fence),
+            ("web-1", 4242, 1_700_000_000_000, 17)
+        );
+        assert_eq!(h.meta.as_deref(), Some("nightly\nreport"));
+        assert!(h.owned);
+        assert_eq!(
+            h.rw,
+            Some(RwState {
+                writer: false,
+                readers: 3,
+                writers_waiting: 1
+            })
+        );
+        assert_eq!(h.waiters, 2);
+        // Cooling down after a release: nobody owns it.
+        let v = [
+            bulk("cool"),
+            Value::Int(400),
+            bulk("0"),
+            bulk(""),
+            Value::Int(0),
+            Value::Int(0),
+            Value::Int(0),
+            bulk("1700000009000"),
+        ];
+        let h = decode_inspect(&k, &v).unwrap().unwrap();
+        assert!(!h.owned);
+        assert_eq!(h.cool_until_ms, Some(1_700_000_009_000));
+        assert_eq!((h.host.as_str(), h.pid, h.meta), ("", 0, None));
+        assert!(decode_inspect(&k, &[Value::Int(1), Value::Int(2)]).is_err());
+    }
+}

@@ -298,13 +298,14 @@ pub(crate) struct Quorum {
 }
 
 /// A won acquisition with attempts still in flight. A release fans out on its own threads, so
-/// on a server where the attempt is late the release can run first, find nothing, and let the
-/// attempt take the lock after it: a lock nobody holds, until its TTL. The release marks the
-/// acquisition `released`, and the late answer, seeing the mark, releases that server.
+/// on a server where the attempt is late the release could run first, find nothing, and let
+/// the attempt take the lock after it: a lock nobody holds, until its TTL. So the release
+/// skips the servers still `pending` and marks the acquisition `released`; the late answer,
+/// seeing the mark, releases its server, after its attempt.
 #[derive(Debug)]
 struct Unsettled {
-    /// Servers still to answer.
-    pending: usize,
+    /// Servers whose attempt has not answered yet.
+    pending: Vec<usize>,
     released: bool,
 }
 
@@ -728,8 +729,13 @@ impl Quorum {
         // for an attempt that failed is undone (it may also have been applied when the answer
         // was an error).
         let ours = acquired.is_some();
-        let pending = self.total() - answers.ok.len() - answers.failed.len();
-        if ours && pending > 0 {
+        let pending: Vec<usize> = (0..self.total())
+            .filter(|i| {
+                !answers.ok.iter().any(|(a, _)| a == i)
+                    && !answers.failed.iter().any(|(f, _)| f == i)
+            })
+            .collect();
+        if ours && !pending.is_empty() {
             self.unsettled.lock().insert(
                 args.token.to_owned(),
                 Unsettled {
@@ -746,14 +752,17 @@ impl Quorum {
                 let member = &members[i];
                 let released = ours && {
                     let mut all = unsettled.lock();
-                    let released = all.get(&sent.token).is_some_and(|u| u.released);
-                    if let Some(u) = all.get_mut(&sent.token) {
-                        u.pending -= 1;
-                        if u.pending == 0 {
-                            all.remove(&sent.token);
+                    match all.get_mut(&sent.token) {
+                        Some(u) => {
+                            u.pending.retain(|p| *p != i);
+                            let released = u.released;
+                            if u.pending.is_empty() {
+                                all.remove(&sent.token);
+                            }
+                            released
                         }
+                        None => false,
                     }
-                    released
                 };
                 match (ours, late) {
                     (true, Ok(Attempt::Busy { block: Some(_), .. })) => {
@@ -895,14 +904,20 @@ impl Quorum {
 
     pub(crate) fn release(&self, p: &Arc<dyn Primitive>, r: &ReleaseArgs<'_>) -> Result<Release> {
         let q = majority(self.total());
-        // Before any release is sent: an attempt that lands after it must see the mark.
-        if let Some(u) = self.unsettled.lock().get_mut(r.token) {
-            u.released = true;
-        }
+        // Servers whose attempt is still in flight are released by its answer (`Unsettled`).
+        let servers = match self.unsettled.lock().get_mut(r.token) {
+            Some(u) => {
+                u.released = true;
+                (0..self.total())
+                    .filter(|i| !u.pending.contains(i))
+                    .collect()
+            }
+            None => self.all(),
+        };
         let answers = {
             let (p, sent) = (Arc::clone(p), OwnedRelease::of(r));
             self.fan_out(
-                &self.all(),
+                &servers,
                 move |s| release_on(s, &*p, &sent.args()),
                 move |a| {
                     a.ok.iter()

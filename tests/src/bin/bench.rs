@@ -214,6 +214,8 @@ fn main() {
             "x baseline",
             "redis exec us",
             "redis cpu us",
+            "client cpu us",
+            "thread cpu us",
         ]);
         let raw_rate = uncontended::per_second(&raw);
         #[allow(unused_mut)]
@@ -235,6 +237,8 @@ fn main() {
                 f(uncontended::per_second(s) / raw_rate, 3),
                 f(s.redis_exec_us, 1),
                 f(s.redis_cpu_us, 1),
+                f(s.client_cpu_us, 1),
+                f(s.client_thread_cpu_us, 1),
             ]);
         }
         println!("\n{}", t.render());

@@ -163,3 +163,31 @@ pub(crate) fn rss_kib() -> u64 {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap_or(0)
 }
+
+/// Which threads [`cpu_us`] counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CpuScope {
+    /// The whole process, every thread (`RUSAGE_SELF`): the measuring thread, renewal
+    /// threads, the pool's and Redlock's background threads. Child processes (the
+    /// `redis-server`s this benchmark starts) are not counted.
+    Process,
+    /// The calling thread only (`RUSAGE_THREAD`).
+    Thread,
+}
+
+/// CPU time (user + system) used so far, µs, by `scope` (`getrusage`).
+pub(crate) fn cpu_us(scope: CpuScope) -> f64 {
+    let who = match scope {
+        CpuScope::Process => libc::RUSAGE_SELF,
+        CpuScope::Thread => libc::RUSAGE_THREAD,
+    };
+    // SAFETY: an all-zero `rusage` is a valid value (integers and timevals only).
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `usage` is a valid, writable rusage; `who` is one of the two values Linux
+    // accepts for it.
+    if unsafe { libc::getrusage(who, &mut usage) } != 0 {
+        return f64::NAN;
+    }
+    let us = |t: libc::timeval| t.tv_sec as f64 * 1e6 + t.tv_usec as f64;
+    us(usage.ru_utime) + us(usage.ru_stime)
+}

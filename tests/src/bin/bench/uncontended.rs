@@ -5,15 +5,15 @@ use std::time::{Duration, Instant};
 use redis_lock::{LockClient, LockOptions};
 
 use crate::report::Json;
-use crate::stats::{RedisCounters, Summary, summarize};
+use crate::stats::{CpuScope, RedisCounters, Summary, cpu_us, summarize};
 
 /// Compare-and-delete, the second round trip of the raw baseline.
 const CAD: &str =
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
 
-/// Latencies in µs of `op` run repeatedly for `time` (after a short warm-up), and the
-/// Redis-side cost per run: command execution µs (`INFO commandstats`) and process CPU µs
-/// (`INFO cpu`).
+/// Latencies in µs of `op` run repeatedly for `time` (after a short warm-up), the client's
+/// CPU µs per run (`getrusage`, around the loop only), and the Redis-side cost per run:
+/// command execution µs (`INFO commandstats`) and process CPU µs (`INFO cpu`).
 fn measure(url: &str, time: Duration, op: impl FnMut()) -> Measured {
     measure_on(&[url.to_owned()], time, op)
 }
@@ -36,13 +36,16 @@ fn measure_on(urls: &[String], time: Duration, mut op: impl FnMut()) -> Measured
         RedisCounters::sum(probes.iter_mut().map(RedisCounters::read).collect())
     };
     let before = read(&mut probes);
-    let mut lat = Vec::new();
+    let mut lat = Vec::with_capacity(1 << 16);
+    let (process_cpu, thread_cpu) = (cpu_us(CpuScope::Process), cpu_us(CpuScope::Thread));
     let start = Instant::now();
     while start.elapsed() < time {
         let t = Instant::now();
         op();
         lat.push(t.elapsed().as_secs_f64() * 1e6);
     }
+    let process_cpu = cpu_us(CpuScope::Process) - process_cpu;
+    let thread_cpu = cpu_us(CpuScope::Thread) - thread_cpu;
     let after = read(&mut probes);
     let n = lat.len().max(1) as f64;
     let commands = after
@@ -54,6 +57,8 @@ fn measure_on(urls: &[String], time: Duration, mut op: impl FnMut()) -> Measured
         commands,
         redis_exec_us: after.usec_since(&before) as f64 / n,
         redis_cpu_us: (after.cpu_s - before.cpu_s) * 1e6 / n,
+        client_cpu_us: process_cpu / n,
+        client_thread_cpu_us: thread_cpu / n,
         lat: summarize(&mut lat),
     }
 }
@@ -66,6 +71,11 @@ pub(crate) struct Measured {
     pub(crate) lat: Summary,
     pub(crate) redis_exec_us: f64,
     pub(crate) redis_cpu_us: f64,
+    /// The client's CPU µs per operation, every thread of this process (`RUSAGE_SELF`): the
+    /// measuring thread and whatever the operation leaves to others (renewal threads).
+    pub(crate) client_cpu_us: f64,
+    /// The measuring thread's own CPU µs per operation (`RUSAGE_THREAD`).
+    pub(crate) client_thread_cpu_us: f64,
 }
 
 /// Cycles per second implied by a latency summary (µs).
@@ -102,6 +112,9 @@ pub(crate) fn rtt_after_idle(url: &str, time: Duration) -> Measured {
         commands: std::collections::BTreeMap::new(),
         redis_exec_us: 0.0,
         redis_cpu_us: 0.0,
+        // Not measured: the loop sleeps.
+        client_cpu_us: f64::NAN,
+        client_thread_cpu_us: f64::NAN,
         lat: summarize(&mut lat),
     }
 }
@@ -169,6 +182,8 @@ pub(crate) fn json(m: &Measured) -> Json {
         .with("samples", s.count)
         .with("redis_exec_us_per_op", m.redis_exec_us)
         .with("redis_cpu_us_per_op", m.redis_cpu_us)
+        .with("client_cpu_us_per_op", m.client_cpu_us)
+        .with("client_thread_cpu_us_per_op", m.client_thread_cpu_us)
         .with(
             "redis_commands_per_op",
             Json::Obj(

@@ -216,6 +216,8 @@ fn main() {
             "redis cpu us",
             "client cpu us",
             "thread cpu us",
+            "req B",
+            "reply B",
         ]);
         let raw_rate = uncontended::per_second(&raw);
         #[allow(unused_mut)]
@@ -239,6 +241,8 @@ fn main() {
                 f(s.redis_cpu_us, 1),
                 f(s.client_cpu_us, 1),
                 f(s.client_thread_cpu_us, 1),
+                f(s.request_bytes, 0),
+                f(s.reply_bytes, 0),
             ]);
         }
         println!("\n{}", t.render());

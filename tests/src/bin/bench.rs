@@ -327,7 +327,7 @@ fn main() {
         let (n, ttl, watch) = if args.quick {
             (1000, Duration::from_millis(1500), Duration::from_secs(1))
         } else {
-            (1000, Duration::from_secs(3), Duration::from_secs(5))
+            (10_000, Duration::from_secs(3), Duration::from_secs(5))
         };
         let held = held::run(&url, n, ttl, watch);
         for line in &held.lines {

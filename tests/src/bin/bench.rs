@@ -7,8 +7,8 @@
 //! --workers N        contending workers (default 8)
 //! --hold-us US       how long each acquisition holds the lock (default 1000)
 //! --modes LIST       contended rows to run, of notify,fair,retry-10ms (default: all)
-//! --only LIST        sections to run, of uncontended,contended,held,deployments,failover
-//!                    (default: all)
+//! --only LIST        sections to run, of uncontended,contended,held,takeover,deployments,
+//!                    failover (default: all)
 //! --json PATH        where to write the JSON report (default target/bench.json)
 //! ```
 //!
@@ -33,6 +33,8 @@ mod held;
 mod report;
 #[path = "bench/stats.rs"]
 mod stats;
+#[path = "bench/takeover.rs"]
+mod takeover;
 #[path = "bench/uncontended.rs"]
 mod uncontended;
 
@@ -40,10 +42,11 @@ use contended::Mode;
 use report::{Json, Table, f};
 
 /// The sections, in the order they run.
-const SECTIONS: [&str; 5] = [
+const SECTIONS: [&str; 6] = [
     "uncontended",
     "contended",
     "held",
+    "takeover",
     "deployments",
     "failover",
 ];
@@ -334,6 +337,20 @@ fn main() {
             println!("{line}");
         }
         report = report.with("held", held.json);
+    }
+
+    // A waiter taking over an expired lock (a holder that stopped without releasing).
+    if run("takeover") {
+        let (runs, ttl) = if args.quick {
+            (10, Duration::from_millis(100))
+        } else {
+            (100, Duration::from_millis(300))
+        };
+        let t = takeover::run(&url, runs, ttl);
+        for line in &t.lines {
+            println!("{line}");
+        }
+        report = report.with("takeover", t.json);
     }
 
     // Every deployment, side by side with this run's single server.

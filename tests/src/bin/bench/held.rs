@@ -14,9 +14,11 @@
 //! twice between two of its samples (a jump seen after a gap of more than `ttl/3` is left out
 //! and counted).
 
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use redis_lock::LockOptions;
+use redis_lock::{LockOptions, LostEvent};
 
 use crate::contended::bench_client;
 use crate::report::{Json, f};
@@ -137,7 +139,13 @@ pub(crate) fn run(url: &str, n: usize, ttl: Duration, watch: Duration) -> Held {
     let row = Instant::now();
     let client = bench_client(url);
     let mut probe = redis::Client::open(url).unwrap().get_connection().unwrap();
-    let opts = LockOptions::new().ttl(ttl);
+    // Every loss the library reports: why, and when (s since the row started).
+    let losses: Arc<Mutex<Vec<(String, f64)>>> = Arc::default();
+    let record = Arc::clone(&losses);
+    let opts = LockOptions::new().ttl(ttl).on_lost(move |e: &LostEvent| {
+        let at = row.elapsed().as_secs_f64();
+        record.lock().unwrap().push((e.reason.to_string(), at));
+    });
     // Warm up: pool connections and one watchdog thread exist before the first reading.
     drop(client.acquire_with("held-warmup", &opts).unwrap());
     let rss_before = rss_kib();
@@ -160,6 +168,7 @@ pub(crate) fn run(url: &str, n: usize, ttl: Duration, watch: Duration) -> Held {
     }
     let held = guards.len();
     let acquire_s = started.elapsed().as_secs_f64();
+    let all_taken_at = row.elapsed().as_secs_f64();
     let rss_held = rss_kib();
     let threads_held = threads();
     let per_lock_kib = (rss_held.saturating_sub(rss_before)) as f64 / held.max(1) as f64;
@@ -179,6 +188,13 @@ pub(crate) fn run(url: &str, n: usize, ttl: Duration, watch: Duration) -> Held {
     let renewals_per_s = renewals as f64 / watched_s;
     let expected_per_s = held as f64 / (ttl.as_secs_f64() / 3.0);
     let lost = guards.iter().filter(|g| g.is_lost()).count();
+    let losses = losses.lock().unwrap().clone();
+    let lost_while_taking = losses.iter().filter(|(_, at)| *at <= all_taken_at).count();
+    let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
+    for (why, _) in &losses {
+        *reasons.entry(why.clone()).or_default() += 1;
+    }
+    let first_loss_s = losses.iter().map(|(_, at)| *at).fold(f64::NAN, f64::min);
     let mut lags = sampled.lags_ms.clone();
     let lag: Summary = summarize(&mut lags);
     let mut drop_us = Vec::with_capacity(held);
@@ -214,6 +230,18 @@ pub(crate) fn run(url: &str, n: usize, ttl: Duration, watch: Duration) -> Held {
         .with("sampling_max_gap_ms", sampled.max_gap_ms)
         .with("lost_while_held", lost)
         .with("keys_gone_while_held", sampled.gone)
+        .with("losses_reported", losses.len())
+        .with("losses_before_all_taken", lost_while_taking)
+        .with("first_loss_s", first_loss_s)
+        .with(
+            "loss_reasons",
+            Json::Obj(
+                reasons
+                    .iter()
+                    .map(|(k, v)| (k.clone(), Json::from(*v)))
+                    .collect(),
+            ),
+        )
         .with("release_p50_us", drop_us.p50)
         .with("release_p99_us", drop_us.p99)
         .with("release_max_us", drop_us.max)
@@ -255,6 +283,14 @@ pub(crate) fn run(url: &str, n: usize, ttl: Duration, watch: Duration) -> Held {
             f(row_s, 1)
         ),
     ];
+    if !losses.is_empty() {
+        lines.push(format!(
+            "LOST: {} reported by on_lost ({lost_while_taking} before all locks were taken at {} s; the first at {} s): {reasons:?}",
+            losses.len(),
+            f(all_taken_at, 1),
+            f(first_loss_s, 1)
+        ));
+    }
     if let Some(why) = stopped {
         lines.push(format!("NOT ALL LOCKS TAKEN: {why}"));
     }

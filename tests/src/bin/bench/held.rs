@@ -64,6 +64,9 @@ struct Sampled {
     passes: usize,
     /// Longest gap between two samples of one key, ms.
     max_gap_ms: f64,
+    /// Round trip of each sampling pipeline, ms: a sample's time is the middle of its
+    /// pipeline's round trip, so half of this bounds its timing error.
+    pipeline_ms: Vec<f64>,
 }
 
 /// A renewal moves the expiry by about `ttl / 3`; timing noise moves it by a few ms.
@@ -101,6 +104,7 @@ fn sample(
             }
             let sent = Instant::now();
             let pttls: Vec<i64> = pipe.query(probe).expect("PTTL pipeline");
+            out.pipeline_ms.push(sent.elapsed().as_secs_f64() * 1e3);
             // Each PTTL ran at some point of this round trip: take its middle.
             let at = (ms(sent) + ms(Instant::now())) / 2.0;
             for (j, pttl) in pttls.into_iter().enumerate() {
@@ -197,6 +201,8 @@ pub(crate) fn run(url: &str, n: usize, ttl: Duration, watch: Duration) -> Held {
     let first_loss_s = losses.iter().map(|(_, at)| *at).fold(f64::NAN, f64::min);
     let mut lags = sampled.lags_ms.clone();
     let lag: Summary = summarize(&mut lags);
+    let mut pipeline_ms = sampled.pipeline_ms.clone();
+    let pipeline = summarize(&mut pipeline_ms);
     let mut drop_us = Vec::with_capacity(held);
     let mut still_there = 0;
     for (g, k) in guards.into_iter().zip(&keys) {
@@ -228,6 +234,8 @@ pub(crate) fn run(url: &str, n: usize, ttl: Duration, watch: Duration) -> Held {
         .with("renewals_unbracketed", sampled.unbracketed)
         .with("sampling_passes", sampled.passes)
         .with("sampling_max_gap_ms", sampled.max_gap_ms)
+        .with("sampling_pipeline_p99_ms", pipeline.p99)
+        .with("sampling_pipeline_max_ms", pipeline.max)
         .with("lost_while_held", lost)
         .with("keys_gone_while_held", sampled.gone)
         .with("losses_reported", losses.len())
@@ -265,10 +273,12 @@ pub(crate) fn run(url: &str, n: usize, ttl: Duration, watch: Duration) -> Held {
             sampled.gone
         ),
         format!(
-            "renewal lag (PTTL sampled from outside every {} ms, {} passes, longest gap {} ms): p50 {} ms, p99 {} ms, max {} ms over {} renewals ({} left out)",
+            "renewal lag (PTTL sampled from outside every {} ms, {} passes, longest gap {} ms, pipeline round trip p99 {} ms, max {} ms): p50 {} ms, p99 {} ms, max {} ms over {} renewals ({} left out)",
             (ttl / 12).as_millis(),
             sampled.passes,
             f(sampled.max_gap_ms, 0),
+            f(pipeline.p99, 1),
+            f(pipeline.max, 1),
             f(lag.p50, 1),
             f(lag.p99, 1),
             f(lag.max, 1),

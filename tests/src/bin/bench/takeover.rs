@@ -79,8 +79,8 @@ pub(crate) fn run(url: &str, runs: usize, ttl: Duration) -> Takeover {
     }
     let section_s = started.elapsed().as_secs_f64();
     let before_expiry = samples.iter().filter(|s| late_ms(**s, ttl) < 0.0).count();
-    let mut late: Vec<f64> = samples.iter().map(|s| late_ms(*s, ttl)).collect();
-    let late = summarize(&mut late);
+    let each: Vec<f64> = samples.iter().map(|s| late_ms(*s, ttl)).collect();
+    let late = summarize(&mut each.clone());
     let mut acquire_us: Vec<f64> = samples
         .iter()
         .map(|s| (s.held - s.asked) as f64 / 1e3)
@@ -97,7 +97,11 @@ pub(crate) fn run(url: &str, runs: usize, ttl: Duration) -> Takeover {
         .with("late_mean_ms", late.mean)
         .with("acquired_before_expiry", before_expiry)
         .with("holder_acquire_p99_us", acquire_us.p99)
-        .with("section_s", section_s);
+        .with("section_s", section_s)
+        .with(
+            "late_ms_each",
+            each.iter().map(|v| Json::from(*v)).collect::<Vec<_>>(),
+        );
     let mut lines = vec![format!(
         "expired-lock takeover ({} of {runs} runs, ttl {} ms, watchdog off, holder forgets its guard, waiter blocked in try_lock_for): expiry -> waiter has it p50 {} ms, p99 {} ms, max {} ms; acquired before expiry: {before_expiry}; the holder's acquire call (expiry uncertainty) p99 {} us; {} s",
         samples.len(),

@@ -1,9 +1,14 @@
 //! The benchmark suite runs (`--quick`, short rows) and its own checks hold: every contended
 //! row (threads and processes; notify, fair and 10 ms retrying; every deployment; both
 //! failover runs) finds zero mutual exclusion violations, and the JSON report is written.
+//! The cost columns are there and add up: client CPU, and request and reply bytes per cycle
+//! (the raw loop's bytes are known exactly); the held-locks row loses none and measures
+//! renewal lag; the takeover row ran every run and took no lock before its expiry.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
+
+use serde_json::Value;
 
 #[test]
 fn quick_benchmark_runs_and_finds_no_violations() {
@@ -52,4 +57,72 @@ fn quick_benchmark_runs_and_finds_no_violations() {
     assert!(report.contains("\"rss_per_held_lock_kib\""), "{report}");
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(table.contains("raw SET NX PX + EVALSHA del"), "{table}");
+    for column in ["client cpu us", "thread cpu us", "req B", "reply B"] {
+        assert!(table.contains(column), "column {column} missing:\n{table}");
+    }
+    assert!(table.contains("renewal lag"), "{table}");
+    assert!(table.contains("expired-lock takeover"), "{table}");
+    check_costs(&serde_json::from_str(&report).unwrap());
+}
+
+fn num(v: &Value, path: &[&str]) -> f64 {
+    let mut at = v;
+    for p in path {
+        at = &at[*p];
+    }
+    at.as_f64()
+        .unwrap_or_else(|| panic!("{} is not a number: {at}", path.join(".")))
+}
+
+/// The new cost figures: present, and right where they can be known.
+fn check_costs(report: &Value) {
+    // The raw loop sends `SET raw <32 hex> NX PX 10000` (88 bytes of RESP) and
+    // `EVALSHA <sha> 1 raw <32 hex>` (119), and gets `+OK` and `:1` (5 + 4): exactly, once the
+    // benchmark's own INFO traffic is taken out. A few bytes of slack for INFO replies that
+    // grow by a digit during the row.
+    let raw = ["uncontended", "raw_baseline"];
+    let req = num(report, &[raw[0], raw[1], "request_bytes_per_op"]);
+    let reply = num(report, &[raw[0], raw[1], "reply_bytes_per_op"]);
+    assert!((req - 207.0).abs() < 2.0, "raw loop request bytes {req}");
+    assert!((reply - 9.0).abs() < 2.0, "raw loop reply bytes {reply}");
+    for row in ["raw_baseline", "watchdog_on", "watchdog_off"] {
+        let cpu = num(report, &["uncontended", row, "client_cpu_us_per_op"]);
+        let thread = num(report, &["uncontended", row, "client_thread_cpu_us_per_op"]);
+        assert!(
+            cpu > 0.0 && thread > 0.0,
+            "{row}: cpu {cpu}, thread {thread}"
+        );
+        // Every thread of the process includes the measuring one (getrusage's own rounding
+        // aside).
+        assert!(
+            cpu >= thread * 0.95,
+            "{row}: process {cpu} < thread {thread}"
+        );
+        // A lock cycle sends at least the raw loop's two commands.
+        assert!(num(report, &["uncontended", row, "request_bytes_per_op"]) >= req - 2.0);
+    }
+    let held = &report["held"];
+    assert_eq!(num(held, &["held"]), num(held, &["locks"]), "{held}");
+    assert_eq!(num(held, &["lost_while_held"]), 0.0, "{held}");
+    assert_eq!(num(held, &["keys_gone_while_held"]), 0.0, "{held}");
+    assert_eq!(num(held, &["keys_left_after_drop"]), 0.0, "{held}");
+    // TTL 1.5 s held 1 s: a renewal per key every 0.5 s, so about two per key are sampled;
+    // half that leaves room for a slow sampler on a loaded machine.
+    assert!(
+        num(held, &["renewals_sampled"]) >= num(held, &["held"]) / 2.0,
+        "{held}"
+    );
+    assert!(num(held, &["renewal_lag_p99_ms"]).is_finite(), "{held}");
+    let takeover = &report["takeover"];
+    assert_eq!(
+        num(takeover, &["done"]),
+        num(takeover, &["runs"]),
+        "{takeover}"
+    );
+    assert_eq!(
+        num(takeover, &["acquired_before_expiry"]),
+        0.0,
+        "{takeover}"
+    );
+    assert!(num(takeover, &["late_p99_ms"]) >= 0.0, "{takeover}");
 }

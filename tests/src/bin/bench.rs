@@ -7,8 +7,8 @@
 //! --workers N        contending workers (default 8)
 //! --hold-us US       how long each acquisition holds the lock (default 1000)
 //! --modes LIST       contended rows to run, of notify,fair,retry-10ms (default: all)
-//! --only LIST        sections to run, of uncontended,contended,held,deployments,failover
-//!                    (default: all)
+//! --only LIST        sections to run, of uncontended,contended,held,takeover,deployments,
+//!                    failover (default: all)
 //! --json PATH        where to write the JSON report (default target/bench.json)
 //! ```
 //!
@@ -33,6 +33,8 @@ mod held;
 mod report;
 #[path = "bench/stats.rs"]
 mod stats;
+#[path = "bench/takeover.rs"]
+mod takeover;
 #[path = "bench/uncontended.rs"]
 mod uncontended;
 
@@ -40,10 +42,11 @@ use contended::Mode;
 use report::{Json, Table, f};
 
 /// The sections, in the order they run.
-const SECTIONS: [&str; 5] = [
+const SECTIONS: [&str; 6] = [
     "uncontended",
     "contended",
     "held",
+    "takeover",
     "deployments",
     "failover",
 ];
@@ -214,6 +217,10 @@ fn main() {
             "x baseline",
             "redis exec us",
             "redis cpu us",
+            "client cpu us",
+            "thread cpu us",
+            "req B",
+            "reply B",
         ]);
         let raw_rate = uncontended::per_second(&raw);
         #[allow(unused_mut)]
@@ -235,6 +242,10 @@ fn main() {
                 f(uncontended::per_second(s) / raw_rate, 3),
                 f(s.redis_exec_us, 1),
                 f(s.redis_cpu_us, 1),
+                f(s.client_cpu_us, 1),
+                f(s.client_thread_cpu_us, 1),
+                f(s.request_bytes, 0),
+                f(s.reply_bytes, 0),
             ]);
         }
         println!("\n{}", t.render());
@@ -319,13 +330,27 @@ fn main() {
         let (n, ttl, watch) = if args.quick {
             (1000, Duration::from_millis(1500), Duration::from_secs(1))
         } else {
-            (1000, Duration::from_secs(3), Duration::from_secs(5))
+            (10_000, Duration::from_secs(3), Duration::from_secs(5))
         };
         let held = held::run(&url, n, ttl, watch);
         for line in &held.lines {
             println!("{line}");
         }
         report = report.with("held", held.json);
+    }
+
+    // A waiter taking over an expired lock (a holder that stopped without releasing).
+    if run("takeover") {
+        let (runs, ttl) = if args.quick {
+            (10, Duration::from_millis(100))
+        } else {
+            (100, Duration::from_millis(300))
+        };
+        let t = takeover::run(&url, runs, ttl);
+        for line in &t.lines {
+            println!("{line}");
+        }
+        report = report.with("takeover", t.json);
     }
 
     // Every deployment, side by side with this run's single server.

@@ -57,16 +57,16 @@ pub(crate) struct RedisCounters {
     pub(crate) usec: BTreeMap<String, u64>,
     /// `used_cpu_sys + used_cpu_user` of the server process, seconds.
     pub(crate) cpu_s: f64,
+    /// Bytes the server has read from clients (`total_net_input_bytes` in `INFO stats`).
+    pub(crate) net_in: u64,
+    /// Bytes the server has written to clients (`total_net_output_bytes`).
+    pub(crate) net_out: u64,
 }
 
 impl RedisCounters {
     /// The counters of several servers, added up (a deployment of several).
     pub(crate) fn sum(all: Vec<RedisCounters>) -> RedisCounters {
-        let mut total = RedisCounters {
-            calls: BTreeMap::new(),
-            usec: BTreeMap::new(),
-            cpu_s: 0.0,
-        };
+        let mut total = RedisCounters::default();
         for c in all {
             for (k, v) in c.calls {
                 *total.calls.entry(k).or_default() += v;
@@ -75,6 +75,8 @@ impl RedisCounters {
                 *total.usec.entry(k).or_default() += v;
             }
             total.cpu_s += c.cpu_s;
+            total.net_in += c.net_in;
+            total.net_out += c.net_out;
         }
         total
     }
@@ -114,11 +116,43 @@ impl RedisCounters {
                 .and_then(|v| v.trim().parse().ok())
                 .unwrap_or(0.0)
         };
+        let cpu_s = field("used_cpu_sys") + field("used_cpu_user");
+        // Last, so that the traffic of the two `INFO`s above is between this reading and the
+        // previous one, like the traffic being measured: see `net_since`.
+        let text: String = redis::cmd("INFO")
+            .arg("stats")
+            .query(conn)
+            .expect("INFO stats");
+        let bytes = |name: &str| -> u64 {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0)
+        };
         RedisCounters {
             calls,
             usec,
-            cpu_s: field("used_cpu_sys") + field("used_cpu_user"),
+            cpu_s,
+            net_in: bytes("total_net_input_bytes"),
+            net_out: bytes("total_net_output_bytes"),
         }
+    }
+
+    /// Bytes (in, out) the server read and wrote between `before` and `self`, less `probe`:
+    /// the bytes one reading costs by itself (see [`RedisCounters::probe_bytes`]).
+    pub(crate) fn net_since(&self, before: &RedisCounters, probe: (u64, u64)) -> (u64, u64) {
+        (
+            (self.net_in - before.net_in).saturating_sub(probe.0),
+            (self.net_out - before.net_out).saturating_sub(probe.1),
+        )
+    }
+
+    /// The traffic of one reading by itself (its three `INFO` requests and replies), from
+    /// two readings in a row with nothing else going on: `later` taken right after `self`.
+    /// A reading's replies grow a little as Redis lists more commands, so this is exact to
+    /// within a few dozen bytes per row.
+    pub(crate) fn probe_bytes(&self, later: &RedisCounters) -> (u64, u64) {
+        (later.net_in - self.net_in, later.net_out - self.net_out)
     }
 
     /// Microseconds of command execution between `before` and `self`, counted once: only the
@@ -162,4 +196,32 @@ pub(crate) fn rss_kib() -> u64 {
         .find_map(|l| l.strip_prefix("VmRSS:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap_or(0)
+}
+
+/// Which threads [`cpu_us`] counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CpuScope {
+    /// The whole process, every thread (`RUSAGE_SELF`): the measuring thread, renewal
+    /// threads, the pool's and Redlock's background threads. Child processes (the
+    /// `redis-server`s this benchmark starts) are not counted.
+    Process,
+    /// The calling thread only (`RUSAGE_THREAD`).
+    Thread,
+}
+
+/// CPU time (user + system) used so far, µs, by `scope` (`getrusage`).
+pub(crate) fn cpu_us(scope: CpuScope) -> f64 {
+    let who = match scope {
+        CpuScope::Process => libc::RUSAGE_SELF,
+        CpuScope::Thread => libc::RUSAGE_THREAD,
+    };
+    // SAFETY: an all-zero `rusage` is a valid value (integers and timevals only).
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `usage` is a valid, writable rusage; `who` is one of the two values Linux
+    // accepts for it.
+    if unsafe { libc::getrusage(who, &mut usage) } != 0 {
+        return f64::NAN;
+    }
+    let us = |t: libc::timeval| t.tv_sec as f64 * 1e6 + t.tv_usec as f64;
+    us(usage.ru_utime) + us(usage.ru_stime)
 }

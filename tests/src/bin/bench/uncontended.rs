@@ -5,15 +5,15 @@ use std::time::{Duration, Instant};
 use redis_lock::{LockClient, LockOptions};
 
 use crate::report::Json;
-use crate::stats::{RedisCounters, Summary, summarize};
+use crate::stats::{CpuScope, RedisCounters, Summary, cpu_us, summarize};
 
 /// Compare-and-delete, the second round trip of the raw baseline.
 const CAD: &str =
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
 
-/// Latencies in µs of `op` run repeatedly for `time` (after a short warm-up), and the
-/// Redis-side cost per run: command execution µs (`INFO commandstats`) and process CPU µs
-/// (`INFO cpu`).
+/// Latencies in µs of `op` run repeatedly for `time` (after a short warm-up), the client's
+/// CPU µs per run (`getrusage`, around the loop only), and the Redis-side cost per run:
+/// command execution µs (`INFO commandstats`) and process CPU µs (`INFO cpu`).
 fn measure(url: &str, time: Duration, op: impl FnMut()) -> Measured {
     measure_on(&[url.to_owned()], time, op)
 }
@@ -35,16 +35,22 @@ fn measure_on(urls: &[String], time: Duration, mut op: impl FnMut()) -> Measured
     let read = |probes: &mut Vec<redis::Connection>| {
         RedisCounters::sum(probes.iter_mut().map(RedisCounters::read).collect())
     };
+    let calibrate = read(&mut probes);
     let before = read(&mut probes);
-    let mut lat = Vec::new();
+    let probe_bytes = calibrate.probe_bytes(&before);
+    let mut lat = Vec::with_capacity(1 << 16);
+    let (process_cpu, thread_cpu) = (cpu_us(CpuScope::Process), cpu_us(CpuScope::Thread));
     let start = Instant::now();
     while start.elapsed() < time {
         let t = Instant::now();
         op();
         lat.push(t.elapsed().as_secs_f64() * 1e6);
     }
+    let process_cpu = cpu_us(CpuScope::Process) - process_cpu;
+    let thread_cpu = cpu_us(CpuScope::Thread) - thread_cpu;
     let after = read(&mut probes);
     let n = lat.len().max(1) as f64;
+    let (net_in, net_out) = after.net_since(&before, probe_bytes);
     let commands = after
         .calls_since(&before)
         .into_iter()
@@ -54,6 +60,10 @@ fn measure_on(urls: &[String], time: Duration, mut op: impl FnMut()) -> Measured
         commands,
         redis_exec_us: after.usec_since(&before) as f64 / n,
         redis_cpu_us: (after.cpu_s - before.cpu_s) * 1e6 / n,
+        request_bytes: net_in as f64 / n,
+        reply_bytes: net_out as f64 / n,
+        client_cpu_us: process_cpu / n,
+        client_thread_cpu_us: thread_cpu / n,
         lat: summarize(&mut lat),
     }
 }
@@ -66,6 +76,16 @@ pub(crate) struct Measured {
     pub(crate) lat: Summary,
     pub(crate) redis_exec_us: f64,
     pub(crate) redis_cpu_us: f64,
+    /// Bytes the servers read from clients per operation (`total_net_input_bytes`), the
+    /// benchmark's own `INFO` readings left out.
+    pub(crate) request_bytes: f64,
+    /// Bytes the servers wrote to clients per operation (`total_net_output_bytes`), likewise.
+    pub(crate) reply_bytes: f64,
+    /// The client's CPU µs per operation, every thread of this process (`RUSAGE_SELF`): the
+    /// measuring thread and whatever the operation leaves to others (renewal threads).
+    pub(crate) client_cpu_us: f64,
+    /// The measuring thread's own CPU µs per operation (`RUSAGE_THREAD`).
+    pub(crate) client_thread_cpu_us: f64,
 }
 
 /// Cycles per second implied by a latency summary (µs).
@@ -102,6 +122,11 @@ pub(crate) fn rtt_after_idle(url: &str, time: Duration) -> Measured {
         commands: std::collections::BTreeMap::new(),
         redis_exec_us: 0.0,
         redis_cpu_us: 0.0,
+        request_bytes: f64::NAN,
+        reply_bytes: f64::NAN,
+        // Not measured: the loop sleeps.
+        client_cpu_us: f64::NAN,
+        client_thread_cpu_us: f64::NAN,
         lat: summarize(&mut lat),
     }
 }
@@ -169,6 +194,10 @@ pub(crate) fn json(m: &Measured) -> Json {
         .with("samples", s.count)
         .with("redis_exec_us_per_op", m.redis_exec_us)
         .with("redis_cpu_us_per_op", m.redis_cpu_us)
+        .with("request_bytes_per_op", m.request_bytes)
+        .with("reply_bytes_per_op", m.reply_bytes)
+        .with("client_cpu_us_per_op", m.client_cpu_us)
+        .with("client_thread_cpu_us_per_op", m.client_thread_cpu_us)
         .with(
             "redis_commands_per_op",
             Json::Obj(

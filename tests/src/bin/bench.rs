@@ -158,7 +158,7 @@ fn main() {
                 eprintln!("bench: {e}");
             }
             eprintln!(
-                "usage: bench [--quick] [--duration SECS] [--workers N] [--hold-us US] [--modes notify,fair,retry-10ms] [--json PATH]"
+                "usage: bench [--quick] [--duration SECS] [--workers N] [--hold-us US] [--modes notify,fair,retry-10ms] [--only SECTIONS] [--json PATH]"
             );
             std::process::exit(2);
         }

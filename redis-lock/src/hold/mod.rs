@@ -11,6 +11,7 @@ pub(crate) mod mutex;
 pub(crate) mod observe;
 pub(crate) mod registry;
 pub(crate) mod retry;
+pub(crate) mod semaphore;
 pub(crate) mod watchdog;
 
 use std::sync::Arc;

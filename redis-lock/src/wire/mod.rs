@@ -10,6 +10,7 @@ pub(crate) mod keys;
 #[macro_use]
 mod lua;
 pub(crate) mod mutex;
+pub(crate) mod semaphore;
 pub(crate) mod token;
 
 use std::time::Duration;

@@ -565,3 +565,52 @@ fn bad_input_is_refused_and_redis_left_untouched() {
     assert_eq!(keys_of(&server), before);
     assert!(permit.ensure_held().is_ok());
 }
+
+#[test]
+fn fair_waiters_get_permits_in_arrival_order() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let semaphore = locks.semaphore("fair-order", 1).unwrap();
+    let held = semaphore
+        .acquire_with(&LockOptions::new().ttl(Duration::from_secs(30)))
+        .unwrap();
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for i in 0..4 {
+        let (s, order) = (semaphore.clone(), Arc::clone(&order));
+        waiters.push(std::thread::spawn(move || {
+            let opts = LockOptions::new()
+                .wait(Duration::from_secs(20))
+                .retry(RetryStrategy::fair());
+            let permit = s.acquire_with(&opts).unwrap();
+            order.lock().unwrap().push(i);
+            std::thread::sleep(Duration::from_millis(10));
+            drop(permit);
+        }));
+        // The next one arrives only once this one is queued.
+        assert!(wait_until(Duration::from_secs(5), || {
+            semaphore.inspect().unwrap().queued == i + 1
+        }));
+    }
+    drop(held);
+    for w in waiters {
+        w.join().unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3]);
+}
+
+#[test]
+fn sentinel_semaphore_counts_on_the_master() {
+    let group = redis_lock::testing::SentinelGroup::start();
+    let locks = redis_lock_tests::sentinel_client(&group);
+    let semaphore = locks.semaphore("sentinel-2", 2).unwrap();
+    let (highest, acquired) = contend(&semaphore, 4, 10);
+    assert_eq!((highest, acquired), (2, 40));
+    let info = semaphore.inspect().unwrap();
+    assert_eq!((info.limit, info.in_use), (2, 0));
+    let n: i64 = redis::cmd("EXISTS")
+        .arg("lock:{sentinel-2}:limit")
+        .query(&mut group.master().connection())
+        .unwrap();
+    assert_eq!(n, 1, "the limit lives on the master");
+}

@@ -16,6 +16,7 @@ mod kw {
     syn::custom_keyword!(cooldown);
     syn::custom_keyword!(client);
     syn::custom_keyword!(guard);
+    syn::custom_keyword!(permits);
 }
 
 /// A duration as written: whole seconds, or a string such as `"500ms"`.
@@ -51,6 +52,8 @@ pub(crate) struct LockArgs {
     pub(crate) guard: Option<Ident>,
     /// `crate = "path"`: where the runtime is, for a renamed dependency or a re-export.
     pub(crate) krate: Option<LitStr>,
+    /// `permits = N`: take a permit of a semaphore of N permits instead of a lock.
+    pub(crate) permits: Option<LitInt>,
 }
 
 /// Parses `= value` into `slot`, or fails at `keyword` when the argument was given before.
@@ -107,6 +110,9 @@ impl Parse for LockArgs {
             } else if lookahead.peek(kw::guard) {
                 let kw: kw::guard = input.parse()?;
                 once(input, &mut args.guard, kw.span, "guard", |i| i.parse())?;
+            } else if lookahead.peek(kw::permits) {
+                let kw: kw::permits = input.parse()?;
+                once(input, &mut args.permits, kw.span, "permits", |i| i.parse())?;
             } else if lookahead.peek(Token![crate]) {
                 let kw: Token![crate] = input.parse()?;
                 once(input, &mut args.krate, kw.span, "crate", |i| i.parse())?;
@@ -142,7 +148,7 @@ mod tests {
     fn every_option_parses() {
         let args = parse(
             r#"key = "job:{id}", ttl = 10, wait = "5s", retry = "none", on_busy = "skip",
-               hold_at_least = "1m", client = &self.locks, guard = g,"#,
+               hold_at_least = "1m", client = &self.locks, guard = g, permits = 3,"#,
         )
         .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(args.key.unwrap().value(), "job:{id}");
@@ -150,6 +156,7 @@ mod tests {
         assert!(matches!(args.wait, Some(DurationArg::Text(_))));
         assert_eq!(args.guard.unwrap().to_string(), "g");
         assert!(args.client.is_some());
+        assert_eq!(args.permits.unwrap().base10_digits(), "3");
     }
 
     #[test]

@@ -614,3 +614,54 @@ fn sentinel_semaphore_counts_on_the_master() {
         .unwrap();
     assert_eq!(n, 1, "the limit lives on the master");
 }
+
+// --- the attribute macro ---------------------------------------------------------------------
+
+static MACRO_INSIDE: AtomicU32 = AtomicU32::new(0);
+static MACRO_MOST: AtomicU32 = AtomicU32::new(0);
+
+#[redis_lock::distributed_lock(key = "export-{kind}", client = locks, ttl = 10, permits = 2)]
+fn export(locks: &LockClient, kind: &str) -> redis_lock::Result<u32> {
+    let now = MACRO_INSIDE.fetch_add(1, Ordering::SeqCst) + 1;
+    MACRO_MOST.fetch_max(now, Ordering::SeqCst);
+    std::thread::sleep(Duration::from_millis(2));
+    MACRO_INSIDE.fetch_sub(1, Ordering::SeqCst);
+    let _ = kind;
+    Ok(now)
+}
+
+#[redis_lock::distributed_lock(key = "single", client = locks, permits = 1, on_busy = "skip")]
+fn single(locks: &LockClient) -> Option<u32> {
+    Some(1)
+}
+
+#[test]
+fn the_macro_takes_permits() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let handles: Vec<_> = (0..5)
+        .map(|_| {
+            let locks = locks.clone();
+            std::thread::spawn(move || {
+                for _ in 0..10 {
+                    export(&locks, "csv").unwrap();
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    assert_eq!(MACRO_MOST.load(Ordering::SeqCst), 2, "2 permits: 2 at once");
+    let info = locks.semaphore("export-csv", 2).unwrap().inspect().unwrap();
+    assert_eq!((info.limit, info.in_use), (2, 0));
+    // No permit free: skipped; one free: run.
+    let holder = client(&server)
+        .semaphore("single", 1)
+        .unwrap()
+        .acquire()
+        .unwrap();
+    assert_eq!(single(&locks), None);
+    drop(holder);
+    assert_eq!(single(&locks), Some(1));
+}

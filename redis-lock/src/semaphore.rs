@@ -102,6 +102,53 @@ impl LockClient {
     }
 }
 
+impl LockClient {
+    /// The semaphores in use under this client's namespace whose names match the glob
+    /// `pattern` (as for [`list`](LockClient::list), which lists the locks), sorted by name:
+    /// those with a permit held or a waiter registered. Under Redlock, where semaphores are
+    /// refused, the list is empty.
+    ///
+    /// # Errors
+    ///
+    /// Redis and pool errors.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redis_lock::Result<()> {
+    /// let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+    /// for s in locks.list_semaphores("*")? {
+    ///     println!("{}: {} of {} in use, {} waiting", s.name, s.in_use, s.limit, s.waiters);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn list_semaphores(&self, pattern: &str) -> Result<Vec<SemaphoreInfo>> {
+        if self.inner.check_semaphore(None).is_err() {
+            return Ok(Vec::new());
+        }
+        let namespace = &self.inner.config.namespace;
+        let names = self.inner.deployment.scan(
+            namespace,
+            &crate::wire::keys::scan_pattern(namespace, pattern),
+        )?;
+        let mut found = Vec::new();
+        for name in names {
+            let Ok(keys) = self.inner.keys(&name) else {
+                continue;
+            };
+            // A lock, or a key of another type that matched: not a semaphore.
+            match self.inner.permits(&keys) {
+                Ok(Some(p)) if !p.holders.is_empty() || p.waiters > 0 => {
+                    found.push(SemaphoreInfo::new(&name, p.limit, Some(p)));
+                }
+                Ok(_) | Err(Error::WrongType { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(found)
+    }
+}
+
 impl Semaphore {
     /// The semaphore's name (without namespace).
     ///

@@ -551,6 +551,22 @@ fn bad_input_is_refused_and_redis_left_untouched() {
     assert_eq!(dump("lock:{shared-name}"), lock_before);
     drop(mutex);
 
+    // A companion key of another type (the wake-up list, the limit): refused, nothing written.
+    for (key, name) in [("lock:{sig}:signal", "sig"), ("lock:{lim}:limit", "lim")] {
+        redis::cmd("HSET")
+            .arg(key)
+            .arg("f")
+            .arg("v")
+            .query::<i64>(&mut server.connection())
+            .unwrap();
+        let before = keys_of(&server);
+        match locks.semaphore(name, 2).unwrap().try_acquire() {
+            Err(Error::WrongType { redis_key }) => assert_eq!(redis_key, key),
+            other => panic!("{key}: {other:?}"),
+        }
+        assert_eq!(keys_of(&server), before, "{key}");
+    }
+
     let permit = locks.semaphore("sem-name", 2).unwrap().acquire().unwrap();
     let before = keys_of(&server);
     let as_mutex = {

@@ -129,9 +129,12 @@ macro_rules! permits_lua {
 /// count as held.
 ///
 /// Returns `{1, fence, 0, 0, 0}` when acquired (also for a resent request whose token holds a
-/// live permit: its stored fence); `{0, pttl, block, fresh, now}` when not (`pttl`: time until
+/// live permit: its stored fence); `{0, pttl, block, 1, after}` when not (`pttl`: time until
 /// the earliest permit expires, `-2` when a permit is free but owed to queued fair waiters;
-/// `block`, `fresh`, `now` as for the mutex's `ACQUIRE`); `{-2, …}` when the permits key holds
+/// `block` as for the mutex's `ACQUIRE`; `after`: the server ms after this reply's, so that a
+/// grant stamped at or after it was made after this registration, whatever else is pending on
+/// the shared list: with several permits, grants are often pending there, and the stamp alone
+/// vouches for a grant, so `fresh` is always `1`); `{-2, …}` when the permits key holds
 /// another type (a mutex of that name, say), `{-3, …}` the fence key, `{-4, …}` the wake-up
 /// list, `{-5, …}` the holders key, `{-6, …}` the limit key. Types are checked before
 /// anything is written.
@@ -186,15 +189,15 @@ static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
         "end\n",
         // A non-fair waiter could pop a grant pending on the shared list now.
         "if not stored then redis.call('SET', KEYS[8], limit) end\n",
-        "local fresh = 1\n",
-        "if not fair and pending > 0 then fresh = 0 end\n",
+        // `pending` was read for its type check only: the stamp `now + 1` vouches (see above).
+        "local _ = pending\n",
         "local pttl = -2\n",
         "if free <= 0 then\n",
         "  local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')\n",
         "  pttl = math.max(0, (tonumber(first[2]) or now) - now)\n",
         "end\n",
         "local cap = tonumber(ARGV[6])\n",
-        "if cap <= 0 then return {0, pttl, -1, fresh, 0} end\n",
+        "if cap <= 0 then return {0, pttl, -1, 1, 0} end\n",
         "local wait = cap\n",
         "if pttl >= 0 then wait = pttl + 1 end\n",
         "local ticket = nil\n",
@@ -215,7 +218,7 @@ static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
         "if ticket then redis.call('ZADD', KEYS[4], ticket, id) end\n",
         "if redis.call('PTTL', KEYS[3]) < life then redis.call('PEXPIRE', KEYS[3], life) end\n",
         "if fair and redis.call('PTTL', KEYS[4]) < life then redis.call('PEXPIRE', KEYS[4], life) end\n",
-        "return {0, pttl, block, fresh, now}\n",
+        "return {0, pttl, block, 1, now + 1}\n",
     ))
 });
 

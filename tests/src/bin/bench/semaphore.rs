@@ -36,6 +36,7 @@ pub(crate) const HEADER: &[&str] = &[
     "in use (avg of 3)",
     "handoff p50 us (RT)",
     "handoff p99 us (RT)",
+    "req/acq",
     "min/max per worker",
     "most at once",
     "violations",
@@ -97,6 +98,7 @@ pub(crate) fn contended(
             })
         })
         .collect();
+    let requests = client.request_count();
     let go = now_ns();
     let (from, to) = (go + warm_up, go + warm_up + nanos(time));
     *start.lock().unwrap() = (from, to);
@@ -105,14 +107,24 @@ pub(crate) fn contended(
     for h in handles {
         all.extend(h.join().unwrap());
     }
-    analyze(&all, fair, workers, from, to, rtt_us)
+    // Requests per acquisition over the whole run (warm-up included).
+    let per_acq = (client.request_count() - requests) as f64 / all.len().max(1) as f64;
+    analyze(&all, fair, workers, from, to, rtt_us, per_acq)
 }
 
 fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
-fn analyze(all: &[Held], fair: bool, workers: usize, from: u64, to: u64, rtt_us: f64) -> Contended {
+fn analyze(
+    all: &[Held],
+    fair: bool,
+    workers: usize,
+    from: u64,
+    to: u64,
+    rtt_us: f64,
+    per_acq: f64,
+) -> Contended {
     // Permits in use over the window: the held time of every permit inside it, over its length.
     let window = (to - from) as f64;
     let in_use: f64 = all
@@ -163,6 +175,7 @@ fn analyze(all: &[Held], fair: bool, workers: usize, from: u64, to: u64, rtt_us:
         f(in_use, 2),
         format!("{} ({})", f(hs.p50, 0), f(hs.p50 / rtt_us, 1)),
         format!("{} ({})", f(hs.p99, 0), f(hs.p99 / rtt_us, 1)),
+        f(per_acq, 2),
         format!("{min}/{max}"),
         most.to_string(),
         violations.to_string(),
@@ -177,6 +190,7 @@ fn analyze(all: &[Held], fair: bool, workers: usize, from: u64, to: u64, rtt_us:
         .with("handoff_p50_rt", hs.p50 / rtt_us)
         .with("handoff_p99_rt", hs.p99 / rtt_us)
         .with("handoffs", hs.count)
+        .with("requests_per_acquisition", per_acq)
         .with("min_per_worker", min as f64)
         .with("max_per_worker", max as f64)
         .with("most_at_once", f64::from(most))

@@ -52,6 +52,7 @@ const UNTIL_FREE: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 /// # Ok(()) }
 /// ```
 #[derive(Clone)]
+#[must_use = "a Semaphore does nothing until a permit is acquired"]
 pub struct Semaphore {
     client: LockClient,
     name: String,

@@ -13,8 +13,9 @@
 //!
 //! A permit whose expiry has passed is no longer held: every script that counts permits drops
 //! expired ones first (`expire_permits`, at most 100 per call) and never counts one whose
-//! score is in the past. The two keys' TTL is only raised (to the latest expiry), so a key
-//! never disappears before a permit in it has expired.
+//! score is in the past. The two keys' TTL is only raised (to the latest expiry), and always
+//! together (every permit has its entry in both), so a key never disappears before a permit
+//! in it has expired.
 //!
 //! A release that frees a permit while waiters are registered does not free it: it *grants*
 //! it (a new permit under the grant token with the handoff grace as its expiry, empty holder
@@ -54,8 +55,10 @@ macro_rules! permits_lua {
                return s and tonumber(s) > clock()\n\
              end\n\
              local function raise_ttl(permits, holders, ttl)\n\
-               if redis.call('PTTL', permits) < ttl then redis.call('PEXPIRE', permits, ttl) end\n\
-               if redis.call('PTTL', holders) < ttl then redis.call('PEXPIRE', holders, ttl) end\n\
+               if redis.call('PTTL', permits) < ttl then\n\
+                 redis.call('PEXPIRE', permits, ttl)\n\
+                 redis.call('PEXPIRE', holders, ttl)\n\
+               end\n\
              end\n\
              local function fence_of(holders, token)\n\
                local info = redis.call('HGET', holders, token) or ''\n\
@@ -152,7 +155,7 @@ static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
         "local mine = redis.pcall('ZSCORE', KEYS[1], ARGV[1])\n",
         "if type(mine) == 'table' then return {-2, 0, 0, 0, 0} end\n",
         "if wrong(KEYS[7], 'hash') then return {-5, 0, 0, 0, 0} end\n",
-        "if wrong(KEYS[2], 'string') then return {-3, 0, 0, 0, 0} end\n",
+
         "if mine and tonumber(mine) > clock() then return {1, fence_of(KEYS[7], ARGV[1]), 0, 0, 0} end\n",
         "local pending = redis.pcall('LLEN', KEYS[5])\n",
         "if type(pending) == 'table' then return {-4, 0, 0, 0, 0} end\n",
@@ -172,8 +175,10 @@ static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
         "end\n",
         "local now = clock()\n",
         "if can then\n",
+        // First, so that a fence key of another type fails the script before it wrote anything.
+        "  local fence = redis.pcall('INCR', KEYS[2])\n",
+        "  if type(fence) == 'table' then return {-3, 0, 0, 0, 0} end\n",
         "  if not stored then redis.call('SET', KEYS[8], limit) end\n",
-        "  local fence = redis.call('INCR', KEYS[2])\n",
         "  local ttl = tonumber(ARGV[2])\n",
         "  redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])\n",
         "  redis.call('HSET', KEYS[7], ARGV[1], fence .. '\\n' .. ARGV[3] .. now .. '\\n' .. ARGV[4])\n",
@@ -284,12 +289,13 @@ static RELEASE: LazyLock<Script> = LazyLock::new(|| {
         prune!(),
         permits_lua!(),
         "local s = redis.pcall('ZSCORE', KEYS[1], ARGV[1])\n",
-        "if type(s) == 'table' or wrong(KEYS[6], 'hash') then return -1 end\n",
+        "if type(s) == 'table' then return -1 end\n",
         "if not s then return 0 end\n",
         "if redis.call('EXISTS', KEYS[4]) == 1 and wrong(KEYS[3], 'list') then return -4 end\n",
+        // The holder's entry goes first: a holders key of another type fails here, unwritten.
+        "if type(redis.pcall('HDEL', KEYS[6], ARGV[1])) == 'table' then return -1 end\n",
         "if ARGV[3] ~= '' then redis.call('ZREM', KEYS[4], ARGV[3]) end\n",
         "redis.call('ZREM', KEYS[1], ARGV[1])\n",
-        "redis.call('HDEL', KEYS[6], ARGV[1])\n",
         "redis.call('ZREM', KEYS[8], ARGV[1])\n",
         "expire_permits(KEYS[1], KEYS[6])\n",
         "local limit = tonumber(redis.pcall('GET', KEYS[7])) or 0\n",

@@ -418,6 +418,32 @@ impl Semaphore {
     pub fn set_permits(&self, permits: u32) -> Result<Option<u32>> {
         self.client.inner.set_permits(&self.keys, permits)
     }
+
+    /// Breaks every permit, as an operator would: the permits are gone, waiters that now fit
+    /// are woken, the limit stays. Returns the host and pid of one holder whose permit was
+    /// broken (the one that would have expired first), `None` when none was held. Each holder
+    /// finds out at its next renewal or release (lost, `Deleted`; release `Late`).
+    ///
+    /// # Errors
+    ///
+    /// As [`limit`](Self::limit).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redis_lock::Result<()> {
+    /// # let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+    /// if let Some((host, pid)) = locks.semaphore("exports", 3)?.force_release()? {
+    ///     eprintln!("broke the permits of pid {pid} on {host} and the others");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn force_release(&self) -> Result<Option<(String, u32)>> {
+        self.client
+            .inner
+            .deployment
+            .force_release(&self.primitive, &self.keys)
+    }
 }
 
 /// What [`Semaphore::inspect`] tells: the limit, the permits held and the waiters.

@@ -1407,7 +1407,12 @@ fn run_with_permits_status_and_list_show_the_semaphore() {
         (Some("exports"), Some(2))
     );
 
-    drop((mine, second));
+    // An operator breaks every permit.
+    let broke = finish(tool(&server).args(["release", "exports", "--force"]));
+    assert_eq!(broke.code, 0, "{broke:?}");
+    assert!(broke.stdout.contains("broke"), "{}", broke.stdout);
+    assert_eq!(mine.release().unwrap(), redis_lock::ReleaseOutcome::Late);
+    drop(second);
     let free = finish(tool(&server).args(["status", "exports"]));
     // Nothing held: the permits key is gone, and the name reads as free.
     assert_eq!(free.code, 1, "no permit held: {free:?}");

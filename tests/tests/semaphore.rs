@@ -681,3 +681,38 @@ fn the_macro_takes_permits() {
     drop(holder);
     assert_eq!(single(&locks), Some(1));
 }
+
+#[test]
+fn force_release_breaks_every_permit_and_wakes_a_waiter() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let semaphore = locks.semaphore("broken", 2).unwrap();
+    let a = semaphore.acquire().unwrap();
+    let other = client(&server);
+    let b = other.semaphore("broken", 2).unwrap().acquire().unwrap();
+    let third = client(&server);
+    let waiter = {
+        let s = third.semaphore("broken", 2).unwrap();
+        std::thread::spawn(move || s.try_acquire_for(Duration::from_secs(10)).unwrap())
+    };
+    assert!(wait_until(Duration::from_secs(5), || {
+        semaphore.inspect().unwrap().waiters == 1
+    }));
+    let broken = semaphore.force_release().unwrap();
+    assert_eq!(broken.map(|(_, pid)| pid), Some(std::process::id()));
+    let got = waiter.join().unwrap().expect("woken by the break");
+    // Asking Redis finds each permit gone (the watchdog would, at its next renewal).
+    for permit in [&a, &b] {
+        assert!(matches!(permit.remaining_ttl(), Err(Error::Lost { .. })));
+        assert!(permit.is_lost());
+    }
+    assert_eq!(a.release().unwrap(), ReleaseOutcome::Late);
+    assert_eq!(b.release().unwrap(), ReleaseOutcome::Late);
+    assert_eq!(
+        semaphore.inspect().unwrap().in_use,
+        1,
+        "only the woken waiter's"
+    );
+    drop(got);
+    assert_eq!(semaphore.force_release().unwrap(), None);
+}

@@ -155,7 +155,6 @@ static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
         "local mine = redis.pcall('ZSCORE', KEYS[1], ARGV[1])\n",
         "if type(mine) == 'table' then return {-2, 0, 0, 0, 0} end\n",
         "if wrong(KEYS[7], 'hash') then return {-5, 0, 0, 0, 0} end\n",
-
         "if mine and tonumber(mine) > clock() then return {1, fence_of(KEYS[7], ARGV[1]), 0, 0, 0} end\n",
         "local pending = redis.pcall('LLEN', KEYS[5])\n",
         "if type(pending) == 'table' then return {-4, 0, 0, 0, 0} end\n",

@@ -85,9 +85,12 @@ pub(crate) fn release(
     key: &str,
     json: bool,
 ) -> Result<i32, Failure> {
-    let broken = locks
-        .force_release(key)
-        .map_err(|e| Failure::from_lock_error(&e, server))?;
+    let broken = match locks.force_release(key) {
+        // Not a lock: perhaps a semaphore, whose permits are all broken.
+        Err(Error::WrongType { .. }) => locks.semaphore(key, 1).and_then(|s| s.force_release()),
+        other => other,
+    }
+    .map_err(|e| Failure::from_lock_error(&e, server))?;
     let text = match (&broken, json) {
         (Some((host, pid)), true) => Json::Object(vec![
             ("key", Json::Str(key.to_owned())),

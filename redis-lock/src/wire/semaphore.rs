@@ -191,7 +191,6 @@ static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
         "  end\n",
         "  return {1, fence, 0, 0, 0}\n",
         "end\n",
-        // A non-fair waiter could pop a grant pending on the shared list now.
         "if not stored then redis.call('SET', KEYS[8], limit) end\n",
         // `pending` was read for its type check only: the stamp `now + 1` vouches (see above).
         "local _ = pending\n",

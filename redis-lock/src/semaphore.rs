@@ -40,6 +40,11 @@ const UNTIL_FREE: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 /// Single server, Sentinel and Cluster (all keys of a name share one hash slot). Not under
 /// Redlock: [`LockClient::semaphore`] fails there with [`Error::InvalidInput`].
 ///
+/// A name is a lock or a semaphore, not both: the calls of one on a name in use by the other
+/// fail with [`Error::WrongType`] and change nothing ([`LockClient::inspect`] and
+/// [`LockClient::force_release`] included; use [`inspect`](Self::inspect) and
+/// [`force_release`](Self::force_release) here).
+///
 /// # Examples
 ///
 /// ```no_run

@@ -17,6 +17,7 @@ mod kw {
     syn::custom_keyword!(client);
     syn::custom_keyword!(guard);
     syn::custom_keyword!(mode);
+    syn::custom_keyword!(permits);
 }
 
 /// A duration as written: whole seconds, or a string such as `"500ms"`.
@@ -54,6 +55,8 @@ pub(crate) struct LockArgs {
     pub(crate) krate: Option<LitStr>,
     /// `mode = "read"` / `"write"`: a side of a read-write lock instead of a mutex.
     pub(crate) mode: Option<LitStr>,
+    /// `permits = N`: take a permit of a semaphore of N permits instead of a lock.
+    pub(crate) permits: Option<LitInt>,
 }
 
 /// Parses `= value` into `slot`, or fails at `keyword` when the argument was given before.
@@ -113,6 +116,9 @@ impl Parse for LockArgs {
             } else if lookahead.peek(kw::mode) {
                 let kw: kw::mode = input.parse()?;
                 once(input, &mut args.mode, kw.span, "mode", |i| i.parse())?;
+            } else if lookahead.peek(kw::permits) {
+                let kw: kw::permits = input.parse()?;
+                once(input, &mut args.permits, kw.span, "permits", |i| i.parse())?;
             } else if lookahead.peek(Token![crate]) {
                 let kw: Token![crate] = input.parse()?;
                 once(input, &mut args.krate, kw.span, "crate", |i| i.parse())?;
@@ -148,7 +154,7 @@ mod tests {
     fn every_option_parses() {
         let args = parse(
             r#"key = "job:{id}", ttl = 10, wait = "5s", retry = "none", on_busy = "skip",
-               hold_at_least = "1m", client = &self.locks, guard = g,"#,
+               hold_at_least = "1m", client = &self.locks, guard = g, permits = 3,"#,
         )
         .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(args.key.unwrap().value(), "job:{id}");
@@ -156,6 +162,7 @@ mod tests {
         assert!(matches!(args.wait, Some(DurationArg::Text(_))));
         assert_eq!(args.guard.unwrap().to_string(), "g");
         assert!(args.client.is_some());
+        assert_eq!(args.permits.unwrap().base10_digits(), "3");
     }
 
     #[test]

@@ -130,14 +130,20 @@ pub(crate) fn wrap(plan: Plan, func: ItemFn) -> TokenStream {
     let function = sig.ident.to_string();
     let function = quote!(::core::concat!(::core::module_path!(), "::", #function));
     let options = options(&plan);
-    let enter = if plan.skip {
-        quote_spanned!(ret_span=> enter_or_skip)
-    } else {
-        quote_spanned!(ret_span=> enter)
+    let enter = match (plan.skip, plan.permits) {
+        (true, None) => quote_spanned!(ret_span=> enter_or_skip),
+        (false, None) => quote_spanned!(ret_span=> enter),
+        (true, Some(_)) => quote_spanned!(ret_span=> enter_permit_or_skip),
+        (false, Some(_)) => quote_spanned!(ret_span=> enter_permit),
     };
+    // A semaphore's number of permits goes before the options.
+    let permits = plan.permits.map(|n| {
+        let n = Literal::u32_unsuffixed(n);
+        quote!(#n,)
+    });
     let turbofish = ret_ty.as_ref().map(|ty| quote_spanned!(ret_span=> ::<#ty>));
     let take = quote! {
-        let #held = match #krate::__private::#enter #turbofish(#client, #key, #options, #function) {
+        let #held = match #krate::__private::#enter #turbofish(#client, #key, #permits #options, #function) {
             ::core::ops::ControlFlow::Continue(#held) => #held,
             ::core::ops::ControlFlow::Break(#ret) => return #ret,
         };

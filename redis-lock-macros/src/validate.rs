@@ -12,6 +12,9 @@ use crate::template::{self, Piece};
 /// `redis_lock::MAX_TTL` in milliseconds: 365 days.
 const MAX_TTL_MS: u64 = 365 * 24 * 3600 * 1000;
 
+/// `redis_lock::MAX_PERMITS`.
+const MAX_PERMITS: u32 = 10_000;
+
 /// The lock name: fixed, or formatted from the parameters on every call.
 pub(crate) enum Key {
     Fixed(LitStr),
@@ -41,6 +44,8 @@ pub(crate) struct Plan {
     pub(crate) krate: syn::Path,
     /// A side of a read-write lock; `None`: a mutex.
     pub(crate) mode: Option<Mode>,
+    /// `permits = N`: a permit of a semaphore of N permits instead of a lock.
+    pub(crate) permits: Option<u32>,
 }
 
 /// `mode = "read"` / `"write"`.
@@ -227,6 +232,8 @@ pub(crate) fn check(args: LockArgs, func: &ItemFn) -> syn::Result<Plan> {
             .ok(),
     };
 
+    let permits = check_permits(&mut errors, &args);
+
     match (errors.0, key.zip(args.key)) {
         (Some(error), _) => Err(error),
         (None, Some((key, label))) => Ok(Plan {
@@ -242,9 +249,60 @@ pub(crate) fn check(args: LockArgs, func: &ItemFn) -> syn::Result<Plan> {
             guard: args.guard,
             krate: krate.unwrap_or_else(|| syn::parse_quote!(::redis_lock)),
             mode,
+            permits,
         }),
         (None, None) => Err(missing_key()),
     }
+}
+
+/// `permits = N`: between 1 and `MAX_PERMITS`, and without the options that keep a released
+/// lock taken (a permit is given back at once).
+fn check_permits(errors: &mut Errors, args: &LockArgs) -> Option<u32> {
+    let lit = args.permits.as_ref()?;
+    let permits = match lit.base10_parse::<u32>() {
+        Ok(0) => {
+            errors.spanned(
+                lit,
+                "`permits = 0`: a semaphore needs at least one permit; leave `permits` out for \
+                 a lock",
+            );
+            None
+        }
+        Ok(n) if n > MAX_PERMITS => {
+            errors.spanned(
+                lit,
+                format!("`permits = {n}` is more than {MAX_PERMITS} (`redis_lock::MAX_PERMITS`)"),
+            );
+            None
+        }
+        Ok(n) => Some(n),
+        Err(_) => {
+            errors.spanned(
+                lit,
+                format!("`permits` is a whole number from 1 to {MAX_PERMITS}"),
+            );
+            None
+        }
+    };
+    if let Some(hold) = &args.hold_at_least {
+        errors.spanned(
+            hold,
+            "`hold_at_least` is not available with `permits`: a permit is given back at once",
+        );
+    }
+    if let Some(cooldown) = &args.cooldown {
+        errors.spanned(
+            cooldown,
+            "`cooldown` is not available with `permits`: a permit is given back at once",
+        );
+    }
+    if let Some(mode) = &args.mode {
+        errors.spanned(
+            mode,
+            "`mode` is for read-write locks and `permits` for semaphores: use one of them",
+        );
+    }
+    permits
 }
 
 fn missing_key() -> syn::Error {
@@ -544,6 +602,16 @@ mod tests {
         assert!(message(r#"key = "a", retry = "poll""#, ok).contains("unknown retry"));
         assert!(message(r#"key = "a", on_busy = "wait""#, ok).contains("on_busy"));
         assert!(message(r#"key = "a", guard = id"#, ok).contains("hide the parameter"));
+        assert!(message(r#"key = "a", permits = 0"#, ok).contains("at least one permit"));
+        assert!(message(r#"key = "a", permits = 10001"#, ok).contains("more than 10000"));
+        assert!(message(r#"key = "a", permits = 2, cooldown = 1"#, ok).contains("given back"));
+        assert!(
+            message(r#"key = "a", permits = 2, mode = "read""#, ok).contains("use one of them")
+        );
+        assert_eq!(
+            plan(r#"key = "a", permits = 3"#, ok).unwrap().permits,
+            Some(3)
+        );
         assert!(message(r#"key = "a""#, "fn f() {}").contains("returns nothing"));
         assert!(message(r#"key = "a""#, "fn f() -> Option<u8> {}").contains("Option"));
         assert!(message(r#"key = "a""#, "async fn f() -> Result<(), E> {}").contains("async"));

@@ -70,7 +70,9 @@ pub enum Error {
         reason: LostReason,
     },
     /// The Redis key of this lock holds a value of another type (not written by redis-lock).
-    #[error("redis key {redis_key:?} holds a value of another type; it is not a redis-lock lock")]
+    #[error(
+        "redis key {redis_key:?} holds a value of another type: not a redis-lock lock, or another kind of lock (a mutex name used for a semaphore, or the reverse)"
+    )]
     WrongType {
         /// The full Redis key, namespace included.
         redis_key: String,

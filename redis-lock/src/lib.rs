@@ -132,6 +132,7 @@ mod info;
 mod list;
 mod options;
 mod rwlock;
+mod semaphore;
 
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
@@ -148,7 +149,9 @@ pub use hold::observe::describe_metrics;
 pub use hold::retry::RetryStrategy;
 pub use info::LockInfo;
 pub use options::{LockMode, LockOptions, LostEvent, MAX_METADATA_LEN, MAX_TTL};
+pub use semaphore::{PermitInfo, Semaphore, SemaphoreInfo};
 pub use wire::keys::{MAX_KEY_LEN, MAX_NAMESPACE_LEN};
+pub use wire::semaphore::MAX_PERMITS;
 
 #[cfg(feature = "macros")]
 #[cfg_attr(docsrs, doc(cfg(feature = "macros")))]

@@ -137,6 +137,59 @@ pub fn enter_or_skip<R: Skippable>(
     }
 }
 
+/// Takes a permit of the semaphore `key` of `permits` permits (`permits = N`), for a
+/// function whose failures go through its `Result`; otherwise as [`enter`].
+pub fn enter_permit<R: Fallible>(
+    client: Result<&LockClient>,
+    key: &str,
+    permits: u32,
+    options: LockOptions,
+    function: &'static str,
+) -> ControlFlow<R, Held<R>> {
+    let options = options.reentrant(true).metadata(function);
+    let taken = client
+        .and_then(|client| client.semaphore(key, permits))
+        .and_then(|semaphore| semaphore.acquire_with(&options));
+    match taken {
+        Ok(guard) => ControlFlow::Continue(Held {
+            guard,
+            lost: |ret, error, _| R::lost(ret, error),
+            function,
+        }),
+        Err(error) => ControlFlow::Break(R::lock_failed(error)),
+    }
+}
+
+/// Takes a permit for an `on_busy = "skip"` function with `permits = N`: no permit free skips
+/// the call. Without an explicit `wait`, one attempt is made.
+pub fn enter_permit_or_skip<R: Skippable>(
+    client: Result<&LockClient>,
+    key: &str,
+    permits: u32,
+    options: LockOptions,
+    function: &'static str,
+) -> ControlFlow<R, Held<R>> {
+    let mut options = options.reentrant(true).metadata(function);
+    if options.wait.is_none() {
+        options = options.wait(Duration::ZERO);
+    }
+    let taken = client
+        .and_then(|client| client.semaphore(key, permits))
+        .and_then(|semaphore| semaphore.try_acquire_with(&options));
+    match taken {
+        Ok(Some(guard)) => ControlFlow::Continue(Held {
+            guard,
+            lost: R::lost,
+            function,
+        }),
+        Ok(None) => {
+            tracing::info!(target: "redis_lock", key, function, "call skipped: no permit is free");
+            ControlFlow::Break(R::skipped())
+        }
+        Err(error) => ControlFlow::Break(R::lock_failed(error, function)),
+    }
+}
+
 /// Return types through which a lock failure reaches the caller: `Result<T, E>` with
 /// `E: From<redis_lock::Error>`.
 #[diagnostic::on_unimplemented(

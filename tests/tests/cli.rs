@@ -1315,3 +1315,106 @@ fn status_and_list_count_waiters() {
         w.join().unwrap().unwrap().unwrap();
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// Semaphores: run --permits, status and list
+
+#[test]
+fn run_with_permits_status_and_list_show_the_semaphore() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let exports = locks.semaphore("exports", 2).unwrap();
+    let mine = exports
+        .acquire_with(&redis_lock::LockOptions::new().metadata("library"))
+        .unwrap();
+
+    // One of two permits free: the command runs, holding the second one.
+    let ran = finish(tool(&server).args([
+        "run",
+        "--permits",
+        "2",
+        "-n",
+        "exports",
+        "--",
+        "sh",
+        "-c",
+        "echo token=$REDIS_LOCK_FENCING_TOKEN",
+    ]));
+    assert_eq!(ran.code, 0, "{ran:?}");
+    let token: u64 = ran
+        .stdout
+        .trim()
+        .trim_start_matches("token=")
+        .parse()
+        .unwrap();
+    assert!(token > mine.fencing_token());
+    assert_eq!(
+        exports.available().unwrap(),
+        1,
+        "given back after the command"
+    );
+
+    let plain = finish(tool(&server).args(["status", "exports"]));
+    assert_eq!(plain.code, 0, "{plain:?}");
+    assert!(
+        plain.stdout.contains("1 of 2 permits in use"),
+        "{}",
+        plain.stdout
+    );
+    assert!(plain.stdout.contains("library"), "{}", plain.stdout);
+    let v = json(&finish(tool(&server).args(["status", "exports", "--json"])).stdout);
+    assert_eq!(v["kind"], "semaphore");
+    assert_eq!(
+        (v["limit"].as_u64(), v["in_use"].as_u64()),
+        (Some(2), Some(1))
+    );
+    assert_eq!(v["holders"][0]["pid"], std::process::id());
+    assert_eq!(v["holders"][0]["fencing_token"], mine.fencing_token());
+
+    // Both permits held: busy, and the message says so.
+    let other = client(&server);
+    let second = other.semaphore("exports", 2).unwrap().acquire().unwrap();
+    let busy = finish(tool(&server).args(["run", "--permits", "2", "-n", "exports", "--", "true"]));
+    assert_eq!(busy.code, BUSY, "{busy:?}");
+    assert!(
+        busy.stderr.contains("all 2 permits are held"),
+        "{}",
+        busy.stderr
+    );
+
+    let _lock = locks.lock("report").unwrap();
+    let list = finish(tool(&server).arg("list"));
+    assert_eq!(list.code, 0, "{list:?}");
+    assert!(list.stdout.contains("report"), "{}", list.stdout);
+    let row = list
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("exports"))
+        .unwrap_or_else(|| panic!("{}", list.stdout));
+    assert_eq!(
+        row.split_whitespace().collect::<Vec<_>>(),
+        ["exports", "2", "2", "0"]
+    );
+    let items = json(&finish(tool(&server).args(["list", "--json"])).stdout);
+    let sem = items
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["kind"] == "semaphore")
+        .unwrap();
+    assert_eq!(
+        (sem["key"].as_str(), sem["in_use"].as_u64()),
+        (Some("exports"), Some(2))
+    );
+
+    // An operator breaks every permit.
+    let broke = finish(tool(&server).args(["release", "exports", "--force"]));
+    assert_eq!(broke.code, 0, "{broke:?}");
+    assert!(broke.stdout.contains("broke"), "{}", broke.stdout);
+    assert_eq!(mine.release().unwrap(), redis_lock::ReleaseOutcome::Late);
+    drop(second);
+    let free = finish(tool(&server).args(["status", "exports"]));
+    // Nothing held: the permits key is gone, and the name reads as free.
+    assert_eq!(free.code, 1, "no permit held: {free:?}");
+    assert!(free.stdout.contains("free"), "{}", free.stdout);
+}

@@ -214,6 +214,18 @@ impl Deployment {
     }
 }
 
+impl Deployment {
+    /// The one store of a single-store deployment (a server, Sentinel, Cluster); `None` under
+    /// Redlock. For primitives that are only sound on one store (the semaphore) and their
+    /// calls outside the seam.
+    pub(crate) fn single(&self) -> Option<&Store> {
+        match self {
+            Deployment::Single(store) => Some(store),
+            Deployment::Quorum(_) => None,
+        }
+    }
+}
+
 /// One attempt on one store; with replica acknowledgement asked for, an acquisition that too
 /// few replicas acknowledge is undone on the same connection and fails.
 pub(crate) fn attempt_on(

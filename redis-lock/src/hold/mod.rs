@@ -12,6 +12,7 @@ pub(crate) mod observe;
 pub(crate) mod registry;
 pub(crate) mod retry;
 pub(crate) mod rwlock;
+pub(crate) mod semaphore;
 pub(crate) mod watchdog;
 
 use std::sync::Arc;

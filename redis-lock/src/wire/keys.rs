@@ -71,6 +71,25 @@ impl LockKeys {
     }
 }
 
+/// The semaphore's companion keys (`wire/semaphore.rs`); the permits themselves are the
+/// sorted set at [`lock`](Self::lock).
+impl LockKeys {
+    /// Semaphore: owner token → holder information of each permit.
+    pub(crate) fn holders(&self) -> String {
+        format!("{}:holders", self.lock)
+    }
+
+    /// Semaphore: the number of permits, stored once and kept (no TTL).
+    pub(crate) fn limit(&self) -> String {
+        format!("{}:limit", self.lock)
+    }
+
+    /// Semaphore: grants on the shared wake-up list not yet claimed (grant token → expiry).
+    pub(crate) fn grants(&self) -> String {
+        format!("{}:grants", self.lock)
+    }
+}
+
 pub(crate) fn validate_name(name: &str) -> Result<()> {
     if name.is_empty() {
         return Err(Error::invalid("key", "the lock name is empty"));
@@ -160,6 +179,9 @@ mod tests {
         assert_eq!(k.waiters, "lock:{report}:waiters");
         assert_eq!(k.wake("ab12"), "lock:{report}:signal:ab12");
         assert_eq!(k.name(), "report");
+        assert_eq!(k.holders(), "lock:{report}:holders");
+        assert_eq!(k.limit(), "lock:{report}:limit");
+        assert_eq!(k.grants(), "lock:{report}:grants");
         assert_eq!(LockKeys::new("", "a}b{c}").unwrap().name(), "a}b{c}");
     }
 

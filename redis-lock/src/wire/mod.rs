@@ -11,6 +11,7 @@ pub(crate) mod keys;
 mod lua;
 pub(crate) mod mutex;
 pub(crate) mod rwlock;
+pub(crate) mod semaphore;
 pub(crate) mod token;
 
 use std::time::Duration;

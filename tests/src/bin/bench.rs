@@ -8,7 +8,7 @@
 //! --hold-us US       how long each acquisition holds the lock (default 1000)
 //! --modes LIST       contended rows to run, of notify,fair,retry-10ms (default: all)
 //! --only LIST        sections to run, of uncontended,contended,held,takeover,deployments,
-//!                    failover (default: all)
+//!                    failover,semaphore (default: all)
 //! --json PATH        where to write the JSON report (default target/bench.json)
 //! ```
 //!
@@ -31,6 +31,8 @@ mod failover;
 mod held;
 #[path = "bench/report.rs"]
 mod report;
+#[path = "bench/semaphore.rs"]
+mod semaphore;
 #[path = "bench/stats.rs"]
 mod stats;
 #[path = "bench/takeover.rs"]
@@ -42,13 +44,14 @@ use contended::Mode;
 use report::{Json, Table, f};
 
 /// The sections, in the order they run.
-const SECTIONS: [&str; 6] = [
+const SECTIONS: [&str; 7] = [
     "uncontended",
     "contended",
     "held",
     "takeover",
     "deployments",
     "failover",
+    "semaphore",
 ];
 
 #[derive(Debug)]
@@ -378,6 +381,20 @@ fn main() {
         let r = failover::run(&counter_server.url(), args.workers, args.hold, total);
         println!("{}", r.text);
         report = report.with("failover", r.json);
+    }
+
+    // The semaphore: permits in use under contention, handoff, fairness; the permit cycle.
+    if run("semaphore") {
+        let (text, json) = semaphore::run(
+            &url,
+            args.workers,
+            args.hold,
+            args.duration,
+            short,
+            rtt.lat.p50,
+        );
+        println!("\n{text}");
+        report = report.with("semaphore", json);
     }
 
     if let Some(dir) = std::path::Path::new(&args.json).parent()

@@ -28,6 +28,13 @@
 //!     RUNS times: lock KEY (waiting) with a cool-down of COOLDOWN_MS; print
 //!     "RUN <start ns> <end ns>" (CLOCK_MONOTONIC) around a body of BODY_MS; release. Then
 //!     prints "DONE".
+//! lock-holder permit URL NAME PERMITS TTL_MS
+//!     takes a permit of the semaphore NAME (PERMITS, waiting up to 30 s), prints
+//!     "ACQUIRED <fencing token>", then behaves as `hold`
+//! lock-holder permits URL NAME PERMITS ITERATIONS
+//!     ITERATIONS times: take a permit of NAME; INCR NAME:inside (the holders right now, as
+//!     Redis counts them), remember the highest count seen; hold 2 ms; DECR; release. Then
+//!     prints "DONE <highest count seen>".
 //! ```
 
 use std::io::{BufRead, Write};
@@ -77,6 +84,22 @@ fn main() {
             runs.parse().unwrap(),
             Duration::from_millis(body_ms.parse().unwrap()),
             Duration::from_millis(cooldown_ms.parse().unwrap()),
+        ),
+        ["permit", url, name, permits, ttl_ms] => {
+            let locks = redis_lock_tests::client_for(url);
+            let opts = LockOptions::new()
+                .ttl(Duration::from_millis(ttl_ms.parse().unwrap()))
+                .wait(Duration::from_secs(30));
+            let semaphore = locks.semaphore(name, permits.parse().unwrap()).unwrap();
+            let guard = semaphore.acquire_with(&opts).unwrap();
+            say(&format!("ACQUIRED {}", guard.fencing_token()));
+            obey(guard);
+        }
+        ["permits", url, name, permits, iterations] => permits_loop(
+            url,
+            name,
+            permits.parse().unwrap(),
+            iterations.parse().unwrap(),
         ),
         _ => {
             eprintln!(
@@ -269,4 +292,25 @@ fn cooldown(url: &str, key: &str, runs: u32, body: Duration, cooldown: Duration)
         say(&format!("RUN {start} {end}"));
     }
     say("DONE");
+}
+
+fn permits_loop(url: &str, name: &str, permits: u32, iterations: u32) {
+    let locks: LockClient = redis_lock_tests::client_for(url);
+    let semaphore = locks.semaphore(name, permits).unwrap();
+    let mut redis = redis::Client::open(url).unwrap().get_connection().unwrap();
+    let inside = format!("{name}:inside");
+    let opts = LockOptions::new().wait(Duration::from_secs(30));
+    let mut highest = 0;
+    for _ in 0..iterations {
+        let guard = semaphore.acquire_with(&opts).unwrap();
+        let n: i64 = redis::cmd("INCR").arg(&inside).query(&mut redis).unwrap();
+        highest = highest.max(n);
+        std::thread::sleep(Duration::from_millis(2));
+        redis::cmd("DECR")
+            .arg(&inside)
+            .query::<i64>(&mut redis)
+            .unwrap();
+        guard.release().unwrap();
+    }
+    say(&format!("DONE {highest}"));
 }

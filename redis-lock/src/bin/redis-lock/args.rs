@@ -43,6 +43,8 @@ pub(crate) struct RunArgs {
     /// `Some(grace)` with `--kill-on-loss`.
     pub(crate) kill_on_loss: Option<Duration>,
     pub(crate) command: Vec<OsString>,
+    /// `--permits N`: hold a permit of the semaphore KEY of N permits instead of the lock.
+    pub(crate) permits: Option<u32>,
 }
 
 /// One parsed invocation.
@@ -275,6 +277,19 @@ pub(crate) fn command() -> Command {
                         .help("Time between SIGTERM and SIGKILL for --kill-on-loss"),
                 )
                 .arg(
+                    Arg::new("permits")
+                        .long("permits")
+                        .value_name("N")
+                        .value_parser(
+                            clap::value_parser!(u32).range(1..=i64::from(redis_lock::MAX_PERMITS)),
+                        )
+                        .conflicts_with_all(["hold-at-least", "cooldown"])
+                        .help(
+                            "Hold a permit of the semaphore KEY of N permits instead of the lock: \
+                             at most N commands run at once (the limit stored in Redis wins)",
+                        ),
+                )
+                .arg(
                     Arg::new("shell-command")
                         .long("command")
                         .short('c')
@@ -455,6 +470,7 @@ fn run_args(m: &ArgMatches) -> Result<RunArgs, Failure> {
                 .unwrap_or(&Duration::from_secs(10))
         }),
         command,
+        permits: m.get_one::<u32>("permits").copied(),
     })
 }
 
@@ -536,6 +552,9 @@ mod tests {
         assert_eq!(r.on_busy, OnBusy::Skip);
         assert_eq!(r.kill_on_loss, Some(Duration::from_secs(2)));
         assert_eq!(r.busy_exit_code, 3);
+        assert_eq!(r.permits, None);
+        let r = run(&["run", "--permits", "3", "exports", "--", "true"]);
+        assert_eq!(r.permits, Some(3));
     }
 
     #[test]
@@ -545,6 +564,18 @@ mod tests {
             &["run", "job"],
             &["run", "job", "--"],
             &["run", "--wait", "1s", "--no-wait", "job", "--", "true"],
+            &["run", "--permits", "0", "job", "--", "true"],
+            &["run", "--permits", "10001", "job", "--", "true"],
+            &[
+                "run",
+                "--permits",
+                "2",
+                "--cooldown",
+                "1s",
+                "job",
+                "--",
+                "true",
+            ],
             &["release", "job"],
             &["frobnicate"],
             &[],

@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::time::SystemTime;
 
-use redis_lock::{LockClient, LockInfo};
+use redis_lock::{Error, LockClient, LockInfo, SemaphoreInfo};
 
 use crate::clock::{rfc3339, unix_ms};
 use crate::duration::human;
@@ -17,9 +17,11 @@ pub(crate) fn status(
     key: &str,
     json: bool,
 ) -> Result<i32, Failure> {
-    let info = locks
-        .inspect(key)
-        .map_err(|e| Failure::from_lock_error(&e, server))?;
+    let info = match locks.inspect(key) {
+        // Not a lock: perhaps a semaphore.
+        Err(Error::WrongType { .. }) => return semaphore_status(locks, server, key, json),
+        other => other.map_err(|e| Failure::from_lock_error(&e, server))?,
+    };
     let text = match (&info, json) {
         (Some(info), true) => lock_json(locks.namespace(), info).render(),
         (None, true) => Json::Object(vec![
@@ -45,12 +47,25 @@ pub(crate) fn list(
     let infos = locks
         .list(pattern)
         .map_err(|e| Failure::from_lock_error(&e, server))?;
+    let semaphores = locks
+        .list_semaphores(pattern)
+        .map_err(|e| Failure::from_lock_error(&e, server))?;
     if json {
         let items = infos
             .iter()
             .map(|info| lock_json(locks.namespace(), info))
+            .chain(
+                semaphores
+                    .iter()
+                    .map(|info| semaphore_json(locks.namespace(), info)),
+            )
             .collect();
         print(&Json::Array(items).render());
+    } else if !semaphores.is_empty() {
+        if !infos.is_empty() {
+            print(&format!("{}\n", table(&infos)));
+        }
+        print(&semaphore_table(&semaphores));
     } else if infos.is_empty() {
         // stdout stays empty, so `redis-lock list | wc -l` counts locks.
         eprintln!(
@@ -70,9 +85,12 @@ pub(crate) fn release(
     key: &str,
     json: bool,
 ) -> Result<i32, Failure> {
-    let broken = locks
-        .force_release(key)
-        .map_err(|e| Failure::from_lock_error(&e, server))?;
+    let broken = match locks.force_release(key) {
+        // Not a lock: perhaps a semaphore, whose permits are all broken.
+        Err(Error::WrongType { .. }) => locks.semaphore(key, 1).and_then(|s| s.force_release()),
+        other => other,
+    }
+    .map_err(|e| Failure::from_lock_error(&e, server))?;
     let text = match (&broken, json) {
         (Some((host, pid)), true) => Json::Object(vec![
             ("key", Json::Str(key.to_owned())),
@@ -233,4 +251,101 @@ fn printable(text: &str) -> String {
     text.chars()
         .map(|c| if c.is_control() { ' ' } else { c })
         .collect()
+}
+
+/// `status` of a semaphore: exit 0 when a permit is held, 1 when none is.
+fn semaphore_status(
+    locks: &LockClient,
+    server: &str,
+    key: &str,
+    json: bool,
+) -> Result<i32, Failure> {
+    let info = locks
+        .semaphore(key, 1)
+        .and_then(|s| s.inspect())
+        .map_err(|e| Failure::from_lock_error(&e, server))?;
+    let text = if json {
+        semaphore_json(locks.namespace(), &info).render()
+    } else {
+        let mut lines = vec![format!(
+            "semaphore {:?}: {} of {} permits in use",
+            info.name, info.in_use, info.limit
+        )];
+        if info.waiters > 0 || info.queued > 0 {
+            let fair = if info.queued > 0 {
+                format!(" ({} queued fairly)", info.queued)
+            } else {
+                String::new()
+            };
+            lines.push(format!("  {:<11} {}{fair}", "waiters", info.waiters));
+        }
+        for p in &info.holders {
+            let meta = p
+                .metadata
+                .as_deref()
+                .map_or_else(String::new, |m| format!(", metadata {}", printable(m)));
+            lines.push(format!(
+                "  {:<11} {} (pid {}) since {}, expires in {}, fencing {}{meta}",
+                "permit",
+                printable(&p.host),
+                p.pid,
+                rfc3339(p.acquired_at),
+                human(p.remaining_ttl),
+                p.fencing_token
+            ));
+        }
+        lines.join("\n")
+    };
+    print(&text);
+    Ok(if info.in_use > 0 { 0 } else { exit::FREE })
+}
+
+fn semaphore_json(namespace: &str, info: &SemaphoreInfo) -> Json {
+    let holders = info
+        .holders
+        .iter()
+        .map(|p| {
+            Json::Object(vec![
+                ("host", Json::Str(p.host.clone())),
+                ("pid", Json::Int(u128::from(p.pid))),
+                ("acquired_at", Json::Str(rfc3339(p.acquired_at))),
+                ("remaining_ttl_ms", Json::Int(p.remaining_ttl.as_millis())),
+                ("fencing_token", Json::Int(u128::from(p.fencing_token))),
+                ("metadata", Json::opt_str(p.metadata.clone())),
+            ])
+        })
+        .collect();
+    Json::Object(vec![
+        ("key", Json::Str(info.name.clone())),
+        ("namespace", Json::Str(namespace.to_owned())),
+        ("kind", Json::Str("semaphore".to_owned())),
+        ("held", Json::Bool(info.in_use > 0)),
+        ("limit", Json::Int(u128::from(info.limit))),
+        ("in_use", Json::Int(u128::from(info.in_use))),
+        ("available", Json::Int(u128::from(info.available))),
+        ("waiters", Json::Int(u128::from(info.waiters))),
+        ("queued", Json::Int(u128::from(info.queued))),
+        ("holders", Json::Array(holders)),
+    ])
+}
+
+/// One row per semaphore: permits in use of the limit, and waiters.
+fn semaphore_table(infos: &[SemaphoreInfo]) -> String {
+    let width = infos
+        .iter()
+        .map(|i| printable(&i.name).chars().count())
+        .max()
+        .unwrap_or(0)
+        .max("SEMAPHORE".len());
+    let mut out = vec![format!("{:<width$}  IN USE  LIMIT  WAITERS", "SEMAPHORE")];
+    for i in infos {
+        out.push(format!(
+            "{:<width$}  {:<6}  {:<5}  {}",
+            printable(&i.name),
+            i.in_use,
+            i.limit,
+            i.waiters
+        ));
+    }
+    out.join("\n")
 }

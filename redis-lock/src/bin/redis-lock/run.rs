@@ -10,7 +10,7 @@ use std::process::Child;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
-use redis_lock::{LockClient, LockGuard, LostReason, ReleaseOutcome};
+use redis_lock::{LockClient, LockGuard, LockOptions, LostReason, ReleaseOutcome};
 
 use crate::args::{OnBusy, RunArgs};
 use crate::child;
@@ -110,10 +110,17 @@ fn acquire(
 ) -> Result<Acquired, Failure> {
     let started = Instant::now();
     let mut line = WaitLine::new(&args.key);
+    let semaphore = match args.permits {
+        Some(n) => Some(
+            locks
+                .semaphore(&args.key, n)
+                .map_err(|e| Failure::from_lock_error(&e, server))?,
+        ),
+        None => None,
+    };
     loop {
         let left = args.wait.map(|w| w.saturating_sub(started.elapsed()));
-        let mut request = locks
-            .options(&args.key)
+        let mut request = LockOptions::new()
             .ttl(args.ttl)
             .wait(left.map_or(SLICE, |l| l.min(SLICE)));
         if let Some(min) = args.hold_at_least {
@@ -129,7 +136,11 @@ fn acquire(
         request = request.on_lost(move |event| {
             let _ = lost_tx.send(Event::Lost(event.reason));
         });
-        match request.try_acquire() {
+        let taken = match &semaphore {
+            Some(semaphore) => semaphore.try_acquire_with(&request),
+            None => locks.try_acquire_with(&args.key, &request),
+        };
+        match taken {
             Ok(Some(guard)) => return Ok(Acquired::Held(guard)),
             Ok(None) => {}
             Err(e) => {
@@ -147,15 +158,23 @@ fn acquire(
         if left.is_some_and(|l| l <= SLICE) {
             return Ok(Acquired::Busy);
         }
-        line.update(locks);
+        if semaphore.is_none() {
+            line.update(locks);
+        }
     }
 }
 
 /// The lock stayed busy: skip quietly or fail with the busy code.
 fn busy(locks: &LockClient, args: &RunArgs) -> Result<i32, Failure> {
-    let holder = match locks.inspect(&args.key) {
-        Ok(Some(info)) => format!(": held by {}", waitline::holder(&info)),
-        _ => String::new(),
+    let holder = match args.permits {
+        Some(n) => match locks.semaphore(&args.key, n).and_then(|s| s.inspect()) {
+            Ok(info) => format!(": all {} permits are held", info.limit),
+            Err(_) => String::new(),
+        },
+        None => match locks.inspect(&args.key) {
+            Ok(Some(info)) => format!(": held by {}", waitline::holder(&info)),
+            _ => String::new(),
+        },
     };
     let waited = match args.wait {
         Some(w) if !w.is_zero() => format!(" after waiting {}", human(w)),

@@ -183,6 +183,21 @@ pub(crate) fn cycles(url: &str, client: &LockClient, watchdog: bool, time: Durat
     })
 }
 
+/// Uncontended permit + release of a semaphore of `permits` on one thread.
+pub(crate) fn permit_cycles(
+    url: &str,
+    client: &LockClient,
+    permits: u32,
+    time: Duration,
+) -> Measured {
+    let semaphore = client.semaphore("uncontended-semaphore", permits).unwrap();
+    let opts = LockOptions::new().ttl(Duration::from_secs(10));
+    measure(url, time, || {
+        let permit = semaphore.acquire_with(&opts).unwrap();
+        drop(permit);
+    })
+}
+
 pub(crate) fn json(m: &Measured) -> Json {
     let s = &m.lat;
     Json::obj()

@@ -658,6 +658,8 @@ impl LockRequest<'_> {
         replicas(replicas: u32, timeout: Duration);
         /// See [`LockOptions::replicas_fsynced`].
         replicas_fsynced(replicas: u32, timeout: Duration);
+        /// See [`LockOptions::cancel`].
+        cancel(token: crate::CancelToken);
     }
 
     /// See [`LockOptions::metadata`].

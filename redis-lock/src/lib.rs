@@ -141,6 +141,7 @@ pub use client::{LockClient, LockRequest};
 pub use error::{Error, LostReason, Result};
 pub use global::{default_client, set_default_client};
 pub use guard::LockGuard;
+pub use hold::cancel::CancelToken;
 pub use hold::lease::ReleaseOutcome;
 #[cfg(feature = "metrics")]
 pub use hold::observe::describe_metrics;

@@ -45,7 +45,10 @@ fn quick_benchmark_runs_and_finds_no_violations() {
         .collect();
     // 6 single-server rows, 8 deployment rows, 2 failover runs.
     assert_eq!(violations.len(), 16, "{report}");
-    assert!(violations.iter().all(|v| *v == "0"), "{violations:?}\n{report}");
+    assert!(
+        violations.iter().all(|v| *v == "0"),
+        "{violations:?}\n{report}"
+    );
     assert!(report.contains("\"rss_per_held_lock_kib\""), "{report}");
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(table.contains("raw SET NX PX + EVALSHA del"), "{table}");

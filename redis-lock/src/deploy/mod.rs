@@ -151,10 +151,28 @@ impl Deployment {
 
     /// Blocks until a release wakes us or `timeout` passes. A single store pops the grant; a
     /// quorum only peeks, on the server `wait_on` the attempt saw the holder on.
-    pub(crate) fn wait(&self, list: &str, timeout: Duration, wait_on: Option<usize>) -> Wake {
+    /// `cancel`: the waiter's cancel list and its cancel flag. A single store blocks on the
+    /// cancel list too (a cancel pushes onto it: [`wake`](Self::wake)); a quorum blocks in
+    /// short slices and looks at the flag between them.
+    pub(crate) fn wait(
+        &self,
+        list: &str,
+        timeout: Duration,
+        wait_on: Option<usize>,
+        cancel: Option<(&str, &dyn Fn() -> bool)>,
+    ) -> Wake {
         match self {
-            Deployment::Single(store) => store.wait(list, timeout, true),
-            Deployment::Quorum(q) => q.wait(list, timeout, wait_on),
+            Deployment::Single(store) => store.wait(list, cancel.map(|c| c.0), timeout, true),
+            Deployment::Quorum(q) => q.wait(list, timeout, wait_on, cancel.map(|c| c.1)),
+        }
+    }
+
+    /// Ends the blocking wait of waiter `id` on `keys` (a cancel). Nothing to send to a
+    /// quorum, whose cancellable waits are sliced.
+    pub(crate) fn wake(&self, keys: &LockKeys, id: &str) -> Result<()> {
+        match self {
+            Deployment::Single(store) => store.wake(keys, id),
+            Deployment::Quorum(_) => Ok(()),
         }
     }
 

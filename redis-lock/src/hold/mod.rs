@@ -6,6 +6,7 @@
 //! `deploy::Deployment` and gets one combined answer.
 
 pub(crate) mod acquire;
+pub(crate) mod cancel;
 pub(crate) mod lease;
 pub(crate) mod mutex;
 pub(crate) mod observe;

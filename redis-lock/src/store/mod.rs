@@ -158,7 +158,15 @@ impl Store {
     /// when it is exhausted they fall back to polling every 10 ms (they stay registered, and
     /// an attempt of theirs takes a grant nobody popped). `pop`: take the grant (`BLPOP`);
     /// otherwise only be woken by it and leave it in place.
-    pub(crate) fn wait(&self, list: &str, timeout: Duration, pop: bool) -> Wake {
+    /// `cancel`: a second list to block on when popping (the waiter's cancel list), whose
+    /// element is never a grant.
+    pub(crate) fn wait(
+        &self,
+        list: &str,
+        cancel: Option<&str>,
+        timeout: Duration,
+        pop: bool,
+    ) -> Wake {
         let waiters = &self.waiters;
         let conn = match waiters.try_get() {
             Some(c) => Some(c),
@@ -179,7 +187,7 @@ impl Store {
         let wake = WAKE_AFTER.map(|after| self.wake_at(timeout + after));
         let result = if pop {
             conn.blocking_query::<Option<(String, String)>>(
-                &commands::pop_grant(list, timeout),
+                &commands::pop_grant(list, cancel, timeout),
                 timeout,
             )
             .map(|popped| popped.and_then(|(_, grant)| wire::parse_grant(&grant)))
@@ -217,6 +225,12 @@ impl Store {
                 let _ = commands::ping(&mut conn);
             }
         })
+    }
+
+    /// Ends the blocking wait of waiter `id` on `keys` (a cancel).
+    pub(crate) fn wake(&self, keys: &wire::LockKeys, id: &str) -> Result<()> {
+        let mut conn = self.conn()?;
+        wire::cancel::wake(&mut conn, keys, id)
     }
 
     /// `PING`.

@@ -46,6 +46,12 @@ impl LockKeys {
     pub(crate) fn wake(&self, id: &str) -> String {
         format!("{}:{id}", self.signal)
     }
+
+    /// The cancel list of waiter `id`: a cancelled waiter blocks on it beside its wake-up
+    /// list, and the cancel pushes onto it (`wire::cancel`).
+    pub(crate) fn cancel(&self, id: &str) -> String {
+        format!("{}:cancel:{id}", self.lock)
+    }
 }
 
 impl LockKeys {

@@ -9,6 +9,9 @@ pub(crate) mod commands;
 pub(crate) mod keys;
 #[macro_use]
 mod lua;
+
+// After `lua`: these use its macros.
+pub(crate) mod cancel;
 pub(crate) mod mutex;
 pub(crate) mod token;
 

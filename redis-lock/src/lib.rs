@@ -87,6 +87,7 @@
 //! - `metrics`: metrics through the [`metrics`](https://docs.rs/metrics) facade, so any
 //!   exporter works (see [`describe_metrics`] for the list). Without it, spans are still
 //!   there (see "Observability").
+//! - `serde`: `Serialize` and `Deserialize` for [`LeaseHandle`].
 //! - `cli`: the `redis-lock` command-line tool (`cargo install --path redis-lock --features
 //!   cli`; it includes `tls`). The library itself does not use the tool's dependencies.
 
@@ -128,6 +129,7 @@ mod client;
 mod error;
 mod global;
 mod guard;
+mod handle;
 mod info;
 mod list;
 mod options;
@@ -141,6 +143,7 @@ pub use client::{LockClient, LockRequest};
 pub use error::{Error, LostReason, Result};
 pub use global::{default_client, set_default_client};
 pub use guard::LockGuard;
+pub use handle::LeaseHandle;
 pub use hold::cancel::CancelToken;
 pub use hold::lease::ReleaseOutcome;
 #[cfg(feature = "metrics")]

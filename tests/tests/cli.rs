@@ -1315,3 +1315,107 @@ fn status_and_list_count_waiters() {
         w.join().unwrap().unwrap().unwrap();
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// Lease handles: `run` passes one to its command; `extend --handle`, `release --handle`
+
+fn pttl(server: &RedisServer, key: &str) -> i64 {
+    redis::cmd("PTTL")
+        .arg(format!("lock:{{{key}}}"))
+        .query(&mut server.connection())
+        .unwrap()
+}
+
+/// The test process holds the lock and hands its handle to a second process (the tool),
+/// which extends and then releases it; the first guard then finds the lock no longer its own.
+#[test]
+fn a_handle_passed_to_another_process_extends_and_releases_the_lock() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let guard = locks
+        .options("handed")
+        .ttl(Duration::from_secs(60))
+        .watchdog(false)
+        .acquire()
+        .unwrap();
+    let handle = guard.handle().to_string_secret();
+
+    let done = finish(tool(&server).args(["extend", "--handle", &handle, "--ttl", "10m"]));
+    assert_eq!(done.code, 0, "{done:?}");
+    assert!(!done.stdout.contains(guard.token()), "{done:?}");
+    assert!(pttl(&server, "handed") > 120_000, "extended to 10 minutes");
+    assert!(held(&locks, "handed"));
+
+    let done = finish(tool(&server).args(["release", "--handle", &handle, "--json"]));
+    assert_eq!(done.code, 0, "{done:?}");
+    assert_eq!(json(&done.stdout)["released"], Value::Bool(true));
+    assert!(!held(&locks, "handed"), "released by the second process");
+
+    // The first process's guard: no longer its own.
+    let err = guard.remaining_ttl().unwrap_err();
+    assert!(err.is_lost(), "{err:?}");
+    assert!(guard.is_lost());
+    assert_eq!(guard.release().unwrap(), ReleaseOutcome::Late);
+
+    // The handle is spent: a second release says so with the "lost" code.
+    let done = finish(tool(&server).args(["release", "--handle", &handle]));
+    assert_eq!(done.code, LOST, "{done:?}");
+    one_line(&done.stderr);
+    assert!(!done.stderr.contains(guard_token_of(&handle)), "{done:?}");
+}
+
+fn guard_token_of(handle: &str) -> &str {
+    handle.split(':').nth(4).unwrap()
+}
+
+/// `run` gives its command the handle in `$REDIS_LOCK_HANDLE`; the command finishes the lock
+/// early with `release --handle`.
+#[test]
+fn a_run_command_releases_its_lock_early_through_the_handle() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let script = "\"$TOOL\" release --handle \"$REDIS_LOCK_HANDLE\" && \
+                  \"$TOOL\" status early --json; echo \"status=$?\"";
+    let done = finish(
+        tool(&server)
+            .env("TOOL", cli_binary())
+            .args(["run", "early", "--ttl", "5s", "--"])
+            .args(sh(script)),
+    );
+    assert_eq!(done.code, 0, "{done:?}");
+    assert!(done.stdout.contains("released lock \"early\""), "{done:?}");
+    // `status` (exit 1: free) ran after the release, inside the command.
+    assert!(done.stdout.contains("\"held\":false"), "{done:?}");
+    assert!(done.stdout.contains("status=1"), "{done:?}");
+    assert!(!held(&locks, "early"));
+}
+
+#[test]
+fn bad_handles_are_one_clear_line_and_change_nothing() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let guard = locks.lock("kept").unwrap();
+    let handle = guard.handle().to_string_secret();
+    let token = guard_token_of(&handle).to_owned();
+    let tampered = handle.replace(&token, &"0".repeat(32));
+    for (args, code) in [
+        (vec!["release", "--handle", "not-a-handle"], USAGE),
+        (vec!["extend", "--handle", "garbage", "--ttl", "1s"], USAGE),
+        (vec!["release", "--handle", &tampered], LOST),
+        (vec!["extend", "--handle", &tampered, "--ttl", "1m"], LOST),
+        (vec!["release", "kept", "--handle", &handle], USAGE),
+        (vec!["extend", "--ttl", "1m"], USAGE),
+    ] {
+        let done = finish(tool(&server).args(&args));
+        assert_eq!(done.code, code, "{args:?}: {done:?}");
+        one_line(&done.stderr);
+        assert!(!done.stderr.contains(&token), "{done:?}");
+    }
+    // Under another namespace: refused before anything is sent.
+    let done =
+        finish(tool(&server).args(["--namespace", "other:", "release", "--handle", &handle]));
+    assert_eq!(done.code, USAGE, "{done:?}");
+    assert!(done.stderr.contains("namespace"), "{done:?}");
+    assert!(guard.remaining_ttl().unwrap().is_some(), "still ours");
+    assert_eq!(guard.release().unwrap(), ReleaseOutcome::Released);
+}

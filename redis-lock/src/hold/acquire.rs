@@ -582,33 +582,49 @@ impl Acquisition<'_> {
 
     /// Makes an acquired lock a lease: registry, watchdog.
     fn hold(&self, start: Start) -> Result<Arc<Lease>> {
-        let inner = self.inner;
-        let hold = Hold::start(
-            self.name,
-            self.labels.clone(),
-            start.fence,
-            start.acquired,
-            self.parent,
-        );
-        let lease = Arc::new(Lease::new(
-            inner.registry.next_id(),
-            Arc::clone(inner),
-            Arc::clone(self.primitive),
+        start_lease(
+            self.inner,
+            self.primitive,
             self.name,
             self.keys.clone(),
+            self.labels,
+            self.parent,
             start,
-            hold,
-        ));
-        if self.watchdog
-            && let Err(e) = watchdog::start(&lease)
-        {
-            let _ = lease.release();
-            return Err(Error::System(e));
-        }
-        inner.registry.remember(&lease);
-        registry::remember_here(inner, &lease);
-        Ok(lease)
+            self.watchdog,
+        )
     }
+}
+
+/// Makes a held lock a lease (an acquired one, or one resumed from a handle): the hold span,
+/// the registry, the watchdog.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn start_lease(
+    inner: &Arc<Inner>,
+    primitive: &Arc<dyn Primitive>,
+    name: &str,
+    keys: LockKeys,
+    labels: &Labels,
+    parent: &Span,
+    start: Start,
+    watchdog: bool,
+) -> Result<Arc<Lease>> {
+    let hold = Hold::start(name, labels.clone(), start.fence, start.acquired, parent);
+    let lease = Arc::new(Lease::new(
+        inner.registry.next_id(),
+        Arc::clone(inner),
+        Arc::clone(primitive),
+        name,
+        keys,
+        start,
+        hold,
+    ));
+    if watchdog && let Err(e) = watchdog::start(&lease) {
+        let _ = lease.release();
+        return Err(Error::System(e));
+    }
+    inner.registry.remember(&lease);
+    registry::remember_here(inner, &lease);
+    Ok(lease)
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ pub(crate) mod lease;
 pub(crate) mod mutex;
 pub(crate) mod observe;
 pub(crate) mod registry;
+pub(crate) mod resume;
 pub(crate) mod retry;
 pub(crate) mod watchdog;
 

@@ -49,9 +49,29 @@ pub(crate) struct RunArgs {
 #[derive(Debug)]
 pub(crate) enum Action {
     Run(RunArgs),
-    Status { key: String, json: bool },
-    List { pattern: String, json: bool },
-    Release { key: String, json: bool },
+    Status {
+        key: String,
+        json: bool,
+    },
+    List {
+        pattern: String,
+        json: bool,
+    },
+    Release {
+        key: String,
+        json: bool,
+    },
+    /// `release --handle`: finish a lock this process was handed.
+    ReleaseHandle {
+        handle: String,
+        json: bool,
+    },
+    /// `extend --handle --ttl`.
+    Extend {
+        handle: String,
+        ttl: Duration,
+        json: bool,
+    },
     Watch(crate::watch::WatchArgs),
 }
 
@@ -152,8 +172,23 @@ The holder is not stopped: it finds out at its next renewal (redis-lock run then
 with --kill-on-loss stops its command). Exit code 0 when a lock was broken, 1 when it was not
 held.
 
+With --handle instead of KEY --force, releases the lock that handle stands for (the one a
+'run' passed to its command in $REDIS_LOCK_HANDLE), if it is still the handle's: a script
+finishes its lock early. Exit code 0 when released, 124 when the lock was not the handle's
+any more (expired or taken over).
+
+Examples:
+  redis-lock release nightly-report --force
+  redis-lock release --handle \"$REDIS_LOCK_HANDLE\"";
+
+const EXTEND_AFTER: &str = "\
+Makes the lock the handle stands for expire DURATION from now (one renewal). While 'run'
+still supervises the command, its watchdog keeps renewing to its own --ttl every ttl/3, so
+extend a lock this way when nobody else renews it (a handle passed on, its first owner gone).
+Exit code 0 when extended, 124 when the lock was not the handle's any more.
+
 Example:
-  redis-lock release nightly-report --force";
+  redis-lock extend --handle \"$REDIS_LOCK_HANDLE\" --ttl 10m";
 
 fn duration_arg(name: &'static str, value: &'static str) -> Arg {
     Arg::new(name)
@@ -167,6 +202,13 @@ fn key_arg() -> Arg {
         .value_name("KEY")
         .required(true)
         .help("Lock name")
+}
+
+fn handle_arg() -> Arg {
+    Arg::new("handle")
+        .long("handle")
+        .value_name("HANDLE")
+        .help("A lease handle, as 'run' passes it to its command in $REDIS_LOCK_HANDLE (a secret: whoever has it owns the lock)")
 }
 
 fn json_arg(what: &'static str) -> Arg {
@@ -335,15 +377,30 @@ pub(crate) fn command() -> Command {
         )
         .subcommand(
             Command::new("release")
-                .about("Break a lock whoever holds it (operators only)")
+                .about(
+                    "Break a lock whoever holds it (operators only), or release one by its handle",
+                )
                 .after_help(RELEASE_AFTER)
-                .arg(key_arg())
+                .arg(key_arg().required(false).required_unless_present("handle"))
                 .arg(
                     Arg::new("force")
                         .long("force")
                         .action(ArgAction::SetTrue)
+                        .required_unless_present("handle")
+                        .help("Required with KEY: breaking another's lock must be deliberate"),
+                )
+                .arg(handle_arg().conflicts_with_all(["key", "force"]))
+                .arg(json_arg("Print one JSON object")),
+        )
+        .subcommand(
+            Command::new("extend")
+                .about("Extend a lock by its handle ($REDIS_LOCK_HANDLE under 'run')")
+                .after_help(EXTEND_AFTER)
+                .arg(handle_arg().required(true))
+                .arg(
+                    duration_arg("ttl", "DURATION")
                         .required(true)
-                        .help("Required: breaking another's lock must be deliberate"),
+                        .help("The lock expires this long from now unless renewed"),
                 )
                 .arg(json_arg("Print one JSON object")),
         )
@@ -387,8 +444,20 @@ pub(crate) fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Parsed, 
             pattern: string(m, "pattern"),
             json: m.get_flag("json"),
         },
+        Some(("release", m)) if m.contains_id("handle") => Action::ReleaseHandle {
+            handle: string(m, "handle"),
+            json: m.get_flag("json"),
+        },
         Some(("release", m)) => Action::Release {
             key: string(m, "key"),
+            json: m.get_flag("json"),
+        },
+        Some(("extend", m)) => Action::Extend {
+            handle: string(m, "handle"),
+            ttl: m
+                .get_one::<Duration>("ttl")
+                .copied()
+                .unwrap_or(Duration::from_secs(30)),
             json: m.get_flag("json"),
         },
         Some(("watch", m)) => {
@@ -410,7 +479,7 @@ pub(crate) fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Parsed, 
         }
         _ => {
             return Err(Failure::usage(
-                "missing command (run, status, list, watch, release)",
+                "missing command (run, status, list, watch, release, extend)",
             ));
         }
     };
@@ -468,7 +537,7 @@ fn clap_outcome(e: &clap::Error) -> Result<Parsed, Failure> {
     match e.kind() {
         ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => Ok(Parsed::Print(e.to_string())),
         ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => Err(Failure::usage(
-            "missing command (run, status, list, watch, release); see 'redis-lock --help'",
+            "missing command (run, status, list, watch, release, extend); see 'redis-lock --help'",
         )),
         _ => Err(Failure::usage(one_line(&e.to_string()))),
     }

@@ -67,6 +67,8 @@ pub(crate) fn run(locks: &LockClient, server: &str, args: &RunArgs) -> Result<i3
             guard.fencing_token().to_string(),
         ),
         ("REDIS_LOCK_TTL_MS", args.ttl.as_millis().to_string()),
+        // A secret: whoever has it owns the lock (`redis-lock release/extend --handle`).
+        ("REDIS_LOCK_HANDLE", guard.handle().to_string_secret()),
     ];
     let mut child = match child::spawn(&args.command, &env) {
         Ok(child) => child,

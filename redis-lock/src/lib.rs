@@ -132,6 +132,7 @@ mod guard;
 mod handle;
 mod info;
 mod list;
+mod multi;
 mod options;
 
 #[cfg(feature = "testing")]
@@ -146,10 +147,12 @@ pub use guard::LockGuard;
 pub use handle::LeaseHandle;
 pub use hold::cancel::CancelToken;
 pub use hold::lease::ReleaseOutcome;
+pub use hold::multi::MAX_LOCK_ALL;
 #[cfg(feature = "metrics")]
 pub use hold::observe::describe_metrics;
 pub use hold::retry::RetryStrategy;
 pub use info::LockInfo;
+pub use multi::MultiGuard;
 pub use options::{LockOptions, LostEvent, MAX_METADATA_LEN, MAX_TTL};
 pub use wire::keys::{MAX_KEY_LEN, MAX_NAMESPACE_LEN};
 

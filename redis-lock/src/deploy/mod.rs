@@ -13,6 +13,7 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::store::connection::PooledConn;
 use crate::store::{Ack, Store, Wake};
+use crate::wire::multi::AllAttempt;
 use crate::wire::token::new_token;
 use crate::wire::{
     Attempt, AttemptArgs, Broken, Claim, Holder, LockKeys, OwnedTtl, Release, Renewal,
@@ -91,6 +92,30 @@ impl Deployment {
                 wait_on: None,
             }),
             Deployment::Quorum(q) => q.attempt(p, args, ack),
+        }
+    }
+
+    /// One all-or-nothing attempt on several locks of `p` (`(keys, token)` per member), as one
+    /// script. `Ok(None)` when that is not possible here (a quorum, keys in several Cluster
+    /// slots, a primitive without such a script): take the members one by one instead.
+    pub(crate) fn attempt_all(
+        &self,
+        p: &Arc<dyn Primitive>,
+        members: &[(&LockKeys, &str)],
+        ttl: Duration,
+        holder: &str,
+        meta: &str,
+    ) -> Result<Option<AllAttempt>> {
+        match self {
+            Deployment::Single(store) => {
+                let keys: Vec<&LockKeys> = members.iter().map(|m| m.0).collect();
+                if !store.one_script(&keys) {
+                    return Ok(None);
+                }
+                let mut conn = store.conn()?;
+                p.attempt_all(&mut conn, members, ttl, holder, meta)
+            }
+            Deployment::Quorum(_) => Ok(None),
         }
     }
 

@@ -8,6 +8,7 @@
 pub(crate) mod acquire;
 pub(crate) mod cancel;
 pub(crate) mod lease;
+pub(crate) mod multi;
 pub(crate) mod mutex;
 pub(crate) mod observe;
 pub(crate) mod registry;

@@ -62,6 +62,8 @@ pub(crate) struct Store {
     /// Requests sent through this client (shared by all its stores and clones).
     pub(crate) requests: Arc<AtomicU64>,
     waitaof: AtomicU8,
+    /// A Redis Cluster: one script may only name keys of one slot.
+    cluster: bool,
     /// The client's housekeeping thread, which also wakes the server when a blocking wait
     /// should end (see `wake_at`).
     timer: Arc<ScheduledThreadPool>,
@@ -98,6 +100,7 @@ impl Store {
         timer: Arc<ScheduledThreadPool>,
     ) -> Store {
         Store {
+            cluster: false,
             pool: Arc::new(pool),
             waiters,
             label,
@@ -225,6 +228,21 @@ impl Store {
                 let _ = commands::ping(&mut conn);
             }
         })
+    }
+
+    /// Marks the store a Redis Cluster (see [`one_script`](Self::one_script)).
+    pub(crate) fn cluster(mut self, cluster: bool) -> Store {
+        self.cluster = cluster;
+        self
+    }
+
+    /// Whether one script may name every key of these locks: on one server always, on a
+    /// Redis Cluster when they share a hash tag (so a slot).
+    pub(crate) fn one_script(&self, keys: &[&wire::LockKeys]) -> bool {
+        !self.cluster
+            || keys
+                .windows(2)
+                .all(|pair| pair[0].slot_tag() == pair[1].slot_tag())
     }
 
     /// Ends the blocking wait of waiter `id` on `keys` (a cancel).

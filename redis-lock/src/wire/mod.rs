@@ -12,6 +12,7 @@ mod lua;
 
 // After `lua`: these use its macros.
 pub(crate) mod cancel;
+pub(crate) mod multi;
 pub(crate) mod mutex;
 pub(crate) mod token;
 

@@ -1419,3 +1419,89 @@ fn bad_handles_are_one_clear_line_and_change_nothing() {
     assert!(guard.remaining_ttl().unwrap().is_some(), "still ours");
     assert_eq!(guard.release().unwrap(), ReleaseOutcome::Released);
 }
+
+// ---------------------------------------------------------------------------------------
+// run with several locks: --also
+
+#[test]
+fn run_with_also_holds_every_lock_together() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let done = finish(
+        tool(&server)
+            .env("TOOL", cli_binary())
+            .args(["run", "b", "--also", "a", "--also", "c", "--"])
+            .args(sh(
+                "echo \"$REDIS_LOCK_KEYS|$REDIS_LOCK_FENCING_TOKENS|${REDIS_LOCK_HANDLE:-none}\"; \
+                 \"$TOOL\" status a --json; \"$TOOL\" status c --json",
+            )),
+    );
+    assert_eq!(done.code, 0, "{done:?}");
+    let first = done.stdout.lines().next().unwrap();
+    let fields: Vec<&str> = first.split('|').collect();
+    assert_eq!(fields[0], "a,b,c");
+    assert!(
+        fields[1].starts_with("a=") && fields[1].contains(",c="),
+        "{first}"
+    );
+    assert_eq!(fields[2], "none", "no handle for several locks");
+    assert_eq!(done.stdout.matches("\"held\":true").count(), 2, "{done:?}");
+    for n in ["a", "b", "c"] {
+        assert!(!held(&locks, n), "{n} released after the command");
+    }
+
+    // One of them busy: nothing is taken, busy exit code, the busy one named.
+    let busy = locks.lock("c").unwrap();
+    let done = finish(tool(&server).args(["run", "a", "--also", "c", "--no-wait", "--", "true"]));
+    assert_eq!(done.code, BUSY, "{done:?}");
+    assert!(done.stderr.contains("\"c\" held by"), "{done:?}");
+    assert!(!held(&locks, "a"), "nothing taken");
+    drop(busy);
+
+    // A name twice, or --also with --hold-at-least: a usage error.
+    for args in [
+        &["run", "a", "--also", "a", "--", "true"][..],
+        &[
+            "run",
+            "a",
+            "--also",
+            "b",
+            "--hold-at-least",
+            "1s",
+            "--",
+            "true",
+        ],
+    ] {
+        let done = finish(tool(&server).args(args));
+        assert_eq!(done.code, USAGE, "{args:?}: {done:?}");
+        one_line(&done.stderr);
+    }
+}
+
+/// SIGKILL of a `run` holding several locks frees every one within the TTL.
+#[test]
+fn sigkill_of_a_run_with_also_frees_every_lock_within_its_ttl() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let dir = tempfile::tempdir().unwrap();
+    let pidfile = dir.path().join("pid");
+    let script = format!("echo $$ > {}; exec sleep 30", path_arg(&pidfile));
+    let mut running = Running::start(
+        tool(&server)
+            .args(["run", "x", "--also", "y", "--ttl", "1s", "--"])
+            .args(sh(&script)),
+    );
+    assert!(wait_until(QUICK, || held(&locks, "x") && held(&locks, "y")));
+    let killed = Instant::now();
+    signal(&running.child, libc::SIGKILL);
+    let _ = running.child.wait();
+    assert!(
+        wait_until(Duration::from_secs(3), || !held(&locks, "x")
+            && !held(&locks, "y")),
+        "freed within the TTL"
+    );
+    let took = killed.elapsed();
+    eprintln!("run --also: both locks freed {took:?} after SIGKILL (ttl 1s)");
+    assert!(took < Duration::from_millis(1500), "{took:?}");
+    kill_pid_in(&pidfile);
+}

@@ -172,7 +172,10 @@ mod tests {
         // The slot tag: the name up to its first '}'.
         assert_eq!(k.slot_tag(), "a");
         assert_eq!(LockKeys::new("lock:", "a}x").unwrap().slot_tag(), "a");
-        assert_eq!(LockKeys::new("lock:", "report").unwrap().slot_tag(), "report");
+        assert_eq!(
+            LockKeys::new("lock:", "report").unwrap().slot_tag(),
+            "report"
+        );
         assert_eq!(LockKeys::new("lock:", "a:{x}").unwrap().slot_tag(), "a:{x");
     }
 

@@ -32,6 +32,8 @@ pub(crate) enum OnBusy {
 #[derive(Debug)]
 pub(crate) struct RunArgs {
     pub(crate) key: String,
+    /// `--also NAME`: more locks taken together with `key`, all or none.
+    pub(crate) also: Vec<String>,
     pub(crate) ttl: Duration,
     /// `None`: wait until the lock is free.
     pub(crate) wait: Option<Duration>,
@@ -48,7 +50,7 @@ pub(crate) struct RunArgs {
 /// One parsed invocation.
 #[derive(Debug)]
 pub(crate) enum Action {
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     Status {
         key: String,
         json: bool,
@@ -129,6 +131,14 @@ The command inherits stdin, stdout and stderr, and gets these environment variab
   REDIS_LOCK_FENCING_TOKEN  this acquisition's fencing token: higher than every earlier
                             holder's; pass it to what you write to, to reject stale writers
   REDIS_LOCK_TTL_MS         the lock's TTL in milliseconds
+  REDIS_LOCK_HANDLE         the lock's lease handle, for 'redis-lock release --handle' and
+                            'extend --handle' (a secret: whoever has it owns the lock)
+  REDIS_LOCK_KEYS           with --also: every lock name, sorted, comma-separated
+  REDIS_LOCK_FENCING_TOKENS with --also: NAME=TOKEN for each lock, comma-separated
+
+With --also NAME (repeatable) the command runs holding KEY and every NAME together: all are
+taken at once or none (no deadlock with another run asking for the same names in another
+order); there is no handle then.
 
 While the command runs, the lock is renewed every TTL/3; it is released when the command
 exits, and redis-lock exits with the command's exit code. SIGHUP, SIGINT, SIGQUIT, SIGTERM,
@@ -253,6 +263,17 @@ pub(crate) fn command() -> Command {
                 .override_usage("redis-lock run KEY [OPTIONS] -- COMMAND [ARGS]...")
                 .after_help(format!("{RUN_AFTER}\n\n{}", exit::table()))
                 .arg(key_arg())
+                .arg(
+                    Arg::new("also")
+                        .long("also")
+                        .value_name("NAME")
+                        .action(ArgAction::Append)
+                        .conflicts_with("hold-at-least")
+                        .help(
+                            "Another lock to hold with KEY, all or none (repeatable; \
+                             deadlock-free whatever the order)",
+                        ),
+                )
                 .arg(
                     duration_arg("ttl", "DURATION").default_value("30s").help(
                         "Lock TTL: renewed every TTL/3; a crashed holder's lock frees after it",
@@ -435,7 +456,7 @@ pub(crate) fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Parsed, 
         namespace: string(&matches, "namespace"),
     };
     let action = match matches.subcommand() {
-        Some(("run", m)) => Action::Run(run_args(m)?),
+        Some(("run", m)) => Action::Run(Box::new(run_args(m)?)),
         Some(("status", m)) => Action::Status {
             key: string(m, "key"),
             json: m.get_flag("json"),
@@ -507,6 +528,10 @@ fn run_args(m: &ArgMatches) -> Result<RunArgs, Failure> {
     };
     Ok(RunArgs {
         key: string(m, "key"),
+        also: m
+            .get_many::<String>("also")
+            .map(|values| values.cloned().collect())
+            .unwrap_or_default(),
         ttl: *m
             .get_one::<Duration>("ttl")
             .unwrap_or(&Duration::from_secs(30)),
@@ -564,7 +589,7 @@ mod tests {
 
     fn run(args: &[&str]) -> RunArgs {
         match parse_args(args) {
-            Ok(Parsed::Do(_, Action::Run(r))) => r,
+            Ok(Parsed::Do(_, Action::Run(r))) => *r,
             other => panic!("{other:?}"),
         }
     }

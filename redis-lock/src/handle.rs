@@ -304,6 +304,8 @@ impl LockGuard {
     pub fn into_handle(mut self) -> LeaseHandle {
         let handle = self.handle();
         self.live = false;
+        // This guard's hold goes with it; the lease is handed off for every sibling too.
+        self.lease.drop_hold();
         self.lease.hand_off();
         handle
     }

@@ -186,3 +186,22 @@ fn bad_handles_are_refused_and_redis_is_left_untouched() {
     assert!(after.1 <= before.1, "its TTL was not touched");
     assert_eq!(guard.release().unwrap(), ReleaseOutcome::Released);
 }
+
+#[test]
+fn a_reentrant_sibling_of_a_handed_off_guard_reports_it_handed_off() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let outer = locks.lock_reentrant("nested").unwrap();
+    let inner = locks.lock_reentrant("nested").unwrap();
+    let handle = inner.into_handle();
+    assert!(!locks.is_held_by_current_thread("nested"));
+    let sent = locks.request_count();
+    assert_eq!(outer.release().unwrap(), ReleaseOutcome::HandedOff);
+    assert_eq!(locks.request_count(), sent, "nothing sent");
+    assert!(
+        locks.inspect("nested").unwrap().is_some(),
+        "still held for the handle"
+    );
+    locks.resume(&handle).unwrap().release().unwrap();
+    assert!(locks.inspect("nested").unwrap().is_none());
+}

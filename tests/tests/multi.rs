@@ -472,3 +472,29 @@ fn a_waiting_multi_lock_can_be_cancelled() {
     assert!(returned.duration_since(cancelled) < Duration::from_millis(100));
     assert!(locks.inspect("a").unwrap().is_none());
 }
+
+#[test]
+fn fencing_tokens_increase_per_member_and_extend_reaches_every_member() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let first = locks.lock_all(["f1", "f2"]).unwrap();
+    let before: Vec<u64> = first.fencing_tokens().iter().map(|(_, f)| *f).collect();
+    first.extend(Duration::from_secs(120)).unwrap();
+    for n in ["f1", "f2"] {
+        let pttl: i64 = redis::cmd("PTTL")
+            .arg(format!("lock:{{{n}}}"))
+            .query(&mut server.connection())
+            .unwrap();
+        assert!(pttl > 60_000, "{n}: {pttl}");
+    }
+    drop(first);
+    // A single lock of one member in between uses a token too.
+    let single = locks.lock("f2").unwrap().fencing_token();
+    let second = locks.lock_all(["f2", "f1"]).unwrap();
+    let after: Vec<u64> = second.fencing_tokens().iter().map(|(_, f)| *f).collect();
+    assert!(after[0] > before[0], "{after:?} after {before:?}");
+    assert!(
+        after[1] > single && single > before[1],
+        "{after:?} {single} {before:?}"
+    );
+}

@@ -498,3 +498,59 @@ fn fencing_tokens_increase_per_member_and_extend_reaches_every_member() {
         "{after:?} {single} {before:?}"
     );
 }
+
+/// Across Cluster slots the members are taken one by one: the node serving the last one is
+/// killed, so that member fails after the first two were taken; both are given back.
+#[test]
+fn a_cluster_node_killed_under_the_last_member_leaves_none_held() {
+    let cluster = RedisCluster::start(3);
+    let node_of = |name: &str| {
+        cluster
+            .node_for_slot(cluster.keyslot(&format!("lock:{{{name}}}")))
+            .port()
+    };
+    let victim_port = cluster.nodes()[2].port();
+    // The last name (by sort order) on the victim, the others elsewhere.
+    let last = (0..200)
+        .map(|i| format!("z{i}"))
+        .find(|n| node_of(n) == victim_port)
+        .unwrap();
+    let others: Vec<String> = (0..200)
+        .map(|i| format!("a{i}"))
+        .filter(|n| node_of(n) != victim_port)
+        .take(2)
+        .collect();
+    let locks = cluster_client(&cluster);
+    // Warm the client up (topology, script cache) while every node is there.
+    drop(locks.lock_all([&others[0], &others[1]]).unwrap());
+    let pid = libc::pid_t::try_from(cluster.nodes()[2].pid().unwrap()).unwrap();
+    // SAFETY: no memory-safety preconditions; the pid is our own child's.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    assert!(wait_until(Duration::from_secs(5), || {
+        std::net::TcpStream::connect(("127.0.0.1", victim_port)).is_err()
+    }));
+
+    let node = |name: &str| {
+        let port = node_of(name);
+        cluster.nodes().iter().find(|n| n.port() == port).unwrap()
+    };
+    let fence = |name: &str| -> u64 {
+        redis::cmd("GET")
+            .arg(format!("lock:{{{name}}}:fence"))
+            .query(&mut node(name).connection())
+            .unwrap()
+    };
+    let before: Vec<u64> = others.iter().map(|n| fence(n)).collect();
+
+    let names = [&others[0], &others[1], &last];
+    let err = locks.try_lock_all(names).unwrap_err();
+    assert!(err.is_retryable(), "{err:?}");
+    for (name, before) in others.iter().zip(before) {
+        assert!(fence(name) > before, "{name} was taken before the failure");
+        let held: i64 = redis::cmd("EXISTS")
+            .arg(format!("lock:{{{name}}}"))
+            .query(&mut node(name).connection())
+            .unwrap();
+        assert_eq!(held, 0, "{name} was given back");
+    }
+}

@@ -37,6 +37,17 @@
 //! }
 //! ```
 //!
+//! # Several locks, handing a lock on, cancelling a wait
+//!
+//! - [`LockClient::lock_all`] (and `try_lock_all`, `try_lock_all_for`, `acquire_all_with`)
+//!   takes several locks together, all or none, into one [`MultiGuard`]; callers asking for
+//!   overlapping sets in any order do not deadlock.
+//! - [`LockGuard::handle`] and [`LockGuard::into_handle`] turn a held lock into a
+//!   [`LeaseHandle`] another thread or process resumes with [`LockClient::resume`]: whoever
+//!   has the handle owns the lock.
+//! - [`LockOptions::cancel`] with a [`CancelToken`] lets another thread stop a waiting
+//!   acquisition: it fails with [`Error::Cancelled`] within a round trip or two.
+//!
 //! # Semantics & limits
 //!
 //! - **Lease, not a mutex.** A lock is a Redis key with a TTL. The watchdog renews it every

@@ -8,6 +8,7 @@ use syn::{Expr, Ident, LitInt, LitStr, Token};
 
 mod kw {
     syn::custom_keyword!(key);
+    syn::custom_keyword!(keys);
     syn::custom_keyword!(ttl);
     syn::custom_keyword!(wait);
     syn::custom_keyword!(retry);
@@ -43,6 +44,8 @@ impl Parse for DurationArg {
 #[derive(Default)]
 pub(crate) struct LockArgs {
     pub(crate) key: Option<LitStr>,
+    /// `keys = ["a", "b:{id}"]`: a multi-lock; the bracket's span for errors about the list.
+    pub(crate) keys: Option<(Span, Vec<LitStr>)>,
     pub(crate) ttl: Option<DurationArg>,
     pub(crate) wait: Option<DurationArg>,
     pub(crate) retry: Option<LitStr>,
@@ -86,6 +89,15 @@ impl Parse for LockArgs {
             if lookahead.peek(kw::key) {
                 let kw: kw::key = input.parse()?;
                 once(input, &mut args.key, kw.span, "key", |i| i.parse())?;
+            } else if lookahead.peek(kw::keys) {
+                let kw: kw::keys = input.parse()?;
+                once(input, &mut args.keys, kw.span, "keys", |i| {
+                    let list;
+                    let bracket = syn::bracketed!(list in i);
+                    let items =
+                        syn::punctuated::Punctuated::<LitStr, Token![,]>::parse_terminated(&list)?;
+                    Ok((bracket.span.join(), items.into_iter().collect()))
+                })?;
             } else if lookahead.peek(kw::ttl) {
                 let kw: kw::ttl = input.parse()?;
                 once(input, &mut args.ttl, kw.span, "ttl", |i| i.parse())?;
@@ -163,6 +175,17 @@ mod tests {
         assert_eq!(args.guard.unwrap().to_string(), "g");
         assert!(args.client.is_some());
         assert_eq!(args.permits.unwrap().base10_digits(), "3");
+    }
+
+    #[test]
+    fn keys_parse_as_a_list() {
+        let args =
+            parse(r#"keys = ["a:{x}", "b:{y}",], ttl = 1"#).unwrap_or_else(|e| panic!("{e}"));
+        let (_, keys) = args.keys.unwrap();
+        let keys: Vec<String> = keys.iter().map(LitStr::value).collect();
+        assert_eq!(keys, ["a:{x}", "b:{y}"]);
+        assert!(parse(r#"keys = "a""#).is_err());
+        assert!(parse(r#"keys = [1]"#).is_err());
     }
 
     #[test]

@@ -677,6 +677,8 @@ impl LockRequest<'_> {
         replicas_fsynced(replicas: u32, timeout: Duration);
         /// See [`LockOptions::mode`].
         mode(mode: LockMode);
+        /// See [`LockOptions::cancel`].
+        cancel(token: crate::CancelToken);
     }
 
     /// See [`LockOptions::metadata`].

@@ -53,6 +53,14 @@ pub enum Error {
         /// The lock name as the caller gave it (without namespace).
         key: String,
     },
+    /// The acquisition of `key` was cancelled through its
+    /// [`CancelToken`](crate::CancelToken) before it got the lock. It left the wait queue;
+    /// nothing is held.
+    #[error("the acquisition of lock {key:?} was cancelled")]
+    Cancelled {
+        /// The lock name as the caller gave it (without namespace).
+        key: String,
+    },
     /// Another owner still held `key` when the wait budget ran out.
     #[error("timed out after {waited:?} waiting for lock {key:?}")]
     Timeout {

@@ -36,9 +36,9 @@ use crate::options::{validate_cooldown, validate_ttl};
 #[must_use = "if unused the lock is released immediately"]
 #[clippy::has_significant_drop]
 pub struct LockGuard {
-    lease: Arc<Lease>,
+    pub(crate) lease: Arc<Lease>,
     /// Taken by `release`, so `Drop` knows there is nothing left to do.
-    live: bool,
+    pub(crate) live: bool,
 }
 
 impl std::fmt::Debug for LockGuard {

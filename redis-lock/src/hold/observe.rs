@@ -73,6 +73,8 @@ pub(crate) enum Ended {
     Lost,
     /// Ran out: its TTL passed without renewal (expired, `max_hold`, a release that failed).
     Expired,
+    /// Given to a lease handle without being released (`LockGuard::into_handle`).
+    HandedOff,
 }
 
 impl Ended {
@@ -82,6 +84,7 @@ impl Ended {
             Ended::Late => "late",
             Ended::Lost => "lost",
             Ended::Expired => "expired",
+            Ended::HandedOff => "handed_off",
         }
     }
 

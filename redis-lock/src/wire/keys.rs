@@ -46,6 +46,19 @@ impl LockKeys {
     pub(crate) fn wake(&self, id: &str) -> String {
         format!("{}:{id}", self.signal)
     }
+
+    /// The Redis Cluster hash tag of every key of this lock: the name up to its first `}`.
+    /// Locks with the same tag share a slot, so one script may name all their keys.
+    pub(crate) fn slot_tag(&self) -> &str {
+        let name = self.name();
+        name.split_once('}').map_or(name, |(tag, _)| tag)
+    }
+
+    /// The cancel list of waiter `id`: a cancelled waiter blocks on it beside its wake-up
+    /// list, and the cancel pushes onto it (`wire::cancel`).
+    pub(crate) fn cancel(&self, id: &str) -> String {
+        format!("{}:cancel:{id}", self.lock)
+    }
 }
 
 impl LockKeys {
@@ -190,6 +203,15 @@ mod tests {
         // The tag is cut at the first '}', which is inside the shared prefix of every key.
         let k = LockKeys::new("lock:", "a}b{c").unwrap();
         assert!(k.fence.starts_with("lock:{a}b{c}"));
+        assert!(k.cancel("ab12").starts_with("lock:{a}"));
+        // The slot tag: the name up to its first '}'.
+        assert_eq!(k.slot_tag(), "a");
+        assert_eq!(LockKeys::new("lock:", "a}x").unwrap().slot_tag(), "a");
+        assert_eq!(
+            LockKeys::new("lock:", "report").unwrap().slot_tag(),
+            "report"
+        );
+        assert_eq!(LockKeys::new("lock:", "a:{x}").unwrap().slot_tag(), "a:{x");
     }
 
     #[test]

@@ -9,6 +9,10 @@ pub(crate) mod commands;
 pub(crate) mod keys;
 #[macro_use]
 mod lua;
+
+// After `lua`: these use its macros.
+pub(crate) mod cancel;
+pub(crate) mod multi;
 pub(crate) mod mutex;
 pub(crate) mod rwlock;
 pub(crate) mod semaphore;

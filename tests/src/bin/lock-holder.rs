@@ -24,6 +24,9 @@
 //!     DIR/raw.log; two writes with token T to the fenced store DIR/store.log; append
 //!     "exit T PID TID"; release. Prints "UNCLEAN T <outcome>" for a release that was not
 //!     clean, then "DONE".
+//! lock-holder hold-all URL KEYS TTL_MS
+//!     acquires the comma-separated KEYS together (`lock_all`), prints "ACQUIRED", then waits
+//!     for EOF on stdin (a process to SIGKILL while it holds a multi-lock)
 //! lock-holder cooldown URL KEY RUNS BODY_MS COOLDOWN_MS
 //!     RUNS times: lock KEY (waiting) with a cool-down of COOLDOWN_MS; print
 //!     "RUN <start ns> <end ns>" (CLOCK_MONOTONIC) around a body of BODY_MS; release. Then
@@ -68,6 +71,7 @@ fn main() {
                 .ttl(Duration::from_millis(ttl_ms.parse().unwrap()));
             hold_with(url, key, &opts)
         }
+        ["hold-all", url, keys, ttl_ms] => hold_all(url, keys, ttl_ms.parse().unwrap()),
         ["count", url, key, iterations] => count(url, key, iterations.parse().unwrap()),
         ["churn", url, key, dir, threads, iterations, ttl_ms] => churn(
             url,
@@ -313,4 +317,21 @@ fn permits_loop(url: &str, name: &str, permits: u32, iterations: u32) {
         guard.release().unwrap();
     }
     say(&format!("DONE {highest}"));
+}
+
+fn hold_all(url: &str, keys: &str, ttl_ms: u64) {
+    let locks = LockClient::open(url).unwrap();
+    let opts = LockOptions::new().ttl(Duration::from_millis(ttl_ms));
+    let guard = locks.acquire_all_with(keys.split(','), &opts).unwrap();
+    println!("ACQUIRED");
+    std::io::stdout().flush().unwrap();
+    let mut line = String::new();
+    while std::io::stdin()
+        .lock()
+        .read_line(&mut line)
+        .is_ok_and(|n| n > 0)
+    {
+        line.clear();
+    }
+    drop(guard);
 }

@@ -32,6 +32,8 @@ pub(crate) enum OnBusy {
 #[derive(Debug)]
 pub(crate) struct RunArgs {
     pub(crate) key: String,
+    /// `--also NAME`: more locks taken together with `key`, all or none.
+    pub(crate) also: Vec<String>,
     pub(crate) ttl: Duration,
     /// `None`: wait until the lock is free.
     pub(crate) wait: Option<Duration>,
@@ -50,10 +52,30 @@ pub(crate) struct RunArgs {
 /// One parsed invocation.
 #[derive(Debug)]
 pub(crate) enum Action {
-    Run(RunArgs),
-    Status { key: String, json: bool },
-    List { pattern: String, json: bool },
-    Release { key: String, json: bool },
+    Run(Box<RunArgs>),
+    Status {
+        key: String,
+        json: bool,
+    },
+    List {
+        pattern: String,
+        json: bool,
+    },
+    Release {
+        key: String,
+        json: bool,
+    },
+    /// `release --handle`: finish a lock this process was handed.
+    ReleaseHandle {
+        handle: String,
+        json: bool,
+    },
+    /// `extend --handle --ttl`.
+    Extend {
+        handle: String,
+        ttl: Duration,
+        json: bool,
+    },
     Watch(crate::watch::WatchArgs),
 }
 
@@ -111,6 +133,14 @@ The command inherits stdin, stdout and stderr, and gets these environment variab
   REDIS_LOCK_FENCING_TOKEN  this acquisition's fencing token: higher than every earlier
                             holder's; pass it to what you write to, to reject stale writers
   REDIS_LOCK_TTL_MS         the lock's TTL in milliseconds
+  REDIS_LOCK_HANDLE         the lock's lease handle, for 'redis-lock release --handle' and
+                            'extend --handle' (a secret: whoever has it owns the lock)
+  REDIS_LOCK_KEYS           with --also: every lock name, sorted, comma-separated
+  REDIS_LOCK_FENCING_TOKENS with --also: NAME=TOKEN for each lock, comma-separated
+
+With --also NAME (repeatable) the command runs holding KEY and every NAME together: all are
+taken at once or none (no deadlock with another run asking for the same names in another
+order); there is no handle then.
 
 While the command runs, the lock is renewed every TTL/3; it is released when the command
 exits, and redis-lock exits with the command's exit code. SIGHUP, SIGINT, SIGQUIT, SIGTERM,
@@ -154,8 +184,23 @@ The holder is not stopped: it finds out at its next renewal (redis-lock run then
 with --kill-on-loss stops its command). Exit code 0 when a lock was broken, 1 when it was not
 held.
 
+With --handle instead of KEY --force, releases the lock that handle stands for (the one a
+'run' passed to its command in $REDIS_LOCK_HANDLE), if it is still the handle's: a script
+finishes its lock early. Exit code 0 when released, 124 when the lock was not the handle's
+any more (expired or taken over).
+
+Examples:
+  redis-lock release nightly-report --force
+  redis-lock release --handle \"$REDIS_LOCK_HANDLE\"";
+
+const EXTEND_AFTER: &str = "\
+Makes the lock the handle stands for expire DURATION from now (one renewal). While 'run'
+still supervises the command, its watchdog keeps renewing to its own --ttl every ttl/3, so
+extend a lock this way when nobody else renews it (a handle passed on, its first owner gone).
+Exit code 0 when extended, 124 when the lock was not the handle's any more.
+
 Example:
-  redis-lock release nightly-report --force";
+  redis-lock extend --handle \"$REDIS_LOCK_HANDLE\" --ttl 10m";
 
 fn duration_arg(name: &'static str, value: &'static str) -> Arg {
     Arg::new(name)
@@ -169,6 +214,13 @@ fn key_arg() -> Arg {
         .value_name("KEY")
         .required(true)
         .help("Lock name")
+}
+
+fn handle_arg() -> Arg {
+    Arg::new("handle")
+        .long("handle")
+        .value_name("HANDLE")
+        .help("A lease handle, as 'run' passes it to its command in $REDIS_LOCK_HANDLE (a secret: whoever has it owns the lock)")
 }
 
 fn json_arg(what: &'static str) -> Arg {
@@ -213,6 +265,17 @@ pub(crate) fn command() -> Command {
                 .override_usage("redis-lock run KEY [OPTIONS] -- COMMAND [ARGS]...")
                 .after_help(format!("{RUN_AFTER}\n\n{}", exit::table()))
                 .arg(key_arg())
+                .arg(
+                    Arg::new("also")
+                        .long("also")
+                        .value_name("NAME")
+                        .action(ArgAction::Append)
+                        .conflicts_with("hold-at-least")
+                        .help(
+                            "Another lock to hold with KEY, all or none (repeatable; \
+                             deadlock-free whatever the order)",
+                        ),
+                )
                 .arg(
                     duration_arg("ttl", "DURATION").default_value("30s").help(
                         "Lock TTL: renewed every TTL/3; a crashed holder's lock frees after it",
@@ -283,7 +346,7 @@ pub(crate) fn command() -> Command {
                         .value_parser(
                             clap::value_parser!(u32).range(1..=i64::from(redis_lock::MAX_PERMITS)),
                         )
-                        .conflicts_with_all(["hold-at-least", "cooldown"])
+                        .conflicts_with_all(["hold-at-least", "cooldown", "also"])
                         .help(
                             "Hold a permit of the semaphore KEY of N permits instead of the lock: \
                              at most N commands run at once (the limit stored in Redis wins)",
@@ -350,15 +413,30 @@ pub(crate) fn command() -> Command {
         )
         .subcommand(
             Command::new("release")
-                .about("Break a lock whoever holds it (operators only)")
+                .about(
+                    "Break a lock whoever holds it (operators only), or release one by its handle",
+                )
                 .after_help(RELEASE_AFTER)
-                .arg(key_arg())
+                .arg(key_arg().required(false).required_unless_present("handle"))
                 .arg(
                     Arg::new("force")
                         .long("force")
                         .action(ArgAction::SetTrue)
+                        .required_unless_present("handle")
+                        .help("Required with KEY: breaking another's lock must be deliberate"),
+                )
+                .arg(handle_arg().conflicts_with_all(["key", "force"]))
+                .arg(json_arg("Print one JSON object")),
+        )
+        .subcommand(
+            Command::new("extend")
+                .about("Extend a lock by its handle ($REDIS_LOCK_HANDLE under 'run')")
+                .after_help(EXTEND_AFTER)
+                .arg(handle_arg().required(true))
+                .arg(
+                    duration_arg("ttl", "DURATION")
                         .required(true)
-                        .help("Required: breaking another's lock must be deliberate"),
+                        .help("The lock expires this long from now unless renewed"),
                 )
                 .arg(json_arg("Print one JSON object")),
         )
@@ -393,7 +471,7 @@ pub(crate) fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Parsed, 
         namespace: string(&matches, "namespace"),
     };
     let action = match matches.subcommand() {
-        Some(("run", m)) => Action::Run(run_args(m)?),
+        Some(("run", m)) => Action::Run(Box::new(run_args(m)?)),
         Some(("status", m)) => Action::Status {
             key: string(m, "key"),
             json: m.get_flag("json"),
@@ -402,8 +480,20 @@ pub(crate) fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Parsed, 
             pattern: string(m, "pattern"),
             json: m.get_flag("json"),
         },
+        Some(("release", m)) if m.contains_id("handle") => Action::ReleaseHandle {
+            handle: string(m, "handle"),
+            json: m.get_flag("json"),
+        },
         Some(("release", m)) => Action::Release {
             key: string(m, "key"),
+            json: m.get_flag("json"),
+        },
+        Some(("extend", m)) => Action::Extend {
+            handle: string(m, "handle"),
+            ttl: m
+                .get_one::<Duration>("ttl")
+                .copied()
+                .unwrap_or(Duration::from_secs(30)),
             json: m.get_flag("json"),
         },
         Some(("watch", m)) => {
@@ -425,7 +515,7 @@ pub(crate) fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Parsed, 
         }
         _ => {
             return Err(Failure::usage(
-                "missing command (run, status, list, watch, release)",
+                "missing command (run, status, list, watch, release, extend)",
             ));
         }
     };
@@ -453,6 +543,10 @@ fn run_args(m: &ArgMatches) -> Result<RunArgs, Failure> {
     };
     Ok(RunArgs {
         key: string(m, "key"),
+        also: m
+            .get_many::<String>("also")
+            .map(|values| values.cloned().collect())
+            .unwrap_or_default(),
         ttl: *m
             .get_one::<Duration>("ttl")
             .unwrap_or(&Duration::from_secs(30)),
@@ -484,7 +578,7 @@ fn clap_outcome(e: &clap::Error) -> Result<Parsed, Failure> {
     match e.kind() {
         ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => Ok(Parsed::Print(e.to_string())),
         ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => Err(Failure::usage(
-            "missing command (run, status, list, watch, release); see 'redis-lock --help'",
+            "missing command (run, status, list, watch, release, extend); see 'redis-lock --help'",
         )),
         _ => Err(Failure::usage(one_line(&e.to_string()))),
     }
@@ -511,7 +605,7 @@ mod tests {
 
     fn run(args: &[&str]) -> RunArgs {
         match parse_args(args) {
-            Ok(Parsed::Do(_, Action::Run(r))) => r,
+            Ok(Parsed::Do(_, Action::Run(r))) => *r,
             other => panic!("{other:?}"),
         }
     }
@@ -576,6 +670,7 @@ mod tests {
                 "--",
                 "true",
             ],
+            &["run", "--permits", "2", "job", "--also", "other", "--", "true"],
             &["release", "job"],
             &["frobnicate"],
             &[],

@@ -1,9 +1,11 @@
 //! `status`, `list` and `release --force`: what they print, as text or JSON.
 
 use std::io::Write;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
-use redis_lock::{Error, LockClient, LockInfo, SemaphoreInfo};
+use redis_lock::{
+    Error, LeaseHandle, LockClient, LockGuard, LockInfo, ReleaseOutcome, SemaphoreInfo,
+};
 
 use crate::clock::{rfc3339, unix_ms};
 use crate::duration::human;
@@ -113,6 +115,78 @@ pub(crate) fn release(
     };
     print(&text);
     Ok(if broken.is_some() { 0 } else { exit::FREE })
+}
+
+/// The lock a handle stands for, as a guard without a watchdog (nothing renews it behind
+/// the command's back). A lock that is not the handle's any more is exit code 124.
+fn resume(locks: &LockClient, server: &str, text: &str) -> Result<LockGuard, Failure> {
+    let handle: LeaseHandle = text
+        .parse()
+        .map_err(|e| Failure::from_lock_error(&e, server))?;
+    locks.resume_with(&handle, false).map_err(|e| match e {
+        Error::Lost { .. } => Failure::new(exit::LOST, e.to_string()),
+        e => Failure::from_lock_error(&e, server),
+    })
+}
+
+/// `release --handle`: release the lock a handle stands for.
+pub(crate) fn release_handle(
+    locks: &LockClient,
+    server: &str,
+    handle: &str,
+    json: bool,
+) -> Result<i32, Failure> {
+    let guard = resume(locks, server, handle)?;
+    let key = guard.key().to_owned();
+    let outcome = guard
+        .release()
+        .map_err(|e| Failure::from_lock_error(&e, server))?;
+    let released = outcome == ReleaseOutcome::Released;
+    let text = if json {
+        Json::Object(vec![
+            ("key", Json::Str(key)),
+            ("namespace", Json::Str(locks.namespace().to_owned())),
+            ("released", Json::Bool(released)),
+        ])
+        .render()
+    } else if released {
+        format!("released lock {key:?}")
+    } else {
+        format!("lock {key:?} was not the handle's any more ({outcome:?}); left alone")
+    };
+    print(&text);
+    Ok(if released { 0 } else { exit::LOST })
+}
+
+/// `extend --handle --ttl`: make the lock a handle stands for expire `ttl` from now.
+pub(crate) fn extend_handle(
+    locks: &LockClient,
+    server: &str,
+    handle: &str,
+    ttl: Duration,
+    json: bool,
+) -> Result<i32, Failure> {
+    let guard = resume(locks, server, handle)?;
+    let key = guard.key().to_owned();
+    let extended = guard.extend(ttl).map_err(|e| match e {
+        Error::Lost { .. } => Failure::new(exit::LOST, e.to_string()),
+        e => Failure::from_lock_error(&e, server),
+    });
+    // Not released: the handle's owner keeps the lock.
+    let _ = guard.into_handle();
+    extended?;
+    let text = if json {
+        Json::Object(vec![
+            ("key", Json::Str(key)),
+            ("namespace", Json::Str(locks.namespace().to_owned())),
+            ("ttl_ms", Json::Int(ttl.as_millis())),
+        ])
+        .render()
+    } else {
+        format!("lock {key:?} now expires in {}", human(ttl))
+    };
+    print(&text);
+    Ok(0)
 }
 
 /// Prints `text` and a newline on stdout. A closed pipe (`| head`) is not an error worth a

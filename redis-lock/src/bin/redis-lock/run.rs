@@ -122,6 +122,9 @@ fn acquire(
         if let Some(cooldown) = args.cooldown {
             request = request.cooldown(cooldown);
         }
+        if let Some(mode) = args.mode {
+            request = request.mode(mode);
+        }
         if let Some(text) = &args.metadata {
             request = request.metadata(text.clone());
         }

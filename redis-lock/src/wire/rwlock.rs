@@ -21,14 +21,16 @@
 //! share's expiry (or the writer's TTL). A share is live while both its field and its score (in
 //! the future) are there.
 //!
-//! Waiting reuses the mutex's registry (`ns{name}:waiters`, pruned by `prune` of `lua.rs`) and
-//! its shared wake-up list `ns{name}:signal`; writers that wait are also in
-//! `ns{name}:writers` (waiter id → when the registration lapses). While that set is not empty,
-//! no new reader enters (no writer starvation). Whenever the lock frees (the writer's release,
-//! the last reader's release, a waiting writer giving up) the script pushes one "look again"
-//! element (see `recheck` in `lua.rs`) per live registered waiter: every blocked reader and
-//! writer wakes at once and attempts again; the readers enter together, unless a writer waits.
-//! Nothing is granted through the list, so no waiter ever has to claim a grant.
+//! Waiting reuses the mutex's registry (`ns{name}:waiters`, pruned by `prune` of `lua.rs`);
+//! writers that wait are also in `ns{name}:writers` (waiter id → when the registration
+//! lapses). While that set is not empty, no new reader enters (no writer starvation). Readers
+//! block on the shared wake-up list `ns{name}:signal`, writers on their own,
+//! `ns{name}:wsignal`. Whenever the lock frees (the writer's release, the last reader's
+//! release, the last waiting writer giving up) the script pushes one "look again" element (see
+//! `recheck` in `lua.rs`) per live waiting writer to the writers' list, or, when no writer
+//! waits, one per live registered waiter to the readers' list: writers go first, else every
+//! blocked reader wakes at once and attempts again, and they enter together. Nothing is
+//! granted through the lists, so no waiter ever has to claim a grant.
 //!
 //! Every acquisition, read or write, takes the next value of the name's fencing counter
 //! `ns{name}:fence` (the mutex's), so a writer's token is above every token issued before it.
@@ -72,23 +74,37 @@ macro_rules! rw_lua {
              end\n",
             // Whether any writer waits (after forgetting lapsed registrations).
             "local function writers_wait(writers)\n\
+               if redis.call('EXISTS', writers) == 0 then return false end\n\
                local dead = redis.call('ZRANGEBYSCORE', writers, '-inf', clock(), 'LIMIT', 0, 100)\n\
                if #dead > 0 then redis.call('ZREM', writers, unpack(dead)) end\n\
                return redis.call('ZRANGE', writers, 0, 0)[1] ~= nil\n\
              end\n",
-            // The lock freed: one "look again" per live registered waiter (at most 1000).
-            "local function wake_all(signal, waiters, writers)\n\
+            // `0` when both wake-up lists are lists (or absent), else `-4` (the shared one) or
+            // `-6` (the writers'): checked before any write.
+            "local function lists_ok(a, b)\n\
+               local ta = redis.call('TYPE', a)['ok']\n\
+               if ta ~= 'none' and ta ~= 'list' then return -4 end\n\
+               local tb = redis.call('TYPE', b)['ok']\n\
+               if tb ~= 'none' and tb ~= 'list' then return -6 end\n\
+               return 0\n\
+             end\n",
+            // The lock freed: one "look again" per live waiting writer on the writers' list
+            // (writers go first), or, with no writer waiting, one per live registered waiter on
+            // the shared list (at most 1000). Two lists, so that a reader that wakes, finds a
+            // writer waiting and blocks again never takes the writer's wake-up.
+            "local function wake_all(signal, wsignal, waiters, writers)\n\
                if redis.call('EXISTS', waiters) == 0 then return end\n\
                prune(waiters, writers)\n\
-               local n = #redis.call('ZRANGE', waiters, 0, 999)\n\
+               local list, n = wsignal, #redis.call('ZRANGE', writers, 0, 999)\n\
+               if n == 0 then list, n = signal, #redis.call('ZRANGE', waiters, 0, 999) end\n\
                if n == 0 then return end\n\
                local elems = {}\n\
                for i = 1, n do elems[i] = ",
             recheck!(),
             " end\n\
-               redis.call('DEL', signal)\n\
-               redis.call('RPUSH', signal, unpack(elems))\n\
-               redis.call('PEXPIRE', signal, ",
+               redis.call('DEL', list)\n\
+               redis.call('RPUSH', list, unpack(elems))\n\
+               redis.call('PEXPIRE', list, ",
             handoff_grace_ms!(),
             ")\n\
              end\n",
@@ -281,7 +297,8 @@ static RENEW_WRITE: LazyLock<Script> = LazyLock::new(|| {
 
 /// Give a read share up. When it was the last one (and no writer holds the lock), the lock is
 /// deleted, or kept ownerless for the cool-down, and every waiter is woken.
-/// KEYS: lock, readers, waiters, writers, signal. ARGV: token, `1` to ignore the cool-down
+/// KEYS: lock, readers, waiters, writers, signal, writers' wake-up list. ARGV: token, `1` to
+/// ignore the cool-down
 /// (an undone acquisition) or `0`, the releaser's leftover waiter id or "", cool-down ms.
 /// Returns `1` released, `2` released and kept for the cool-down, `0` late (the share was
 /// already gone), `-1` lost (a writer, or another type, is there now), `-4` the signal key
@@ -289,8 +306,8 @@ static RENEW_WRITE: LazyLock<Script> = LazyLock::new(|| {
 static RELEASE_READ: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         rw_lua!(),
-        "local sk = redis.call('TYPE', KEYS[5])['ok']\n",
-        "if sk ~= 'none' and sk ~= 'list' then return -4 end\n",
+        "local lk = lists_ok(KEYS[5], KEYS[6])\n",
+        "if lk ~= 0 then return lk end\n",
         "local h = redis.pcall('HMGET', KEYS[1], 'mode', 'r:' .. ARGV[1])\n",
         "if h['err'] then return -1 end\n",
         "if h[1] == false and redis.call('EXISTS', KEYS[1]) == 1 then return -1 end\n",
@@ -319,7 +336,7 @@ static RELEASE_READ: LazyLock<Script> = LazyLock::new(|| {
         "  redis.call('PEXPIRE', KEYS[1], cool)\n",
         "  code = 2\n",
         "end\n",
-        "wake_all(KEYS[5], KEYS[3], KEYS[4])\n",
+        "wake_all(KEYS[5], KEYS[6], KEYS[3], KEYS[4])\n",
         "return code\n",
     ))
 });
@@ -331,8 +348,8 @@ static RELEASE_READ: LazyLock<Script> = LazyLock::new(|| {
 static RELEASE_WRITE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         rw_lua!(),
-        "local sk = redis.call('TYPE', KEYS[5])['ok']\n",
-        "if sk ~= 'none' and sk ~= 'list' then return -4 end\n",
+        "local lk = lists_ok(KEYS[5], KEYS[6])\n",
+        "if lk ~= 0 then return lk end\n",
         "local h = redis.pcall('HMGET', KEYS[1], 'mode', 'wtoken')\n",
         "if h['err'] then return -1 end\n",
         "if h[2] ~= ARGV[1] then\n",
@@ -355,23 +372,22 @@ static RELEASE_WRITE: LazyLock<Script> = LazyLock::new(|| {
         "    code = 2\n",
         "  end\n",
         "end\n",
-        "wake_all(KEYS[5], KEYS[3], KEYS[4])\n",
+        "wake_all(KEYS[5], KEYS[6], KEYS[3], KEYS[4])\n",
         "return code\n",
     ))
 });
 
 /// A waiter gives up: unregister it; a writer that was the last one waiting lets the readers
 /// it kept out in (every waiter is woken, unless a writer holds the lock or it cools down).
-/// KEYS: lock, waiters, writers, signal. ARGV: waiter id. Returns `1`.
+/// KEYS: lock, waiters, writers, signal, writers' wake-up list. ARGV: waiter id. Returns `1`.
 static LEAVE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         rw_lua!(),
         "redis.call('ZREM', KEYS[2], ARGV[1])\n",
         "if redis.call('ZREM', KEYS[3], ARGV[1]) == 1 and not writers_wait(KEYS[3]) then\n",
         "  local m = redis.pcall('HGET', KEYS[1], 'mode')\n",
-        "  local sk = redis.call('TYPE', KEYS[4])['ok']\n",
-        "  if type(m) ~= 'table' and m ~= 'write' and m ~= 'cool' and (sk == 'none' or sk == 'list') then\n",
-        "    wake_all(KEYS[4], KEYS[2], KEYS[3])\n",
+        "  if type(m) ~= 'table' and m ~= 'write' and m ~= 'cool' and lists_ok(KEYS[4], KEYS[5]) == 0 then\n",
+        "    wake_all(KEYS[4], KEYS[5], KEYS[2], KEYS[3])\n",
         "  end\n",
         "end\n",
         "return 1\n",
@@ -436,8 +452,9 @@ static INSPECT: LazyLock<Script> = LazyLock::new(|| {
 });
 
 /// Operator's release: delete the lock (writer and every share) and wake every waiter.
-/// KEYS: lock, readers, waiters, writers, signal. Returns `{}` when free, `{-2}` when the key
-/// is not a read-write lock, `{-4}` when the signal key holds another type (nothing changed),
+/// KEYS: lock, readers, waiters, writers, signal, writers' wake-up list. Returns `{}` when
+/// free, `{-2}` when the key is not a read-write lock, `{-4}` / `{-6}` when the shared / the
+/// writers' wake-up list holds another type (nothing changed),
 /// else `{host, pid}` of the writer (or of one reader).
 static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
@@ -448,8 +465,8 @@ static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| {
         "  if redis.call('EXISTS', KEYS[1]) == 0 then return {} end\n",
         "  return {-2}\n",
         "end\n",
-        "local sk = redis.call('TYPE', KEYS[5])['ok']\n",
-        "if sk ~= 'none' and sk ~= 'list' then return {-4} end\n",
+        "local lk = lists_ok(KEYS[5], KEYS[6])\n",
+        "if lk ~= 0 then return {tostring(lk)} end\n",
         "local info = h[2] or ''\n",
         "if h[1] == 'read' then\n",
         "  local first = redis.pcall('ZRANGE', KEYS[2], 0, 0)\n",
@@ -460,13 +477,22 @@ static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| {
         "end\n",
         "local host, pid = string.match(info, '^([^\\n]*)\\n([^\\n]*)\\n')\n",
         "redis.call('DEL', KEYS[1], KEYS[2])\n",
-        "wake_all(KEYS[5], KEYS[3], KEYS[4])\n",
+        "wake_all(KEYS[5], KEYS[6], KEYS[3], KEYS[4])\n",
         "return {host or '', pid or ''}\n",
     ))
 });
 
 // ---------------------------------------------------------------------------------------------
 // Typed calls: the only code that builds `KEYS`/`ARGV` for these scripts or reads their codes.
+
+/// The wake-up list a waiter of `side` blocks on: writers have their own, so that readers
+/// that wake and block again never take a writer's wake-up.
+pub(crate) fn wake_list(keys: &LockKeys, side: Side) -> String {
+    match side {
+        Side::Read => keys.signal.clone(),
+        Side::Write => keys.writer_signal(),
+    }
+}
 
 /// Read or write: which scripts a call uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -581,6 +607,7 @@ pub(crate) fn release(
         .key(&keys.waiters)
         .key(keys.writers())
         .key(&keys.signal)
+        .key(keys.writer_signal())
         .arg(token)
         .arg(i32::from(undo))
         .arg(registration)
@@ -599,6 +626,11 @@ fn decode_release(keys: &LockKeys, r: i64) -> Result<Release> {
                 redis_key: keys.signal.clone(),
             });
         }
+        -6 => {
+            return Err(Error::WrongType {
+                redis_key: keys.writer_signal(),
+            });
+        }
         _ => Release::Lost,
     })
 }
@@ -610,6 +642,7 @@ pub(crate) fn leave(con: &mut dyn ConnectionLike, keys: &LockKeys, waiter: &str)
         .key(&keys.waiters)
         .key(keys.writers())
         .key(&keys.signal)
+        .key(keys.writer_signal())
         .arg(waiter)
         .invoke::<i64>(con)?;
     Ok(())
@@ -712,12 +745,16 @@ pub(crate) fn force_release(con: &mut dyn ConnectionLike, keys: &LockKeys) -> Re
         .key(&keys.waiters)
         .key(keys.writers())
         .key(&keys.signal)
+        .key(keys.writer_signal())
         .invoke(con)?;
     match v.as_slice() {
         [] => Ok(None),
         [host, pid] => Ok(Some((host.clone(), pid.parse().unwrap_or(0)))),
         [code] if code == "-4" => Err(Error::WrongType {
             redis_key: keys.signal.clone(),
+        }),
+        [code] if code == "-6" => Err(Error::WrongType {
+            redis_key: keys.writer_signal(),
         }),
         _ => Err(Error::WrongType {
             redis_key: keys.lock.clone(),
@@ -776,10 +813,12 @@ mod tests {
         assert_eq!(decode_release(&k, 2).unwrap(), Release::Kept);
         assert_eq!(decode_release(&k, 0).unwrap(), Release::Late);
         assert_eq!(decode_release(&k, -1).unwrap(), Release::Lost);
-        assert!(matches!(
-            decode_release(&k, -4),
-            Err(Error::WrongType { .. })
-        ));
+        for (code, key) in [(-4, k.signal.clone()), (-6, k.writer_signal())] {
+            match decode_release(&k, code) {
+                Err(Error::WrongType { redis_key }) => assert_eq!(redis_key, key),
+                other => panic!("{code}: {other:?}"),
+            }
+        }
         assert_eq!(decode_owned_ttl(-2), OwnedTtl::Gone);
         assert_eq!(decode_owned_ttl(-3), OwnedTtl::NotOurs);
         assert_eq!(

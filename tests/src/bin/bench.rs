@@ -7,8 +7,8 @@
 //! --workers N        contending workers (default 8)
 //! --hold-us US       how long each acquisition holds the lock (default 1000)
 //! --modes LIST       contended rows to run, of notify,fair,retry-10ms (default: all)
-//! --only LIST        sections to run, of uncontended,contended,held,deployments,failover
-//!                    (default: all)
+//! --only LIST        sections to run, of uncontended,contended,held,deployments,failover,
+//!                    rwlock (default: all)
 //! --json PATH        where to write the JSON report (default target/bench.json)
 //! ```
 //!
@@ -31,6 +31,8 @@ mod failover;
 mod held;
 #[path = "bench/report.rs"]
 mod report;
+#[path = "bench/rwlock.rs"]
+mod rwlock;
 #[path = "bench/stats.rs"]
 mod stats;
 #[path = "bench/uncontended.rs"]
@@ -40,12 +42,13 @@ use contended::Mode;
 use report::{Json, Table, f};
 
 /// The sections, in the order they run.
-const SECTIONS: [&str; 5] = [
+const SECTIONS: [&str; 6] = [
     "uncontended",
     "contended",
     "held",
     "deployments",
     "failover",
+    "rwlock",
 ];
 
 #[derive(Debug)]
@@ -353,6 +356,13 @@ fn main() {
         let r = failover::run(&counter_server.url(), args.workers, args.hold, total);
         println!("{}", r.text);
         report = report.with("failover", r.json);
+    }
+
+    // The read-write lock: read-mostly against the mutex, and its uncontended read cycle.
+    if run("rwlock") {
+        let r = rwlock::run(&url, args.workers, args.hold, args.duration, short);
+        println!("\n{}", r.text);
+        report = report.with("rwlock", r.json);
     }
 
     if let Some(dir) = std::path::Path::new(&args.json).parent()

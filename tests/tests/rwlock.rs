@@ -826,3 +826,64 @@ fn writers_are_woken_under_a_mixed_load() {
     assert!(Instant::now() < deadline, "the load finished in time");
     assert!(longest < Duration::from_secs(3), "{longest:?}");
 }
+
+/// A waiting writer keeps new readers out only while it waits: one that gives up lets them in
+/// at once (its leave wakes them), one that is killed (SIGKILL) by the time its registration
+/// lapses (its announced wait, here the 1 s share's expiry, plus the 1 s waiter margin).
+#[test]
+fn a_writer_that_stops_waiting_lets_readers_in() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let share = locks
+        .acquire_with("gate", &ttl(1000).mode(LockMode::Read))
+        .unwrap();
+    let writers_waiting = |locks: &redis_lock::LockClient| {
+        locks
+            .inspect("gate")
+            .unwrap()
+            .map_or(0, |i| i.writers_waiting)
+    };
+    // A writer that gives up.
+    let other = locks.clone();
+    let writer = std::thread::spawn(move || {
+        let r = other.try_write_lock_for("gate", Duration::from_millis(600));
+        (r.unwrap().is_none(), Instant::now())
+    });
+    assert!(wait_until(Duration::from_secs(5), || writers_waiting(
+        &locks
+    ) == 1));
+    let other = locks.clone();
+    let reader = std::thread::spawn(move || {
+        let share = other
+            .try_read_lock_for("gate", Duration::from_secs(10))
+            .unwrap()
+            .expect("in once the writer gave up");
+        (Instant::now(), share.release().unwrap())
+    });
+    let (gave_up, at) = writer.join().unwrap();
+    assert!(gave_up, "the share was held the whole time");
+    let (entered, released) = reader.join().unwrap();
+    let late = entered.saturating_duration_since(at);
+    println!("reader in {late:?} after the waiting writer gave up");
+    assert!(late < Duration::from_millis(500), "{late:?}");
+    assert_eq!(released, ReleaseOutcome::Released);
+    // A writer that is killed while it waits.
+    let mut dead = Holder::spawn(HOLDER, &["write-wait", &server.url(), "gate"]);
+    assert!(wait_until(Duration::from_secs(10), || writers_waiting(
+        &locks
+    ) == 1));
+    dead.kill();
+    let killed = Instant::now();
+    let other = locks.clone();
+    let entered = elsewhere(move || {
+        let share = other
+            .try_read_lock_for("gate", Duration::from_secs(10))
+            .unwrap()
+            .expect("in once the dead writer's registration lapsed");
+        drop(share);
+        killed.elapsed()
+    });
+    println!("reader in {entered:?} after the waiting writer was killed");
+    assert!(entered < Duration::from_millis(2000 + 500), "{entered:?}");
+    drop(share);
+}

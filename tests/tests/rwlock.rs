@@ -874,7 +874,7 @@ fn a_writer_that_stops_waiting_lets_readers_in() {
     ) == 1));
     dead.kill();
     let killed = Instant::now();
-    let other = locks.clone();
+    let other = locks;
     let entered = elsewhere(move || {
         let share = other
             .try_read_lock_for("gate", Duration::from_secs(10))

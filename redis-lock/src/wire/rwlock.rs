@@ -57,14 +57,14 @@ pub(crate) struct RwState {
     pub(crate) writers_waiting: u32,
 }
 
-/// Lua for every script below: drop expired read shares (at most 100 per call), wake every
-/// registered waiter, and make the lock and its shares live at least so long.
-macro_rules! rw_lua {
+// Lua functions the scripts below share, one macro each, so that a script defines only the
+// functions it calls (each definition costs Redis time on every call). They use `clock()`
+// (`clock!`), `rw_wake_all` uses `prune` (`prune!`), `rw_any_live` uses `drop_expired`.
+
+/// Read shares whose expiry has passed: their field and their score go.
+macro_rules! rw_drop_expired {
     () => {
         concat!(
-            clock!(),
-            prune!(),
-            // Read shares whose expiry has passed: their field and their score go.
             "local function drop_expired(lock, readers)\n\
                local dead = redis.call('ZRANGEBYSCORE', readers, '-inf', clock(), 'LIMIT', 0, 100)\n\
                for _, t in ipairs(dead) do\n\
@@ -72,15 +72,44 @@ macro_rules! rw_lua {
                  redis.call('HDEL', lock, 'r:' .. t)\n\
                end\n\
              end\n",
-            // Whether any writer waits (after forgetting lapsed registrations).
+        )
+    };
+}
+
+/// Whether a live share is left (dropping expired ones first when the earliest is).
+macro_rules! rw_any_live {
+    () => {
+        concat!(
+            "local function any_live(lock, readers)\n\
+               local first = redis.call('ZRANGE', readers, 0, 0, 'WITHSCORES')\n\
+               if not first[2] then return false end\n\
+               if tonumber(first[2]) > clock() then return true end\n\
+               drop_expired(lock, readers)\n\
+               return redis.call('ZRANGE', readers, 0, 0)[1] ~= nil\n\
+             end\n",
+        )
+    };
+}
+
+/// Whether any writer waits (after forgetting lapsed registrations).
+macro_rules! rw_writers_wait {
+    () => {
+        concat!(
             "local function writers_wait(writers)\n\
                if redis.call('EXISTS', writers) == 0 then return false end\n\
                local dead = redis.call('ZRANGEBYSCORE', writers, '-inf', clock(), 'LIMIT', 0, 100)\n\
                if #dead > 0 then redis.call('ZREM', writers, unpack(dead)) end\n\
                return redis.call('ZRANGE', writers, 0, 0)[1] ~= nil\n\
              end\n",
-            // `0` when both wake-up lists are lists (or absent), else `-4` (the shared one) or
-            // `-6` (the writers'): checked before any write.
+        )
+    };
+}
+
+/// `0` when both wake-up lists are lists (or absent), else `-4` (the shared one) or
+/// `-6` (the writers'): checked before any write.
+macro_rules! rw_lists_ok {
+    () => {
+        concat!(
             "local function lists_ok(a, b)\n\
                local ta = redis.call('TYPE', a)['ok']\n\
                if ta ~= 'none' and ta ~= 'list' then return -4 end\n\
@@ -88,10 +117,17 @@ macro_rules! rw_lua {
                if tb ~= 'none' and tb ~= 'list' then return -6 end\n\
                return 0\n\
              end\n",
-            // The lock freed: one "look again" per live waiting writer on the writers' list
-            // (writers go first), or, with no writer waiting, one per live registered waiter on
-            // the shared list (at most 1000). Two lists, so that a reader that wakes, finds a
-            // writer waiting and blocks again never takes the writer's wake-up.
+        )
+    };
+}
+
+/// The lock freed: one "look again" per live waiting writer on the writers' list
+/// (writers go first), or, with no writer waiting, one per live registered waiter on
+/// the shared list (at most 1000). Two lists, so that a reader that wakes, finds a
+/// writer waiting and blocks again never takes the writer's wake-up.
+macro_rules! rw_wake_all {
+    () => {
+        concat!(
             "local function wake_all(signal, wsignal, waiters, writers)\n\
                if redis.call('EXISTS', waiters) == 0 then return end\n\
                prune(waiters, writers)\n\
@@ -108,14 +144,28 @@ macro_rules! rw_lua {
             handoff_grace_ms!(),
             ")\n\
              end\n",
-            // The lock and its shares live at least `ttl` ms more.
+        )
+    };
+}
+
+/// The lock and its shares live at least `ttl` ms more.
+macro_rules! rw_stretch {
+    () => {
+        concat!(
             "local function stretch(lock, readers, ttl)\n\
                if redis.call('PTTL', lock) < ttl then redis.call('PEXPIRE', lock, ttl) end\n\
                if redis.call('EXISTS', readers) == 1 and redis.call('PTTL', readers) < ttl then\n\
                  redis.call('PEXPIRE', readers, ttl)\n\
                end\n\
              end\n",
-            // The lock and its shares live until the latest share expires (or at least `floor` ms).
+        )
+    };
+}
+
+/// The lock and its shares live until the latest share expires (or at least `floor` ms).
+macro_rules! rw_fit {
+    () => {
+        concat!(
             "local function fit(lock, readers, floor)\n\
                local last = redis.call('ZRANGE', readers, -1, -1, 'WITHSCORES')\n\
                local left = floor\n\
@@ -125,7 +175,14 @@ macro_rules! rw_lua {
                  if last[2] then redis.call('PEXPIRE', readers, left) end\n\
                end\n\
              end\n",
-            // How long a caller that cannot enter waits at most, and its registration.
+        )
+    };
+}
+
+/// How long a caller that cannot enter waits at most, and its registration.
+macro_rules! rw_register {
+    () => {
+        concat!(
             "local function register(waiters, id, pttl, cap)\n\
                local wait = cap\n\
                if pttl >= 0 then wait = pttl + 1 end\n\
@@ -157,7 +214,11 @@ macro_rules! rw_lua {
 /// `{-3, …}` when the fence key holds another type, `{-5, …}` when the readers key does.
 static READ: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
-        rw_lua!(),
+        clock!(),
+        rw_drop_expired!(),
+        rw_writers_wait!(),
+        rw_stretch!(),
+        rw_register!(),
         "local h = redis.pcall('HMGET', KEYS[1], 'mode', 'wtoken')\n",
         "if h['err'] then return {-2, 0, 0, 0, 0} end\n",
         "if h[1] == false and redis.call('EXISTS', KEYS[1]) == 1 then return {-2, 0, 0, 0, 0} end\n",
@@ -168,10 +229,11 @@ static READ: LazyLock<Script> = LazyLock::new(|| {
         "if mode then\n",
         "  local mine = redis.call('HGET', KEYS[1], 'r:' .. ARGV[1])\n",
         "  if mine then return {1, tonumber(string.match(mine, '^(%d+)')) or 0, 0, 0, 0} end\n",
-        "else\n",
+        "elseif rt ~= 'none' then\n",
         // No lock: no shares either (they share the TTL); drop any left by a foreign DEL.
         "  redis.call('DEL', KEYS[5])\n",
         "end\n",
+        "local fresh = not mode\n",
         "if mode == 'read' then drop_expired(KEYS[1], KEYS[5]) end\n",
         "local ok = false\n",
         "if mode == 'write' then\n",
@@ -187,7 +249,13 @@ static READ: LazyLock<Script> = LazyLock::new(|| {
         "  local ttl = tonumber(ARGV[2])\n",
         "  redis.call('ZADD', KEYS[5], now + ttl, ARGV[1])\n",
         "  redis.call('HSET', KEYS[1], 'mode', mode, 'r:' .. ARGV[1], fence .. '\\n' .. ARGV[3] .. now .. '\\n' .. ARGV[4])\n",
-        "  stretch(KEYS[1], KEYS[5], ttl)\n",
+        // A lock made just now has no TTL yet, and neither has its new set of shares.
+        "  if fresh then\n",
+        "    redis.call('PEXPIRE', KEYS[1], ttl)\n",
+        "    redis.call('PEXPIRE', KEYS[5], ttl)\n",
+        "  else\n",
+        "    stretch(KEYS[1], KEYS[5], ttl)\n",
+        "  end\n",
         "  return {1, fence, 0, 0, 0}\n",
         "end\n",
         "local pttl = -2\n",
@@ -215,7 +283,9 @@ static READ: LazyLock<Script> = LazyLock::new(|| {
 /// share expires, so a waiter comes back when a crashed reader's share is gone at the latest.
 static WRITE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
-        rw_lua!(),
+        clock!(),
+        rw_drop_expired!(),
+        rw_register!(),
         "local h = redis.pcall('HMGET', KEYS[1], 'mode', 'wtoken', 'wfence')\n",
         "if h['err'] then return {-2, 0, 0, 0, 0} end\n",
         "if h[1] == false and redis.call('EXISTS', KEYS[1]) == 1 then return {-2, 0, 0, 0, 0} end\n",
@@ -258,7 +328,8 @@ static WRITE: LazyLock<Script> = LazyLock::new(|| {
 /// another type) is there.
 static RENEW_READ: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
-        rw_lua!(),
+        clock!(),
+        rw_stretch!(),
         "local h = redis.pcall('HMGET', KEYS[1], 'mode', 'r:' .. ARGV[1])\n",
         "if h['err'] then return -1 end\n",
         "local s = redis.pcall('ZSCORE', KEYS[2], ARGV[1])\n",
@@ -283,7 +354,8 @@ static RENEW_READ: LazyLock<Script> = LazyLock::new(|| {
 /// anyone else (readers, another writer, a cool-down, another type) is there.
 static RENEW_WRITE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
-        rw_lua!(),
+        clock!(),
+        rw_fit!(),
         "local h = redis.pcall('HMGET', KEYS[1], 'mode', 'wtoken')\n",
         "if h['err'] then return -1 end\n",
         "if h[2] == ARGV[1] then\n",
@@ -305,9 +377,19 @@ static RENEW_WRITE: LazyLock<Script> = LazyLock::new(|| {
 /// holds another type (nothing changed).
 static RELEASE_READ: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
-        rw_lua!(),
-        "local lk = lists_ok(KEYS[5], KEYS[6])\n",
-        "if lk ~= 0 then return lk end\n",
+        clock!(),
+        prune!(),
+        rw_drop_expired!(),
+        rw_any_live!(),
+        rw_lists_ok!(),
+        rw_wake_all!(),
+        rw_fit!(),
+        // The wake-up lists matter (and are checked, before any write) only with waiters.
+        "local waiting = redis.call('EXISTS', KEYS[3]) == 1\n",
+        "if waiting then\n",
+        "  local lk = lists_ok(KEYS[5], KEYS[6])\n",
+        "  if lk ~= 0 then return lk end\n",
+        "end\n",
         "local h = redis.pcall('HMGET', KEYS[1], 'mode', 'r:' .. ARGV[1])\n",
         "if h['err'] then return -1 end\n",
         "if h[1] == false and redis.call('EXISTS', KEYS[1]) == 1 then return -1 end\n",
@@ -324,8 +406,7 @@ static RELEASE_READ: LazyLock<Script> = LazyLock::new(|| {
         "local code = 0\n",
         "if live then code = 1 end\n",
         "if h[1] ~= 'read' then return code end\n",
-        "drop_expired(KEYS[1], KEYS[2])\n",
-        "if redis.call('ZRANGE', KEYS[2], 0, 0)[1] then\n",
+        "if any_live(KEYS[1], KEYS[2]) then\n",
         "  fit(KEYS[1], KEYS[2], 0)\n",
         "  return code\n",
         "end\n",
@@ -336,7 +417,7 @@ static RELEASE_READ: LazyLock<Script> = LazyLock::new(|| {
         "  redis.call('PEXPIRE', KEYS[1], cool)\n",
         "  code = 2\n",
         "end\n",
-        "wake_all(KEYS[5], KEYS[6], KEYS[3], KEYS[4])\n",
+        "if waiting then wake_all(KEYS[5], KEYS[6], KEYS[3], KEYS[4]) end\n",
         "return code\n",
     ))
 });
@@ -347,9 +428,18 @@ static RELEASE_READ: LazyLock<Script> = LazyLock::new(|| {
 /// (lost) when anyone else holds it now.
 static RELEASE_WRITE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
-        rw_lua!(),
-        "local lk = lists_ok(KEYS[5], KEYS[6])\n",
-        "if lk ~= 0 then return lk end\n",
+        clock!(),
+        prune!(),
+        rw_drop_expired!(),
+        rw_any_live!(),
+        rw_lists_ok!(),
+        rw_wake_all!(),
+        rw_fit!(),
+        "local waiting = redis.call('EXISTS', KEYS[3]) == 1\n",
+        "if waiting then\n",
+        "  local lk = lists_ok(KEYS[5], KEYS[6])\n",
+        "  if lk ~= 0 then return lk end\n",
+        "end\n",
         "local h = redis.pcall('HMGET', KEYS[1], 'mode', 'wtoken')\n",
         "if h['err'] then return -1 end\n",
         "if h[2] ~= ARGV[1] then\n",
@@ -357,9 +447,8 @@ static RELEASE_WRITE: LazyLock<Script> = LazyLock::new(|| {
         "  return -1\n",
         "end\n",
         "if ARGV[3] ~= '' then redis.call('ZREM', KEYS[3], ARGV[3]) end\n",
-        "drop_expired(KEYS[1], KEYS[2])\n",
         "local code = 1\n",
-        "if redis.call('ZRANGE', KEYS[2], 0, 0)[1] then\n",
+        "if any_live(KEYS[1], KEYS[2]) then\n",
         "  redis.call('HDEL', KEYS[1], 'wtoken', 'wfence', 'winfo')\n",
         "  redis.call('HSET', KEYS[1], 'mode', 'read')\n",
         "  fit(KEYS[1], KEYS[2], 0)\n",
@@ -372,7 +461,7 @@ static RELEASE_WRITE: LazyLock<Script> = LazyLock::new(|| {
         "    code = 2\n",
         "  end\n",
         "end\n",
-        "wake_all(KEYS[5], KEYS[6], KEYS[3], KEYS[4])\n",
+        "if waiting then wake_all(KEYS[5], KEYS[6], KEYS[3], KEYS[4]) end\n",
         "return code\n",
     ))
 });
@@ -382,7 +471,11 @@ static RELEASE_WRITE: LazyLock<Script> = LazyLock::new(|| {
 /// KEYS: lock, waiters, writers, signal, writers' wake-up list. ARGV: waiter id. Returns `1`.
 static LEAVE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
-        rw_lua!(),
+        clock!(),
+        prune!(),
+        rw_writers_wait!(),
+        rw_lists_ok!(),
+        rw_wake_all!(),
         "redis.call('ZREM', KEYS[2], ARGV[1])\n",
         "if redis.call('ZREM', KEYS[3], ARGV[1]) == 1 and not writers_wait(KEYS[3]) then\n",
         "  local m = redis.pcall('HGET', KEYS[1], 'mode')\n",
@@ -458,7 +551,10 @@ static INSPECT: LazyLock<Script> = LazyLock::new(|| {
 /// else `{host, pid}` of the writer (or of one reader).
 static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
-        rw_lua!(),
+        clock!(),
+        prune!(),
+        rw_lists_ok!(),
+        rw_wake_all!(),
         "local h = redis.pcall('HMGET', KEYS[1], 'mode', 'winfo')\n",
         "if h['err'] then return {-2} end\n",
         "if h[1] == false then\n",

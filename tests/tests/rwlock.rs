@@ -887,3 +887,51 @@ fn a_writer_that_stops_waiting_lets_readers_in() {
     assert!(entered < Duration::from_millis(2000 + 500), "{entered:?}");
     drop(share);
 }
+
+/// Shares across processes: 4 `lock-holder` processes hold read shares at once, each with its
+/// own fencing token; a writer in this process waits for all of them and gets a greater token.
+#[test]
+fn reader_processes_share_the_lock_and_a_writer_waits_for_them() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let mut readers: Vec<Holder> = (0..4)
+        .map(|_| Holder::spawn(HOLDER, &["read", &server.url(), "procs", "5000"]))
+        .collect();
+    let mut tokens: Vec<u64> = readers
+        .iter_mut()
+        .map(|r| {
+            let line = r
+                .expect("ACQUIRED", Duration::from_secs(10))
+                .expect("a share");
+            line.trim_start_matches("ACQUIRED ").trim().parse().unwrap()
+        })
+        .collect();
+    // All four answered while holding: they hold at the same time.
+    let info = locks.inspect("procs").unwrap().unwrap();
+    assert_eq!((info.mode, info.readers), (Some(LockMode::Read), 4));
+    tokens.sort_unstable();
+    tokens.dedup();
+    assert_eq!(tokens.len(), 4, "a token per share");
+    let writer = std::thread::spawn({
+        let locks = locks.clone();
+        move || {
+            locks
+                .try_write_lock_for("procs", Duration::from_secs(20))
+                .unwrap()
+                .map(|g| g.fencing_token())
+        }
+    });
+    assert!(wait_until(Duration::from_secs(5), || {
+        locks.inspect("procs").unwrap().unwrap().writers_waiting == 1
+    }));
+    for r in &mut readers {
+        r.send("release");
+        assert_eq!(
+            r.expect("RELEASED", Duration::from_secs(10)).as_deref(),
+            Some("RELEASED Released")
+        );
+        assert!(r.finish(Duration::from_secs(10)));
+    }
+    let token = writer.join().unwrap().expect("the writer got the lock");
+    assert!(token > *tokens.last().unwrap());
+}

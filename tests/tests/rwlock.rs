@@ -935,3 +935,55 @@ fn reader_processes_share_the_lock_and_a_writer_waits_for_them() {
     let token = writer.join().unwrap().expect("the writer got the lock");
     assert!(token > *tokens.last().unwrap());
 }
+
+/// A read share lives through a slot migration: with only the fencing counter moved, with
+/// every key moved in one batch while the slot still migrates, and after it moved; its
+/// renewals (two keys: the lock and its shares) keep working, and the fencing counter moves
+/// along.
+#[test]
+fn a_read_share_survives_a_slot_migration() {
+    let cluster = RedisCluster::start(3);
+    let locks = cluster_client(&cluster);
+    let name = "rw-migrating";
+    let lock = format!("lock:{{{name}}}");
+    let slot = cluster.keyslot(&lock);
+    let source = cluster.node_for_slot(slot).port();
+    let target = cluster
+        .nodes()
+        .iter()
+        .position(|n| n.port() != source)
+        .unwrap();
+    let target_port = cluster.nodes()[target].port();
+    let share = locks
+        .acquire_with(name, &ttl(900).mode(LockMode::Read))
+        .unwrap();
+    let fence = share.fencing_token();
+    let renewals_hold = |what: &str| {
+        // Three renewal periods (300 ms each): the watchdog keeps the share.
+        let until = Instant::now() + Duration::from_millis(1000);
+        while Instant::now() < until {
+            assert!(!share.is_lost(), "lost {what}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(share.remaining_ttl().unwrap().is_some(), "{what}");
+    };
+    let migration = cluster.begin_migration(slot, target);
+    redis::cmd("MIGRATE")
+        .arg("127.0.0.1")
+        .arg(target_port)
+        .arg(format!("{lock}:fence"))
+        .arg(0)
+        .arg(5000)
+        .query::<()>(&mut cluster.node_for_slot(slot).connection())
+        .unwrap();
+    renewals_hold("with the fence counter moved");
+    // The lock and its shares move in one batch, as a reshard moves a slot's keys.
+    while migration.move_keys(10) > 0 {}
+    renewals_hold("with all keys moved");
+    migration.finish();
+    assert_eq!(cluster.port_for_slot(slot), target_port);
+    renewals_hold("after the slot moved");
+    assert_eq!(share.release().unwrap(), ReleaseOutcome::Released);
+    let writer = locks.try_write_lock(name).unwrap().expect("free");
+    assert!(writer.fencing_token() > fence, "the counter moved along");
+}

@@ -1608,3 +1608,81 @@ fn sigkill_of_a_run_with_also_frees_every_lock_within_its_ttl() {
     assert!(took < Duration::from_millis(1500), "{took:?}");
     kill_pid_in(&pidfile);
 }
+
+/// `run --read` (flock -s) shares the lock with other readers; `run --write` waits for them;
+/// `status`, `list` and their JSON show the readers, the writer and writers waiting.
+#[test]
+fn read_runs_share_the_lock_and_status_shows_readers_and_writers() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let on_thread = |mode: redis_lock::LockMode| {
+        let locks = locks.clone();
+        std::thread::spawn(move || {
+            locks
+                .options("catalog")
+                .mode(mode)
+                .metadata("report")
+                .acquire()
+                .unwrap()
+        })
+        .join()
+        .unwrap()
+    };
+    let first = on_thread(redis_lock::LockMode::Read);
+    let second = on_thread(redis_lock::LockMode::Read);
+
+    // A read run enters beside the readers at once; a write run is busy.
+    let read = finish(tool(&server).args(["run", "catalog", "--read", "-n", "--", "true"]));
+    assert_eq!(read.code, 0, "{read:?}");
+    let read = finish(tool(&server).args(["run", "catalog", "-s", "-n", "--", "true"]));
+    assert_eq!(read.code, 0, "{read:?}");
+    let write = finish(tool(&server).args(["run", "catalog", "--write", "-n", "--", "true"]));
+    assert_eq!(write.code, BUSY, "{write:?}");
+    // A mutex run on the name is a clear error, not a wait.
+    let mutex = finish(tool(&server).args(["run", "catalog", "-n", "--", "true"]));
+    assert_eq!(mutex.code, UNAVAILABLE, "{mutex:?}");
+    assert!(mutex.stderr.contains("another type"), "{mutex:?}");
+    one_line(&mutex.stderr);
+
+    // A waiting writer shows, and keeps new readers out.
+    let writer = Running::start(
+        tool(&server).args(["run", "catalog", "--write", "--wait", "20s", "--", "true"]),
+    );
+    assert!(wait_until(QUICK, || {
+        locks.inspect("catalog").unwrap().unwrap().writers_waiting == 1
+    }));
+    let status = finish(tool(&server).args(["status", "catalog"]));
+    assert_eq!(status.code, 0, "{status:?}");
+    assert!(
+        status.stdout.contains("held for reading by 2 reader(s)"),
+        "{}",
+        status.stdout
+    );
+    assert!(status.stdout.contains("1 waiting"), "{}", status.stdout);
+    let v = json(&finish(tool(&server).args(["status", "catalog", "--json"])).stdout);
+    assert_eq!(
+        (
+            v["mode"].as_str(),
+            v["readers"].as_u64(),
+            v["writers_waiting"].as_u64()
+        ),
+        (Some("read"), Some(2), Some(1)),
+        "{v}"
+    );
+    let list = finish(tool(&server).args(["list"]));
+    assert!(list.stdout.contains("read(2)"), "{}", list.stdout);
+    let busy = finish(tool(&server).args(["run", "catalog", "--read", "-n", "--", "true"]));
+    assert_eq!(
+        busy.code, BUSY,
+        "a waiting writer keeps new readers out: {busy:?}"
+    );
+
+    drop((first, second));
+    let done = writer.finish(QUICK);
+    assert_eq!(
+        done.code, 0,
+        "the writer ran once the readers left: {done:?}"
+    );
+    let both = finish(tool(&server).args(["run", "catalog", "--read", "--write", "--", "true"]));
+    assert_eq!(both.code, USAGE, "{both:?}");
+}

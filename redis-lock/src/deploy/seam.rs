@@ -130,6 +130,12 @@ pub(crate) trait Primitive: Send + Sync + std::fmt::Debug {
         }
     }
 
+    /// The wake-up list a waiter of this primitive blocks on (`waiter`: its id; `fair`: fair
+    /// mode). The mutex: the shared list, or the fair waiter's own.
+    fn wake_list(&self, keys: &LockKeys, waiter: &str, fair: bool) -> String {
+        crate::wire::mutex::wake_list(keys, waiter, fair)
+    }
+
     /// Whether the primitive is sound on a Redlock quorum; if not, acquisitions under Redlock
     /// are refused with `Error::InvalidInput` before anything is sent.
     fn quorum_sound(&self) -> bool {

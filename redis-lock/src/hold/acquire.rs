@@ -31,7 +31,7 @@ use crate::error::{Error, Result};
 use crate::options::{LockOptions, MAX_METADATA_LEN, MAX_TTL, validate_cooldown, validate_ttl};
 use crate::store::{Ack, NO_CONNECTION_POLL, Wake};
 use crate::wire::token::{Ids, new_ids};
-use crate::wire::{Attempt, AttemptArgs, Claim, Grant, HANDOFF_GRACE, LockKeys, mutex};
+use crate::wire::{Attempt, AttemptArgs, Claim, Grant, HANDOFF_GRACE, LockKeys};
 
 /// Longest single wait of a fair waiter: it checks in at least this often, so a dead one is
 /// noticed within `FAIR_CHECK_IN + WAITER_MARGIN`.
@@ -297,7 +297,9 @@ impl Acquisition<'_> {
     }
 
     fn run(self, retry: &RetryStrategy, deadline: &Deadline) -> Result<Option<Arc<Lease>>> {
-        let wake = mutex::wake_list(&self.keys, &self.ids.waiter, self.fair);
+        let wake = self
+            .primitive
+            .wake_list(&self.keys, &self.ids.waiter, self.fair);
         let mut registration: Option<Registration> = None;
         let mut attempt = 0u32;
         // Counts this thread as waiting from its first wait on.

@@ -36,7 +36,7 @@ pub(crate) mod names {
 pub(crate) struct Labels {
     /// Bounded-cardinality label: a key template, a caller's label, or [`OTHER`].
     pub(crate) label: Cow<'static, str>,
-    /// The primitive and its mode (`mutex`; later `read`, `write`, `semaphore`).
+    /// The primitive and its mode (`mutex`, or `read` / `write` for a read-write lock).
     pub(crate) primitive: &'static str,
 }
 

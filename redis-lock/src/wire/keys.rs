@@ -82,6 +82,11 @@ impl LockKeys {
     pub(crate) fn writers(&self) -> String {
         format!("{}:writers", self.lock)
     }
+
+    /// A read-write lock's wake-up list for waiting writers (readers use `signal`).
+    pub(crate) fn writer_signal(&self) -> String {
+        format!("{}:wsignal", self.lock)
+    }
 }
 
 /// The semaphore's companion keys (`wire/semaphore.rs`); the permits themselves are the

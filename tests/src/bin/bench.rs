@@ -8,7 +8,7 @@
 //! --hold-us US       how long each acquisition holds the lock (default 1000)
 //! --modes LIST       contended rows to run, of notify,fair,retry-10ms (default: all)
 //! --only LIST        sections to run, of uncontended,contended,held,takeover,deployments,
-//!                    failover,semaphore (default: all)
+//!                    failover,semaphore,rwlock (default: all)
 //! --json PATH        where to write the JSON report (default target/bench.json)
 //! ```
 //!
@@ -31,6 +31,8 @@ mod failover;
 mod held;
 #[path = "bench/report.rs"]
 mod report;
+#[path = "bench/rwlock.rs"]
+mod rwlock;
 #[path = "bench/semaphore.rs"]
 mod semaphore;
 #[path = "bench/stats.rs"]
@@ -44,7 +46,7 @@ use contended::Mode;
 use report::{Json, Table, f};
 
 /// The sections, in the order they run.
-const SECTIONS: [&str; 7] = [
+const SECTIONS: [&str; 8] = [
     "uncontended",
     "contended",
     "held",
@@ -52,6 +54,7 @@ const SECTIONS: [&str; 7] = [
     "deployments",
     "failover",
     "semaphore",
+    "rwlock",
 ];
 
 #[derive(Debug)]
@@ -395,6 +398,12 @@ fn main() {
         );
         println!("\n{text}");
         report = report.with("semaphore", json);
+    }
+    // The read-write lock: read-mostly against the mutex, and its uncontended read cycle.
+    if run("rwlock") {
+        let r = rwlock::run(&url, args.workers, args.hold, args.duration, short);
+        println!("\n{}", r.text);
+        report = report.with("rwlock", r.json);
     }
 
     if let Some(dir) = std::path::Path::new(&args.json).parent()

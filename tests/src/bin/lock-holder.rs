@@ -17,6 +17,9 @@
 //! lock-holder read URL KEY TTL_MS
 //!     takes a read share of the read-write lock KEY (TTL_MS, watchdog on), then behaves as
 //!     `hold`
+//! lock-holder write-wait URL KEY
+//!     waits up to 60 s for the write lock of the read-write lock KEY, then behaves as `hold`
+//!     (a writer killed while it waits shows how a dead waiting writer is dealt with)
 //! lock-holder count URL KEY ITERATIONS
 //!     ITERATIONS times: lock KEY, GET counter, SET counter+1, unlock; then prints "DONE"
 //! lock-holder churn URL KEY DIR THREADS ITERATIONS TTL_MS
@@ -72,6 +75,12 @@ fn main() {
             hold_with(url, key, &opts)
         }
         ["hold-all", url, keys, ttl_ms] => hold_all(url, keys, ttl_ms.parse().unwrap()),
+        ["write-wait", url, key] => {
+            let opts = LockOptions::new()
+                .mode(redis_lock::LockMode::Write)
+                .wait(Duration::from_secs(60));
+            hold_with(url, key, &opts)
+        }
         ["count", url, key, iterations] => count(url, key, iterations.parse().unwrap()),
         ["churn", url, key, dir, threads, iterations, ttl_ms] => churn(
             url,
@@ -107,7 +116,7 @@ fn main() {
         ),
         _ => {
             eprintln!(
-                "usage: lock-holder hold URL KEY TTL_MS on|off | read URL KEY TTL_MS | wait URL KEY notify|fair | count URL KEY N | churn URL KEY DIR THREADS N TTL_MS | cooldown URL KEY RUNS BODY_MS COOLDOWN_MS"
+                "usage: lock-holder hold URL KEY TTL_MS on|off | read URL KEY TTL_MS | write-wait URL KEY | wait URL KEY notify|fair | count URL KEY N | churn URL KEY DIR THREADS N TTL_MS | cooldown URL KEY RUNS BODY_MS COOLDOWN_MS"
             );
             std::process::exit(2);
         }

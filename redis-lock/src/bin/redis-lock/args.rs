@@ -41,6 +41,8 @@ pub(crate) struct RunArgs {
     pub(crate) busy_exit_code: i32,
     pub(crate) hold_at_least: Option<Duration>,
     pub(crate) cooldown: Option<Duration>,
+    /// `--read` / `--write`: a side of a read-write lock; `None`: a mutex.
+    pub(crate) mode: Option<redis_lock::LockMode>,
     pub(crate) metadata: Option<String>,
     /// `Some(grace)` with `--kill-on-loss`.
     pub(crate) kill_on_loss: Option<Duration>,
@@ -320,6 +322,30 @@ pub(crate) fn command() -> Command {
                      run cannot start sooner (the later of this and --hold-at-least)",
                 ))
                 .arg(
+                    Arg::new("read")
+                        .long("read")
+                        .short('s')
+                        .visible_alias("shared")
+                        .action(ArgAction::SetTrue)
+                        .conflicts_with_all(["write", "hold-at-least", "permits", "also"])
+                        .help(
+                            "Take a read share of a read-write lock: other --read runs share it, \
+                             a --write run waits for them (flock -s)",
+                        ),
+                )
+                .arg(
+                    Arg::new("write")
+                        .long("write")
+                        .short('x')
+                        .visible_alias("exclusive")
+                        .action(ArgAction::SetTrue)
+                        .conflicts_with_all(["hold-at-least", "permits", "also"])
+                        .help(
+                            "Take the write lock of a read-write lock: alone, waits for the \
+                             --read runs in and keeps new ones out (flock -x)",
+                        ),
+                )
+                .arg(
                     Arg::new("metadata")
                         .long("metadata")
                         .value_name("TEXT")
@@ -558,6 +584,13 @@ fn run_args(m: &ArgMatches) -> Result<RunArgs, Failure> {
         busy_exit_code: i32::from(*m.get_one::<u8>("busy-exit-code").unwrap_or(&75)),
         hold_at_least: m.get_one::<Duration>("hold-at-least").copied(),
         cooldown: m.get_one::<Duration>("cooldown").copied(),
+        mode: if m.get_flag("read") {
+            Some(redis_lock::LockMode::Read)
+        } else if m.get_flag("write") {
+            Some(redis_lock::LockMode::Write)
+        } else {
+            None
+        },
         metadata: m.get_one::<String>("metadata").cloned(),
         kill_on_loss: m.get_flag("kill-on-loss").then(|| {
             *m.get_one::<Duration>("kill-grace")
@@ -670,7 +703,18 @@ mod tests {
                 "--",
                 "true",
             ],
-            &["run", "--permits", "2", "job", "--also", "other", "--", "true"],
+            &[
+                "run",
+                "--permits",
+                "2",
+                "job",
+                "--also",
+                "other",
+                "--",
+                "true",
+            ],
+            &["run", "--read", "--permits", "2", "job", "--", "true"],
+            &["run", "--write", "job", "--also", "other", "--", "true"],
             &["release", "job"],
             &["frobnicate"],
             &[],

@@ -4,7 +4,7 @@ use std::io::Write;
 use std::time::{Duration, SystemTime};
 
 use redis_lock::{
-    Error, LeaseHandle, LockClient, LockGuard, LockInfo, ReleaseOutcome, SemaphoreInfo,
+    Error, LeaseHandle, LockClient, LockGuard, LockInfo, LockMode, ReleaseOutcome, SemaphoreInfo,
 };
 
 use crate::clock::{rfc3339, unix_ms};
@@ -219,6 +219,12 @@ fn lock_json(namespace: &str, info: &LockInfo) -> Json {
         ),
         ("waiters", Json::Int(u128::from(info.waiters))),
         ("queued", Json::Int(u128::from(info.queued))),
+        ("mode", Json::opt_str(info.mode.map(|m| m.to_string()))),
+        ("readers", Json::Int(u128::from(info.readers))),
+        (
+            "writers_waiting",
+            Json::Int(u128::from(info.writers_waiting)),
+        ),
     ])
 }
 
@@ -231,9 +237,20 @@ fn ago(t: SystemTime) -> String {
 }
 
 fn status_text(info: &LockInfo) -> String {
-    let mut lines = vec![format!("lock {:?} is held", info.key)];
+    let held = match info.mode {
+        Some(LockMode::Read) => format!("held for reading by {} reader(s)", info.readers),
+        Some(LockMode::Write) => "held for writing".to_owned(),
+        None => "held".to_owned(),
+    };
+    let mut lines = vec![format!("lock {:?} is {held}", info.key)];
     let mut field = |name: &str, value: String| lines.push(format!("  {name:<11} {value}"));
-    field("holder", format!("{} (pid {})", info.host, info.pid));
+    // Of the readers, the one whose share expires first.
+    let holder = if info.mode == Some(LockMode::Read) {
+        "a reader"
+    } else {
+        "holder"
+    };
+    field(holder, format!("{} (pid {})", info.host, info.pid));
     field(
         "since",
         format!("{} ({})", rfc3339(info.acquired_at), ago(info.acquired_at)),
@@ -251,6 +268,15 @@ fn status_text(info: &LockInfo) -> String {
             String::new()
         };
         field("waiters", format!("{}{fair}", info.waiters));
+    }
+    if info.writers_waiting > 0 {
+        field(
+            "writers",
+            format!(
+                "{} waiting (new readers wait behind them)",
+                info.writers_waiting
+            ),
+        );
     }
     if let Some(meta) = &info.metadata {
         field("metadata", printable(meta));
@@ -275,6 +301,7 @@ fn status_text(info: &LockInfo) -> String {
 fn table(infos: &[LockInfo]) -> String {
     let header = [
         "KEY",
+        "MODE",
         "HOLDER",
         "PID",
         "SINCE",
@@ -283,11 +310,16 @@ fn table(infos: &[LockInfo]) -> String {
         "WAITERS",
         "METADATA",
     ];
-    let rows: Vec<[String; 8]> = infos
+    let rows: Vec<[String; 9]> = infos
         .iter()
         .map(|i| {
             [
                 printable(&i.key),
+                match i.mode {
+                    Some(LockMode::Read) => format!("read({})", i.readers),
+                    Some(LockMode::Write) => "write".to_owned(),
+                    None => "mutex".to_owned(),
+                },
                 printable(&i.host),
                 i.pid.to_string(),
                 rfc3339(i.acquired_at),

@@ -164,6 +164,9 @@ fn acquire(
         if let Some(cooldown) = args.cooldown {
             opts = opts.cooldown(cooldown);
         }
+        if let Some(mode) = args.mode {
+            opts = opts.mode(mode);
+        }
         if let Some(text) = &args.metadata {
             opts = opts.metadata(text.clone());
         }

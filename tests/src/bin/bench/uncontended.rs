@@ -14,7 +14,7 @@ const CAD: &str =
 /// Latencies in µs of `op` run repeatedly for `time` (after a short warm-up), the client's
 /// CPU µs per run (`getrusage`, around the loop only), and the Redis-side cost per run:
 /// command execution µs (`INFO commandstats`) and process CPU µs (`INFO cpu`).
-fn measure(url: &str, time: Duration, op: impl FnMut()) -> Measured {
+pub(crate) fn measure(url: &str, time: Duration, op: impl FnMut()) -> Measured {
     measure_on(&[url.to_owned()], time, op)
 }
 

@@ -80,6 +80,33 @@ pub(crate) enum Attempt {
     },
 }
 
+/// Decodes the five integers every primitive's acquire script answers with, `{status, value,
+/// block, fresh, now}`: `1` acquired (`value`: the fencing token); `0` busy (`value`: the
+/// holder's remaining TTL, `block`: how long the registered caller may block, `fresh`: `1` when
+/// no grant it could pop was pending, `now`: server ms); a negative status names the key that
+/// holds another type, which `wrong_key` maps to its name (`None`: not a code of this script).
+pub(crate) fn decode_attempt(
+    (status, value, block, fresh, server_ms): (i64, i64, i64, i64, i64),
+    wrong_key: impl FnOnce(i64) -> Option<String>,
+    what: &'static str,
+) -> Result<Attempt, Error> {
+    match status {
+        1 => Ok(Attempt::Acquired {
+            fence: u64::try_from(value).unwrap_or(0),
+        }),
+        0 => Ok(Attempt::Busy {
+            holder_ttl: millis(value),
+            block: millis(block),
+            fresh: fresh == 1,
+            server_ms: u64::try_from(server_ms).unwrap_or(0),
+        }),
+        code => match wrong_key(code) {
+            Some(redis_key) => Err(Error::WrongType { redis_key }),
+            None => Err(unexpected(what)),
+        },
+    }
+}
+
 /// The answer to a waiter's claim of a grant it popped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Claim {

@@ -35,8 +35,8 @@ use std::time::Duration;
 use redis::{ConnectionLike, Script, Value};
 
 use super::{
-    Attempt, AttemptArgs, Broken, Claim, Holder, LockKeys, OwnedTtl, Release, Renewal, count, int,
-    millis, ms, text, unexpected,
+    Attempt, AttemptArgs, Broken, Claim, Holder, LockKeys, OwnedTtl, Release, Renewal, count,
+    decode_attempt, int, millis, ms, text, unexpected,
 };
 use crate::error::{Error, Result};
 
@@ -500,30 +500,17 @@ fn decode_acquire_reply(keys: &LockKeys, reply: Value) -> Result<Attempt> {
     }
 }
 
-fn decode_acquire(
-    keys: &LockKeys,
-    (status, value, block, fresh, server_ms): (i64, i64, i64, i64, i64),
-) -> Result<Attempt> {
-    let wrong = |key: &String| {
-        Err(Error::WrongType {
-            redis_key: key.clone(),
-        })
-    };
-    match status {
-        1 => Ok(Attempt::Acquired {
-            fence: u64::try_from(value).unwrap_or(0),
-        }),
-        0 => Ok(Attempt::Busy {
-            holder_ttl: millis(value),
-            block: millis(block),
-            fresh: fresh == 1,
-            server_ms: u64::try_from(server_ms).unwrap_or(0),
-        }),
-        -2 => wrong(&keys.lock),
-        -3 => wrong(&keys.fence),
-        -4 => wrong(&keys.signal),
-        _ => Err(unexpected("unexpected acquire reply")),
-    }
+fn decode_acquire(keys: &LockKeys, reply: (i64, i64, i64, i64, i64)) -> Result<Attempt> {
+    decode_attempt(
+        reply,
+        |code| match code {
+            -2 => Some(keys.lock.clone()),
+            -3 => Some(keys.fence.clone()),
+            -4 => Some(keys.signal.clone()),
+            _ => None,
+        },
+        "unexpected acquire reply",
+    )
 }
 
 /// `CLAIM`: make a popped grant ours (holder information, minimum hold, full TTL) and forget

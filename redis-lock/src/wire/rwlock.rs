@@ -41,8 +41,8 @@ use std::time::Duration;
 use redis::{ConnectionLike, Script, Value};
 
 use super::{
-    Attempt, AttemptArgs, Broken, Holder, LockKeys, OwnedTtl, Release, Renewal, count, int, millis,
-    ms, text, unexpected,
+    Attempt, AttemptArgs, Broken, Holder, LockKeys, OwnedTtl, Release, Renewal, count,
+    decode_attempt, int, millis, ms, text, unexpected,
 };
 use crate::error::{Error, Result};
 
@@ -634,23 +634,17 @@ fn decode_acquire(
     keys: &LockKeys,
     (status, value, block, _, server_ms): (i64, i64, i64, i64, i64),
 ) -> Result<Attempt> {
-    let wrong = |key: String| Err(Error::WrongType { redis_key: key });
-    match status {
-        1 => Ok(Attempt::Acquired {
-            fence: u64::try_from(value).unwrap_or(0),
-        }),
-        // Nothing is ever granted through the wake-up list, so `fresh` does not matter.
-        0 => Ok(Attempt::Busy {
-            holder_ttl: millis(value),
-            block: millis(block),
-            fresh: false,
-            server_ms: u64::try_from(server_ms).unwrap_or(0),
-        }),
-        -2 => wrong(keys.lock.clone()),
-        -3 => wrong(keys.fence.clone()),
-        -5 => wrong(keys.readers()),
-        _ => Err(unexpected("unexpected read-write lock acquire reply")),
-    }
+    // Nothing is ever granted through the wake-up list, so `fresh` does not matter.
+    decode_attempt(
+        (status, value, block, 0, server_ms),
+        |code| match code {
+            -2 => Some(keys.lock.clone()),
+            -3 => Some(keys.fence.clone()),
+            -5 => Some(keys.readers()),
+            _ => None,
+        },
+        "unexpected read-write lock acquire reply",
+    )
 }
 
 /// `RENEW_READ` / `RENEW_WRITE`.

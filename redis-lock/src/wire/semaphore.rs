@@ -29,8 +29,8 @@ use std::time::Duration;
 use redis::{ConnectionLike, Script, Value};
 
 use super::{
-    Attempt, AttemptArgs, Claim, LockKeys, OwnedTtl, Release, Renewal, count, int, millis, ms,
-    text, unexpected,
+    Attempt, AttemptArgs, Claim, LockKeys, OwnedTtl, Release, Renewal, count, decode_attempt, int,
+    ms, text, unexpected,
 };
 use crate::error::{Error, Result};
 
@@ -538,28 +538,19 @@ fn flags(fair: bool, registered: bool) -> &'static str {
     }
 }
 
-fn decode_acquire(
-    keys: &LockKeys,
-    (status, value, block, fresh, server_ms): (i64, i64, i64, i64, i64),
-) -> Result<Attempt> {
-    let wrong = |redis_key: String| Err(Error::WrongType { redis_key });
-    match status {
-        1 => Ok(Attempt::Acquired {
-            fence: u64::try_from(value).unwrap_or(0),
-        }),
-        0 => Ok(Attempt::Busy {
-            holder_ttl: millis(value),
-            block: millis(block),
-            fresh: fresh == 1,
-            server_ms: u64::try_from(server_ms).unwrap_or(0),
-        }),
-        -2 => wrong(keys.lock.clone()),
-        -3 => wrong(keys.fence.clone()),
-        -4 => wrong(keys.signal.clone()),
-        -5 => wrong(keys.holders()),
-        -6 => wrong(keys.limit()),
-        _ => Err(unexpected("unexpected semaphore acquire reply")),
-    }
+fn decode_acquire(keys: &LockKeys, reply: (i64, i64, i64, i64, i64)) -> Result<Attempt> {
+    decode_attempt(
+        reply,
+        |code| match code {
+            -2 => Some(keys.lock.clone()),
+            -3 => Some(keys.fence.clone()),
+            -4 => Some(keys.signal.clone()),
+            -5 => Some(keys.holders()),
+            -6 => Some(keys.limit()),
+            _ => None,
+        },
+        "unexpected semaphore acquire reply",
+    )
 }
 
 /// `CLAIM`: make a popped grant ours and forget the registration `registration` (if not empty).

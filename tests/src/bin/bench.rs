@@ -334,7 +334,7 @@ fn main() {
     // Many locks held at once.
     if run("held") {
         let (n, ttl, watch) = if args.quick {
-            (1000, Duration::from_millis(1500), Duration::from_secs(1))
+            (1000, Duration::from_secs(3), Duration::from_secs(2))
         } else {
             (10_000, Duration::from_secs(3), Duration::from_secs(5))
         };

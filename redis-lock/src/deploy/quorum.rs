@@ -771,19 +771,25 @@ impl Quorum {
                 }
             }
         }
+        // Once decided, one look that does not wait: replies already in are taken here, so
+        // no lane thread is woken to read them.
+        let mut sweep = false;
         loop {
-            {
+            if !sweep {
                 let st = call.state.lock();
                 if st.pending.is_empty() || enough(&st.answers) {
-                    break;
+                    sweep = true;
                 }
+            } else {
+                break;
             }
-            if sent.is_empty() || Instant::now() >= deadline {
+            if sent.is_empty() || (!sweep && Instant::now() >= deadline) {
                 break;
             }
             let ready = {
                 let mut socks: Vec<&mut Sent> = sent.iter_mut().map(|(_, s)| s).collect();
-                direct::readable(&mut socks, woken.as_ref().map(WakeReader::fd), deadline)
+                let until = if sweep { Instant::now() } else { deadline };
+                direct::readable(&mut socks, woken.as_ref().map(WakeReader::fd), until)
             };
             if let Some(w) = &woken {
                 w.drain();

@@ -244,10 +244,53 @@ pub(crate) fn readable(
 }
 
 #[cfg(not(unix))]
-pub(crate) fn readable(
-    _: &mut [&mut Sent],
-    _: Option<i32>,
-    _: Instant,
-) -> RedisResult<Vec<usize>> {
+pub(crate) fn readable(_: &mut [&mut Sent], _: Option<i32>, _: Instant) -> RedisResult<Vec<usize>> {
     Ok(Vec::new())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn typed_get(con: &mut dyn ConnectionLike) -> RedisResult<Option<String>> {
+        redis::cmd("GET").arg("k").query(con)
+    }
+
+    #[test]
+    fn capture_records_the_one_request_a_typed_call_sends() {
+        let packed = capture(|c| {
+            let r = typed_get(c);
+            assert!(r.is_err(), "a captured call gets no reply");
+        });
+        assert_eq!(
+            packed.as_deref(),
+            Some(&redis::cmd("GET").arg("k").get_packed_command()[..])
+        );
+    }
+
+    #[test]
+    fn a_call_of_several_requests_or_none_is_not_captured() {
+        assert_eq!(capture(|_| {}), None);
+        let two = capture(|c| {
+            let _ = redis::cmd("PING").query::<String>(c);
+            let _ = redis::cmd("PING").query::<String>(c);
+        });
+        assert_eq!(two, None);
+        let pipe = capture(|c| {
+            let _ = redis::pipe()
+                .cmd("PING")
+                .cmd("PING")
+                .query::<Vec<String>>(c);
+        });
+        assert_eq!(pipe, None);
+    }
+
+    #[test]
+    fn no_script_is_told_from_other_errors() {
+        let no_script = redis::parse_redis_value(b"-NOSCRIPT No matching script\r\n").unwrap();
+        let wrong = redis::parse_redis_value(b"-WRONGTYPE Operation\r\n").unwrap();
+        assert!(is_no_script(&no_script));
+        assert!(!is_no_script(&wrong));
+        assert!(!is_no_script(&Value::Okay));
+    }
 }

@@ -9,8 +9,8 @@ pub(crate) mod commands;
 pub(crate) mod keys;
 #[macro_use]
 mod lua;
-pub(crate) mod resp;
 pub(crate) mod mutex;
+pub(crate) mod resp;
 pub(crate) mod rwlock;
 pub(crate) mod token;
 

@@ -23,7 +23,8 @@ fn value(buf: &[u8], at: usize, depth: usize) -> Result<Option<usize>, ()> {
     };
     let after = end + 2;
     match kind {
-        b'+' | b'-' | b':' => Ok(Some(after)),
+        b'+' | b'-' => Ok(Some(after)),
+        b':' => number(&buf[at + 1..end]).map(|_| Some(after)),
         b'$' => {
             let len = number(&buf[at + 1..end])?;
             if len < 0 {

@@ -1,6 +1,11 @@
 //! Long-lived threads that talk to one server of a quorum, so that a quorum asks all its
 //! servers at once without an async runtime and without a thread per call.
 //!
+//! The one-request operations (attempt, renewal, release) are asked by the calling thread
+//! itself where it can (`Quorum::fan_out_direct`, `store/direct.rs`); a lane takes what it
+//! cannot: servers without an idle plain connection, a `NOSCRIPT` reply, the replies still to
+//! come once the call decided, and every other operation.
+//!
 //! A `Lane` is a queue of jobs and the threads that run them. It starts one thread when the
 //! first job arrives and adds one whenever a job finds every thread busy, up to `max` (the
 //! store's pool size: more could only wait for a connection); idle threads wait for the next

@@ -1,7 +1,12 @@
 //! Redlock: one lock over N independent Redis servers, held while a majority holds it.
 //!
-//! Each operation runs the single-server script on every server at once (a few long-lived
-//! threads per server, `lanes.rs`; no thread per call) and combines the answers. A call
+//! Each operation runs the single-server script on every server at once and combines the
+//! answers. An attempt, renewal or release is asked by the calling thread itself on every
+//! server with an idle plain connection: it writes the request to each, then `poll(2)`s the
+//! sockets and decodes each reply as it is whole (`fan_out_direct`, `store/direct.rs`), so an
+//! uncontended call wakes no other thread; the rest goes to a few long-lived threads per
+//! server (`lanes.rs`; no thread per call), which also read the replies still to come once a
+//! call decided. A call
 //! returns as soon as its outcome is decided, and never waits on a server past the server's
 //! own connect and reply timeouts (a server that has not answered by then counts as failed):
 //!

@@ -8,6 +8,7 @@ use syn::{Expr, Ident, LitInt, LitStr, Token};
 
 mod kw {
     syn::custom_keyword!(key);
+    syn::custom_keyword!(keys);
     syn::custom_keyword!(ttl);
     syn::custom_keyword!(wait);
     syn::custom_keyword!(retry);
@@ -17,6 +18,7 @@ mod kw {
     syn::custom_keyword!(client);
     syn::custom_keyword!(guard);
     syn::custom_keyword!(mode);
+    syn::custom_keyword!(permits);
 }
 
 /// A duration as written: whole seconds, or a string such as `"500ms"`.
@@ -42,6 +44,8 @@ impl Parse for DurationArg {
 #[derive(Default)]
 pub(crate) struct LockArgs {
     pub(crate) key: Option<LitStr>,
+    /// `keys = ["a", "b:{id}"]`: a multi-lock; the bracket's span for errors about the list.
+    pub(crate) keys: Option<(Span, Vec<LitStr>)>,
     pub(crate) ttl: Option<DurationArg>,
     pub(crate) wait: Option<DurationArg>,
     pub(crate) retry: Option<LitStr>,
@@ -54,6 +58,8 @@ pub(crate) struct LockArgs {
     pub(crate) krate: Option<LitStr>,
     /// `mode = "read"` / `"write"`: a side of a read-write lock instead of a mutex.
     pub(crate) mode: Option<LitStr>,
+    /// `permits = N`: take a permit of a semaphore of N permits instead of a lock.
+    pub(crate) permits: Option<LitInt>,
 }
 
 /// Parses `= value` into `slot`, or fails at `keyword` when the argument was given before.
@@ -83,6 +89,15 @@ impl Parse for LockArgs {
             if lookahead.peek(kw::key) {
                 let kw: kw::key = input.parse()?;
                 once(input, &mut args.key, kw.span, "key", |i| i.parse())?;
+            } else if lookahead.peek(kw::keys) {
+                let kw: kw::keys = input.parse()?;
+                once(input, &mut args.keys, kw.span, "keys", |i| {
+                    let list;
+                    let bracket = syn::bracketed!(list in i);
+                    let items =
+                        syn::punctuated::Punctuated::<LitStr, Token![,]>::parse_terminated(&list)?;
+                    Ok((bracket.span.join(), items.into_iter().collect()))
+                })?;
             } else if lookahead.peek(kw::ttl) {
                 let kw: kw::ttl = input.parse()?;
                 once(input, &mut args.ttl, kw.span, "ttl", |i| i.parse())?;
@@ -113,6 +128,9 @@ impl Parse for LockArgs {
             } else if lookahead.peek(kw::mode) {
                 let kw: kw::mode = input.parse()?;
                 once(input, &mut args.mode, kw.span, "mode", |i| i.parse())?;
+            } else if lookahead.peek(kw::permits) {
+                let kw: kw::permits = input.parse()?;
+                once(input, &mut args.permits, kw.span, "permits", |i| i.parse())?;
             } else if lookahead.peek(Token![crate]) {
                 let kw: Token![crate] = input.parse()?;
                 once(input, &mut args.krate, kw.span, "crate", |i| i.parse())?;
@@ -148,7 +166,7 @@ mod tests {
     fn every_option_parses() {
         let args = parse(
             r#"key = "job:{id}", ttl = 10, wait = "5s", retry = "none", on_busy = "skip",
-               hold_at_least = "1m", client = &self.locks, guard = g,"#,
+               hold_at_least = "1m", client = &self.locks, guard = g, permits = 3,"#,
         )
         .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(args.key.unwrap().value(), "job:{id}");
@@ -156,6 +174,18 @@ mod tests {
         assert!(matches!(args.wait, Some(DurationArg::Text(_))));
         assert_eq!(args.guard.unwrap().to_string(), "g");
         assert!(args.client.is_some());
+        assert_eq!(args.permits.unwrap().base10_digits(), "3");
+    }
+
+    #[test]
+    fn keys_parse_as_a_list() {
+        let args =
+            parse(r#"keys = ["a:{x}", "b:{y}",], ttl = 1"#).unwrap_or_else(|e| panic!("{e}"));
+        let (_, keys) = args.keys.unwrap();
+        let keys: Vec<String> = keys.iter().map(LitStr::value).collect();
+        assert_eq!(keys, ["a:{x}", "b:{y}"]);
+        assert!(parse(r#"keys = "a""#).is_err());
+        assert!(parse(r#"keys = [1]"#).is_err());
     }
 
     #[test]

@@ -113,11 +113,19 @@ pub(crate) fn wrap(plan: Plan, func: ItemFn) -> TokenStream {
         ReturnType::Default => sig.ident.span(),
     };
 
-    let key = match &plan.key {
+    // A `&str` (a `&String` for a template, coerced where it is passed).
+    let key_expr = |key: &Key| match key {
         Key::Fixed(lit) => lit.to_token_stream(),
         Key::Formatted { format, values } => {
             let krate = respan(&krate, format.span());
             quote_spanned!(format.span()=> &#krate::__private::format!(#format, #(#values),*))
+        }
+    };
+    let key = match &plan.all {
+        None => key_expr(&plan.key),
+        Some(keys) => {
+            let keys = keys.iter().map(key_expr);
+            quote!(&[#(::core::convert::AsRef::<str>::as_ref(#keys)),*][..])
         }
     };
     let client = match &plan.client {
@@ -130,23 +138,35 @@ pub(crate) fn wrap(plan: Plan, func: ItemFn) -> TokenStream {
     let function = sig.ident.to_string();
     let function = quote!(::core::concat!(::core::module_path!(), "::", #function));
     let options = options(&plan);
-    let enter = if plan.skip {
-        quote_spanned!(ret_span=> enter_or_skip)
-    } else {
-        quote_spanned!(ret_span=> enter)
+    let enter = match (plan.skip, plan.permits.is_some(), plan.all.is_some()) {
+        (true, false, false) => quote_spanned!(ret_span=> enter_or_skip),
+        (false, false, false) => quote_spanned!(ret_span=> enter),
+        // `validate` refuses `permits` with `keys`.
+        (true, true, _) => quote_spanned!(ret_span=> enter_permit_or_skip),
+        (false, true, _) => quote_spanned!(ret_span=> enter_permit),
+        (true, false, true) => quote_spanned!(ret_span=> enter_all_or_skip),
+        (false, false, true) => quote_spanned!(ret_span=> enter_all),
     };
+    // A semaphore's number of permits goes before the options.
+    let permits = plan.permits.map(|n| {
+        let n = Literal::u32_unsuffixed(n);
+        quote!(#n,)
+    });
     let turbofish = ret_ty.as_ref().map(|ty| quote_spanned!(ret_span=> ::<#ty>));
     let take = quote! {
-        let #held = match #krate::__private::#enter #turbofish(#client, #key, #options, #function) {
+        let #held = match #krate::__private::#enter #turbofish(#client, #key, #permits #options, #function) {
             ::core::ops::ControlFlow::Continue(#held) => #held,
             ::core::ops::ControlFlow::Break(#ret) => return #ret,
         };
     };
 
-    let bind_guard = plan
-        .guard
-        .as_ref()
-        .map(|name| quote!(let #name: &#krate::LockGuard = #held.guard();));
+    let bind_guard = plan.guard.as_ref().map(|name| {
+        if plan.all.is_some() {
+            quote!(let #name: &#krate::MultiGuard = #held.multi_guard();)
+        } else {
+            quote!(let #name: &#krate::LockGuard = #held.guard();)
+        }
+    });
 
     let closure_ret = ret_ty.map(|ty| quote!(-> #ty));
     let run = quote! {

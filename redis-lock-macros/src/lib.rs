@@ -52,7 +52,8 @@ use proc_macro::TokenStream;
 ///
 /// | option | value | default |
 /// |---|---|---|
-/// | `key` | the lock name, a template: `"report"`, `"invoice:{invoice.id}"` | required |
+/// | `key` | the lock name, a template: `"report"`, `"invoice:{invoice.id}"` | required (or `keys`) |
+/// | `keys` | several lock names taken together, all or none (`LockClient::lock_all`): `keys = ["account:{from}", "account:{to}"]`; not reentrant, no `hold_at_least` | instead of `key` |
 /// | `ttl` | whole seconds (`ttl = 10`) or a duration (`ttl = "500ms"`) | the client's (30 s) |
 /// | `wait` | how long to wait for a busy lock: seconds or a duration; `"0s"` = one attempt | the client's (until the lock is free); one attempt with `on_busy = "skip"` |
 /// | `retry` | `"notify"`, `"none"`, `"fixed:50ms"`, `"exponential:10ms..1s"` | the client's (notify) |
@@ -61,7 +62,7 @@ use proc_macro::TokenStream;
 /// | `cooldown` | seconds or a duration the lock stays taken after the call *ended* (at most one run per cool-down, however short each run is; with `hold_at_least`, the later of the two) | none |
 /// | `mode` | `"read"` (a share of a read-write lock: many callers at once) or `"write"` (exclusive; waits for the readers, keeps new ones out); see `LockClient::read_lock`. Not with `hold_at_least` | a mutex |
 /// | `client` | an expression yielding `&LockClient` | the process-wide default client |
-/// | `guard` | a name the body can use for the `&LockGuard` | none |
+/// | `guard` | a name the body can use for the `&LockGuard` (`&MultiGuard` with `keys`) | none |
 ///
 /// Each option may appear once. Durations are a whole number and a unit: `ms`, `s`, `m` or
 /// `h` (`"500ms"`, `"30s"`, `"2m"`, `"1h"`); a bare integer is whole seconds.

@@ -12,7 +12,13 @@ use crate::template::{self, Piece};
 /// `redis_lock::MAX_TTL` in milliseconds: 365 days.
 const MAX_TTL_MS: u64 = 365 * 24 * 3600 * 1000;
 
+/// `redis_lock::MAX_PERMITS`.
+const MAX_PERMITS: u32 = 10_000;
+/// `redis_lock::MAX_LOCK_ALL`: most locks one multi-lock takes.
+const MAX_LOCK_ALL: usize = 64;
+
 /// The lock name: fixed, or formatted from the parameters on every call.
+#[derive(Clone)]
 pub(crate) enum Key {
     Fixed(LitStr),
     Formatted {
@@ -26,6 +32,8 @@ pub(crate) enum Key {
 /// Everything the expansion needs, checked.
 pub(crate) struct Plan {
     pub(crate) key: Key,
+    /// `keys = [...]`: every lock of a multi-lock (`key` is then the first of them).
+    pub(crate) all: Option<Vec<Key>>,
     /// The key template as written: the lock's label in metrics and spans (bounded
     /// cardinality: never the formatted name).
     pub(crate) label: LitStr,
@@ -41,6 +49,8 @@ pub(crate) struct Plan {
     pub(crate) krate: syn::Path,
     /// A side of a read-write lock; `None`: a mutex.
     pub(crate) mode: Option<Mode>,
+    /// `permits = N`: a permit of a semaphore of N permits instead of a lock.
+    pub(crate) permits: Option<u32>,
 }
 
 /// `mode = "read"` / `"write"`.
@@ -107,12 +117,80 @@ pub(crate) fn check(args: LockArgs, func: &ItemFn) -> syn::Result<Plan> {
     check_return_type(&mut errors, func, skip);
 
     let params = parameter_names(func);
-    let key = match &args.key {
-        None => {
+    let mut all = None;
+    let key = match (&args.key, &args.keys) {
+        (Some(lit), Some(_)) => {
+            errors.spanned(
+                lit,
+                "give either `key = \"...\"` (one lock) or `keys = [...]` (several, taken \
+                 together), not both",
+            );
+            None
+        }
+        (None, Some((span, lits))) if lits.is_empty() => {
+            errors.push(syn::Error::new(
+                *span,
+                "`keys` is empty: name the locks to take together, such as \
+                 `keys = [\"account:{from}\", \"account:{to}\"]`",
+            ));
+            None
+        }
+        (None, Some((span, lits))) if lits.len() > MAX_LOCK_ALL => {
+            errors.push(syn::Error::new(
+                *span,
+                format!(
+                    "`keys` names {} locks; at most {MAX_LOCK_ALL} are taken together \
+                     (`redis_lock::MAX_LOCK_ALL`)",
+                    lits.len()
+                ),
+            ));
+            None
+        }
+        (None, Some((_, lits))) => {
+            let keys: Vec<Key> = lits
+                .iter()
+                .filter_map(|lit| errors.take(key(lit, &params, &sig.ident)))
+                .collect();
+            let mut seen = std::collections::HashSet::new();
+            for lit in lits {
+                if !seen.insert(lit.value()) {
+                    errors.spanned(lit, "this key is named twice in `keys`");
+                }
+            }
+            if keys.len() == lits.len() {
+                let first = keys.first().cloned();
+                all = Some(keys);
+                first
+            } else {
+                None
+            }
+        }
+        (None, None) => {
             errors.push(missing_key());
             None
         }
-        Some(lit) => errors.take(key(lit, &params, &sig.ident)),
+        (Some(lit), None) => errors.take(key(lit, &params, &sig.ident)),
+    };
+    if let (Some(_), Some(mode)) = (&args.keys, &args.mode) {
+        errors.spanned(
+            mode,
+            "`mode` does not go with `keys`: a multi-lock takes mutexes",
+        );
+    }
+    if let (Some(_), Some(hold)) = (&args.keys, &args.hold_at_least) {
+        errors.spanned(
+            hold,
+            "`hold_at_least` does not go with `keys`: a multi-lock has no minimum hold",
+        );
+    }
+    // The label: the template(s) as written.
+    let label = match (&args.key, &args.keys) {
+        (Some(lit), _) => Some(lit.clone()),
+        (None, Some((_, lits))) if !lits.is_empty() => Some(LitStr::new(
+            &lits.iter().map(LitStr::value).collect::<Vec<_>>().join(","),
+            lits[0].span(),
+        )),
+        _ => None,
     };
 
     let ttl_ms = args
@@ -227,10 +305,13 @@ pub(crate) fn check(args: LockArgs, func: &ItemFn) -> syn::Result<Plan> {
             .ok(),
     };
 
-    match (errors.0, key.zip(args.key)) {
+    let permits = check_permits(&mut errors, &args);
+
+    match (errors.0, key.zip(label)) {
         (Some(error), _) => Err(error),
         (None, Some((key, label))) => Ok(Plan {
             key,
+            all,
             label,
             ttl_ms,
             wait_ms,
@@ -242,9 +323,66 @@ pub(crate) fn check(args: LockArgs, func: &ItemFn) -> syn::Result<Plan> {
             guard: args.guard,
             krate: krate.unwrap_or_else(|| syn::parse_quote!(::redis_lock)),
             mode,
+            permits,
         }),
         (None, None) => Err(missing_key()),
     }
+}
+
+/// `permits = N`: between 1 and `MAX_PERMITS`, and without the options that keep a released
+/// lock taken (a permit is given back at once).
+fn check_permits(errors: &mut Errors, args: &LockArgs) -> Option<u32> {
+    let lit = args.permits.as_ref()?;
+    let permits = match lit.base10_parse::<u32>() {
+        Ok(0) => {
+            errors.spanned(
+                lit,
+                "`permits = 0`: a semaphore needs at least one permit; leave `permits` out for \
+                 a lock",
+            );
+            None
+        }
+        Ok(n) if n > MAX_PERMITS => {
+            errors.spanned(
+                lit,
+                format!("`permits = {n}` is more than {MAX_PERMITS} (`redis_lock::MAX_PERMITS`)"),
+            );
+            None
+        }
+        Ok(n) => Some(n),
+        Err(_) => {
+            errors.spanned(
+                lit,
+                format!("`permits` is a whole number from 1 to {MAX_PERMITS}"),
+            );
+            None
+        }
+    };
+    if let Some(hold) = &args.hold_at_least {
+        errors.spanned(
+            hold,
+            "`hold_at_least` is not available with `permits`: a permit is given back at once",
+        );
+    }
+    if let Some(cooldown) = &args.cooldown {
+        errors.spanned(
+            cooldown,
+            "`cooldown` is not available with `permits`: a permit is given back at once",
+        );
+    }
+    if let Some(mode) = &args.mode {
+        errors.spanned(
+            mode,
+            "`mode` is for read-write locks and `permits` for semaphores: use one of them",
+        );
+    }
+    if args.keys.is_some() {
+        errors.spanned(
+            lit,
+            "`permits` does not go with `keys`: a multi-lock takes locks, not permits",
+        );
+    }
+    permits
 }
 
 fn missing_key() -> syn::Error {
@@ -544,6 +682,18 @@ mod tests {
         assert!(message(r#"key = "a", retry = "poll""#, ok).contains("unknown retry"));
         assert!(message(r#"key = "a", on_busy = "wait""#, ok).contains("on_busy"));
         assert!(message(r#"key = "a", guard = id"#, ok).contains("hide the parameter"));
+        assert!(message(r#"key = "a", permits = 0"#, ok).contains("at least one permit"));
+        assert!(message(r#"key = "a", permits = 10001"#, ok).contains("more than 10000"));
+        assert!(message(r#"key = "a", permits = 2, cooldown = 1"#, ok).contains("given back"));
+        assert!(
+            message(r#"key = "a", permits = 2, mode = "read""#, ok).contains("use one of them")
+        );
+        assert!(message(r#"keys = ["a", "b"], permits = 2"#, ok).contains("not permits"));
+        assert!(message(r#"keys = ["a", "b"], mode = "read""#, ok).contains("takes mutexes"));
+        assert_eq!(
+            plan(r#"key = "a", permits = 3"#, ok).unwrap().permits,
+            Some(3)
+        );
         assert!(message(r#"key = "a""#, "fn f() {}").contains("returns nothing"));
         assert!(message(r#"key = "a""#, "fn f() -> Option<u8> {}").contains("Option"));
         assert!(message(r#"key = "a""#, "async fn f() -> Result<(), E> {}").contains("async"));

@@ -462,6 +462,7 @@ impl Builder {
                     }
                 });
             }
+            let cluster = target.is_cluster();
             let manager = Manager {
                 target,
                 connect_timeout: self.connect_timeout,
@@ -476,18 +477,21 @@ impl Builder {
                     pool_builder(self.pool_size, &connect_error).build_unchecked(manager),
                 ),
             };
-            stores.push(Store::new(
-                pool,
-                waiters,
-                label,
-                connect_error,
-                Timeouts {
-                    connect: self.connect_timeout,
-                    pool: self.pool_timeout,
-                },
-                Arc::clone(&requests),
-                Arc::clone(&housekeeping),
-            ));
+            stores.push(
+                Store::new(
+                    pool,
+                    waiters,
+                    label,
+                    connect_error,
+                    Timeouts {
+                        connect: self.connect_timeout,
+                        pool: self.pool_timeout,
+                    },
+                    Arc::clone(&requests),
+                    Arc::clone(&housekeeping),
+                )
+                .cluster(cluster),
+            );
         }
         // One server's worst case: a connection (or a pooled one), then the reply.
         let per_server = self.connect_timeout.max(self.pool_timeout) + self.io_timeout;

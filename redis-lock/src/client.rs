@@ -497,7 +497,10 @@ impl LockClient {
             .map(LockGuard::new))
     }
 
-    /// Who holds `key`, since when, and for how much longer; `Ok(None)` when it is free.
+    /// Who holds `key`, since when, and for how much longer; `Ok(None)` when it is free. For a
+    /// read-write lock, [`LockInfo::mode`], [`LockInfo::readers`] and
+    /// [`LockInfo::writers_waiting`] say who holds and who waits (one more round trip: the
+    /// mutex's script is asked first).
     ///
     /// # Errors
     ///
@@ -677,6 +680,8 @@ impl LockRequest<'_> {
         replicas_fsynced(replicas: u32, timeout: Duration);
         /// See [`LockOptions::mode`].
         mode(mode: LockMode);
+        /// See [`LockOptions::cancel`].
+        cancel(token: crate::CancelToken);
     }
 
     /// See [`LockOptions::metadata`].

@@ -53,6 +53,14 @@ pub enum Error {
         /// The lock name as the caller gave it (without namespace).
         key: String,
     },
+    /// The acquisition of `key` was cancelled through its
+    /// [`CancelToken`](crate::CancelToken) before it got the lock. It left the wait queue;
+    /// nothing is held.
+    #[error("the acquisition of lock {key:?} was cancelled")]
+    Cancelled {
+        /// The lock name as the caller gave it (without namespace).
+        key: String,
+    },
     /// Another owner still held `key` when the wait budget ran out.
     #[error("timed out after {waited:?} waiting for lock {key:?}")]
     Timeout {
@@ -70,7 +78,9 @@ pub enum Error {
         reason: LostReason,
     },
     /// The Redis key of this lock holds a value of another type (not written by redis-lock).
-    #[error("redis key {redis_key:?} holds a value of another type; it is not a redis-lock lock")]
+    #[error(
+        "redis key {redis_key:?} holds a value of another type: not a redis-lock lock, or another kind of lock (a mutex name used for a semaphore, or the reverse)"
+    )]
     WrongType {
         /// The full Redis key, namespace included.
         redis_key: String,

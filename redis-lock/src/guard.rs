@@ -10,7 +10,10 @@ use crate::options::{validate_cooldown, validate_ttl};
 /// A held lock. The lock is released when the guard is dropped.
 ///
 /// This structure is created by [`LockClient::lock`](crate::LockClient::lock),
-/// [`try_lock`](crate::LockClient::try_lock) and their siblings. While it lives, a watchdog
+/// [`try_lock`](crate::LockClient::try_lock) and their siblings; for a read-write lock by
+/// [`read_lock`](crate::LockClient::read_lock) (the guard of one reader's share) and
+/// [`write_lock`](crate::LockClient::write_lock); and, for one permit of a semaphore, by
+/// [`Semaphore::acquire`](crate::Semaphore::acquire) and its siblings. While it lives, a watchdog
 /// thread renews the lock every `ttl / 3` (unless the watchdog was turned off). If the lock is
 /// lost anyway (the holder paused past its TTL, Redis lost the key, someone broke the lock),
 /// [`is_lost`](Self::is_lost) turns `true` and [`ensure_held`](Self::ensure_held) fails: check
@@ -35,9 +38,9 @@ use crate::options::{validate_cooldown, validate_ttl};
 #[must_use = "if unused the lock is released immediately"]
 #[clippy::has_significant_drop]
 pub struct LockGuard {
-    lease: Arc<Lease>,
+    pub(crate) lease: Arc<Lease>,
     /// Taken by `release`, so `Drop` knows there is nothing left to do.
-    live: bool,
+    pub(crate) live: bool,
 }
 
 impl std::fmt::Debug for LockGuard {

@@ -37,6 +37,17 @@
 //! }
 //! ```
 //!
+//! # Several locks, handing a lock on, cancelling a wait
+//!
+//! - [`LockClient::lock_all`] (and `try_lock_all`, `try_lock_all_for`, `acquire_all_with`)
+//!   takes several locks together, all or none, into one [`MultiGuard`]; callers asking for
+//!   overlapping sets in any order do not deadlock.
+//! - [`LockGuard::handle`] and [`LockGuard::into_handle`] turn a held lock into a
+//!   [`LeaseHandle`] another thread or process resumes with [`LockClient::resume`]: whoever
+//!   has the handle owns the lock.
+//! - [`LockOptions::cancel`] with a [`CancelToken`] lets another thread stop a waiting
+//!   acquisition: it fails with [`Error::Cancelled`] within a round trip or two.
+//!
 //! # Semantics & limits
 //!
 //! - **Lease, not a mutex.** A lock is a Redis key with a TTL. The watchdog renews it every
@@ -87,6 +98,7 @@
 //! - `metrics`: metrics through the [`metrics`](https://docs.rs/metrics) facade, so any
 //!   exporter works (see [`describe_metrics`] for the list). Without it, spans are still
 //!   there (see "Observability").
+//! - `serde`: `Serialize` and `Deserialize` for [`LeaseHandle`].
 //! - `cli`: the `redis-lock` command-line tool (`cargo install --path redis-lock --features
 //!   cli`; it includes `tls`). The library itself does not use the tool's dependencies.
 
@@ -128,10 +140,13 @@ mod client;
 mod error;
 mod global;
 mod guard;
+mod handle;
 mod info;
 mod list;
+mod multi;
 mod options;
 mod rwlock;
+mod semaphore;
 
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
@@ -142,13 +157,19 @@ pub use client::{LockClient, LockRequest};
 pub use error::{Error, LostReason, Result};
 pub use global::{default_client, set_default_client};
 pub use guard::LockGuard;
+pub use handle::LeaseHandle;
+pub use hold::cancel::CancelToken;
 pub use hold::lease::ReleaseOutcome;
+pub use hold::multi::MAX_LOCK_ALL;
 #[cfg(feature = "metrics")]
 pub use hold::observe::describe_metrics;
 pub use hold::retry::RetryStrategy;
 pub use info::LockInfo;
+pub use multi::MultiGuard;
 pub use options::{LockMode, LockOptions, LostEvent, MAX_METADATA_LEN, MAX_TTL};
+pub use semaphore::{PermitInfo, Semaphore, SemaphoreInfo};
 pub use wire::keys::{MAX_KEY_LEN, MAX_NAMESPACE_LEN};
+pub use wire::semaphore::MAX_PERMITS;
 
 #[cfg(feature = "macros")]
 #[cfg_attr(docsrs, doc(cfg(feature = "macros")))]

@@ -15,7 +15,8 @@ impl LockClient {
     /// serving other clients meanwhile; the cost is one `SCAN` per thousand keys in the
     /// database plus one round trip per matching lock. The fencing counters and wake-up lists
     /// that belong to locks are not listed, and neither are keys of other types that happen to
-    /// match.
+    /// match (semaphores among them: [`list_semaphores`](LockClient::list_semaphores) lists
+    /// those).
     ///
     /// A listing is not a snapshot: a lock taken or released while it runs may or may not
     /// appear. On Redis Cluster every master is scanned (the masters come from `CLUSTER

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::LostReason;
+use crate::hold::cancel::CancelToken;
 use crate::hold::retry::RetryStrategy;
 
 /// Longest accepted TTL. Redis would take more, but a lease this long is a bug, and the bound
@@ -89,6 +90,7 @@ pub struct LockOptions {
     pub(crate) replicas: Option<ReplicaAck>,
     pub(crate) label: Option<Cow<'static, str>>,
     pub(crate) mode: Option<LockMode>,
+    pub(crate) cancel: Option<CancelToken>,
 }
 
 /// What an acquisition waits for after writing the lock (see [`LockOptions::replicas`]).
@@ -116,6 +118,7 @@ impl std::fmt::Debug for LockOptions {
             .field("replicas", &self.replicas)
             .field("label", &self.label)
             .field("mode", &self.mode)
+            .field("cancel", &self.cancel)
             .finish()
     }
 }
@@ -247,6 +250,22 @@ impl LockOptions {
     /// owner. Defaults to off.
     pub fn reentrant(mut self, yes: bool) -> Self {
         self.reentrant = yes;
+        self
+    }
+
+    /// Lets another thread stop this acquisition while it waits: after
+    /// [`CancelToken::cancel`] the call leaves the wait queue (a grant made for it goes to the
+    /// next waiter) and fails with [`Error::Cancelled`](crate::Error::Cancelled), within a
+    /// round trip or two; an acquisition started with a cancelled token fails at once,
+    /// before anything is sent. Defaults to none.
+    ///
+    /// ```
+    /// let cancel = redis_lock::CancelToken::new();
+    /// let opts = redis_lock::LockOptions::new().cancel(cancel.clone());
+    /// # let _ = opts;
+    /// ```
+    pub fn cancel(mut self, token: CancelToken) -> Self {
+        self.cancel = Some(token);
         self
     }
 

@@ -22,6 +22,7 @@ use crate::client::LockClient;
 use crate::error::{Error, LostReason, Result};
 use crate::guard::LockGuard;
 use crate::hold::lease::ReleaseOutcome;
+use crate::multi::MultiGuard;
 use crate::options::LockOptions;
 
 pub use crate::global::default_client;
@@ -46,9 +47,16 @@ pub fn call_once<R, F: FnOnce() -> R>(body: F) -> R {
 /// when the lock turns out lost.
 #[must_use]
 pub struct Held<R> {
-    guard: LockGuard,
+    guard: Holding,
     lost: fn(R, Error, &'static str) -> R,
     function: &'static str,
+}
+
+/// One lock (`key = ...`) or several (`keys = [...]`).
+#[derive(Debug)]
+enum Holding {
+    One(LockGuard),
+    All(MultiGuard),
 }
 
 impl<R> std::fmt::Debug for Held<R> {
@@ -61,10 +69,30 @@ impl<R> std::fmt::Debug for Held<R> {
 }
 
 impl<R> Held<R> {
-    /// The guard, for `guard = name`.
+    /// The guard, for `guard = name` with `key`.
+    ///
+    /// # Panics
+    ///
+    /// Never from the macro's expansion, which calls it for `key` only.
     #[inline]
     pub fn guard(&self) -> &LockGuard {
-        &self.guard
+        match &self.guard {
+            Holding::One(guard) => guard,
+            Holding::All(_) => unreachable!("the expansion binds a MultiGuard for `keys`"),
+        }
+    }
+
+    /// The guard, for `guard = name` with `keys`.
+    ///
+    /// # Panics
+    ///
+    /// Never from the macro's expansion, which calls it for `keys` only.
+    #[inline]
+    pub fn multi_guard(&self) -> &MultiGuard {
+        match &self.guard {
+            Holding::All(guard) => guard,
+            Holding::One(_) => unreachable!("the expansion binds a LockGuard for `key`"),
+        }
     }
 }
 
@@ -78,9 +106,38 @@ pub fn finish<R>(ret: R, held: Held<R>) -> R {
     }
 }
 
+/// `Some(Error::Lost)` when a lock was not held for the whole call.
+fn lost_during_call(holding: Holding) -> Option<Error> {
+    match holding {
+        Holding::One(guard) => lost_one(guard),
+        Holding::All(guard) => lost_all(guard),
+    }
+}
+
+/// [`lost_one`] for every member: the first member lost, by name.
+fn lost_all(guard: MultiGuard) -> Option<Error> {
+    let seen = guard.ensure_held().err();
+    let outcomes = guard.release().unwrap_or_default();
+    seen.or_else(|| {
+        outcomes
+            .into_iter()
+            .find_map(|(key, outcome)| match outcome {
+                ReleaseOutcome::Late => Some(Error::Lost {
+                    key,
+                    reason: LostReason::Expired,
+                }),
+                ReleaseOutcome::Lost => Some(Error::Lost {
+                    key,
+                    reason: LostReason::TakenOver,
+                }),
+                _ => None,
+            })
+    })
+}
+
 /// `Some(Error::Lost)` when the lock was not held for the whole call: the watchdog or the
 /// local expiry estimate says so, or the release found the key expired or re-owned.
-fn lost_during_call(guard: LockGuard) -> Option<Error> {
+fn lost_one(guard: LockGuard) -> Option<Error> {
     let seen = guard.ensure_held().err();
     let key = guard.key().to_owned();
     let lost = |reason| Error::Lost { key, reason };
@@ -103,11 +160,54 @@ pub fn enter<R: Fallible>(
     let options = options.reentrant(true).metadata(function);
     match client.and_then(|client| client.acquire_with(key, &options)) {
         Ok(guard) => ControlFlow::Continue(Held {
-            guard,
+            guard: Holding::One(guard),
             lost: |ret, error, _| R::lost(ret, error),
             function,
         }),
         Err(error) => ControlFlow::Break(R::lock_failed(error)),
+    }
+}
+
+/// [`enter`] for `keys = [...]`: every lock together (a multi-lock is not reentrant).
+pub fn enter_all<R: Fallible>(
+    client: Result<&LockClient>,
+    keys: &[&str],
+    options: LockOptions,
+    function: &'static str,
+) -> ControlFlow<R, Held<R>> {
+    let options = options.metadata(function);
+    match client.and_then(|client| client.acquire_all_with(keys, &options)) {
+        Ok(guard) => ControlFlow::Continue(Held {
+            guard: Holding::All(guard),
+            lost: |ret, error, _| R::lost(ret, error),
+            function,
+        }),
+        Err(error) => ControlFlow::Break(R::lock_failed(error)),
+    }
+}
+
+/// [`enter_or_skip`] for `keys = [...]`.
+pub fn enter_all_or_skip<R: Skippable>(
+    client: Result<&LockClient>,
+    keys: &[&str],
+    options: LockOptions,
+    function: &'static str,
+) -> ControlFlow<R, Held<R>> {
+    let mut options = options.metadata(function);
+    if options.wait.is_none() {
+        options = options.wait(Duration::ZERO);
+    }
+    match client.and_then(|client| client.try_acquire_all_with(keys, &options)) {
+        Ok(Some(guard)) => ControlFlow::Continue(Held {
+            guard: Holding::All(guard),
+            lost: R::lost,
+            function,
+        }),
+        Ok(None) => {
+            tracing::info!(target: "redis_lock", keys = %keys.join(","), function, "call skipped: a lock is busy");
+            ControlFlow::Break(R::skipped())
+        }
+        Err(error) => ControlFlow::Break(R::lock_failed(error, function)),
     }
 }
 
@@ -125,12 +225,65 @@ pub fn enter_or_skip<R: Skippable>(
     }
     match client.and_then(|client| client.try_acquire_with(key, &options)) {
         Ok(Some(guard)) => ControlFlow::Continue(Held {
-            guard,
+            guard: Holding::One(guard),
             lost: R::lost,
             function,
         }),
         Ok(None) => {
             tracing::info!(target: "redis_lock", key, function, "call skipped: the lock is busy");
+            ControlFlow::Break(R::skipped())
+        }
+        Err(error) => ControlFlow::Break(R::lock_failed(error, function)),
+    }
+}
+
+/// Takes a permit of the semaphore `key` of `permits` permits (`permits = N`), for a
+/// function whose failures go through its `Result`; otherwise as [`enter`].
+pub fn enter_permit<R: Fallible>(
+    client: Result<&LockClient>,
+    key: &str,
+    permits: u32,
+    options: LockOptions,
+    function: &'static str,
+) -> ControlFlow<R, Held<R>> {
+    let options = options.reentrant(true).metadata(function);
+    let taken = client
+        .and_then(|client| client.semaphore(key, permits))
+        .and_then(|semaphore| semaphore.acquire_with(&options));
+    match taken {
+        Ok(guard) => ControlFlow::Continue(Held {
+            guard: Holding::One(guard),
+            lost: |ret, error, _| R::lost(ret, error),
+            function,
+        }),
+        Err(error) => ControlFlow::Break(R::lock_failed(error)),
+    }
+}
+
+/// Takes a permit for an `on_busy = "skip"` function with `permits = N`: no permit free skips
+/// the call. Without an explicit `wait`, one attempt is made.
+pub fn enter_permit_or_skip<R: Skippable>(
+    client: Result<&LockClient>,
+    key: &str,
+    permits: u32,
+    options: LockOptions,
+    function: &'static str,
+) -> ControlFlow<R, Held<R>> {
+    let mut options = options.reentrant(true).metadata(function);
+    if options.wait.is_none() {
+        options = options.wait(Duration::ZERO);
+    }
+    let taken = client
+        .and_then(|client| client.semaphore(key, permits))
+        .and_then(|semaphore| semaphore.try_acquire_with(&options));
+    match taken {
+        Ok(Some(guard)) => ControlFlow::Continue(Held {
+            guard: Holding::One(guard),
+            lost: R::lost,
+            function,
+        }),
+        Ok(None) => {
+            tracing::info!(target: "redis_lock", key, function, "call skipped: no permit is free");
             ControlFlow::Break(R::skipped())
         }
         Err(error) => ControlFlow::Break(R::lock_failed(error, function)),

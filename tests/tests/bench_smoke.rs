@@ -1,6 +1,8 @@
 //! The benchmark suite runs (`--quick`, short rows) and its own checks hold: every contended
 //! row (threads and processes; notify, fair and 10 ms retrying; every deployment; both
-//! failover runs) finds zero mutual exclusion violations, and the JSON report is written.
+//! failover runs; the semaphore's notify and fair rows, never more than 3 permits held; the
+//! read-write lock's read-mostly load and its mutex comparison) finds zero mutual exclusion
+//! violations, and the JSON report is written.
 //! The cost columns are there and add up: client CPU, and request and reply bytes per cycle
 //! (the raw loop's bytes are known exactly); the held-locks row loses none and measures
 //! renewal lag; the takeover row ran every run and took no lock before its expiry.
@@ -40,6 +42,8 @@ fn quick_benchmark_runs_and_finds_no_violations() {
         "redlock, 3 servers: 64 keys",
         "cluster, 3 masters: 1 keys",
         "sentinel (1 replica): 64 keys",
+        "uncontended_permit",
+        "read-write lock: 95 % read, 5 % write",
     ] {
         assert!(report.contains(label), "row {label} missing:\n{report}");
     }
@@ -48,8 +52,9 @@ fn quick_benchmark_runs_and_finds_no_violations() {
         .skip(1)
         .map(|rest| rest.split([',', '\n']).next().unwrap_or(""))
         .collect();
-    // 6 single-server rows, 8 deployment rows, 2 failover runs.
-    assert_eq!(violations.len(), 16, "{report}");
+    // 6 single-server rows, 8 deployment rows, 2 failover runs, 2 semaphore rows, 2 read-write
+    // lock rows.
+    assert_eq!(violations.len(), 20, "{report}");
     assert!(
         violations.iter().all(|v| *v == "0"),
         "{violations:?}\n{report}"

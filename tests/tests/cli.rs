@@ -1315,3 +1315,374 @@ fn status_and_list_count_waiters() {
         w.join().unwrap().unwrap().unwrap();
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// Semaphores: run --permits, status and list
+
+#[test]
+fn run_with_permits_status_and_list_show_the_semaphore() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let exports = locks.semaphore("exports", 2).unwrap();
+    let mine = exports
+        .acquire_with(&redis_lock::LockOptions::new().metadata("library"))
+        .unwrap();
+
+    // One of two permits free: the command runs, holding the second one.
+    let ran = finish(tool(&server).args([
+        "run",
+        "--permits",
+        "2",
+        "-n",
+        "exports",
+        "--",
+        "sh",
+        "-c",
+        "echo token=$REDIS_LOCK_FENCING_TOKEN",
+    ]));
+    assert_eq!(ran.code, 0, "{ran:?}");
+    let token: u64 = ran
+        .stdout
+        .trim()
+        .trim_start_matches("token=")
+        .parse()
+        .unwrap();
+    assert!(token > mine.fencing_token());
+    assert_eq!(
+        exports.available().unwrap(),
+        1,
+        "given back after the command"
+    );
+
+    let plain = finish(tool(&server).args(["status", "exports"]));
+    assert_eq!(plain.code, 0, "{plain:?}");
+    assert!(
+        plain.stdout.contains("1 of 2 permits in use"),
+        "{}",
+        plain.stdout
+    );
+    assert!(plain.stdout.contains("library"), "{}", plain.stdout);
+    let v = json(&finish(tool(&server).args(["status", "exports", "--json"])).stdout);
+    assert_eq!(v["kind"], "semaphore");
+    assert_eq!(
+        (v["limit"].as_u64(), v["in_use"].as_u64()),
+        (Some(2), Some(1))
+    );
+    assert_eq!(v["holders"][0]["pid"], std::process::id());
+    assert_eq!(v["holders"][0]["fencing_token"], mine.fencing_token());
+
+    // Both permits held: busy, and the message says so.
+    let other = client(&server);
+    let second = other.semaphore("exports", 2).unwrap().acquire().unwrap();
+    let busy = finish(tool(&server).args(["run", "--permits", "2", "-n", "exports", "--", "true"]));
+    assert_eq!(busy.code, BUSY, "{busy:?}");
+    assert!(
+        busy.stderr.contains("all 2 permits are held"),
+        "{}",
+        busy.stderr
+    );
+
+    let _lock = locks.lock("report").unwrap();
+    let list = finish(tool(&server).arg("list"));
+    assert_eq!(list.code, 0, "{list:?}");
+    assert!(list.stdout.contains("report"), "{}", list.stdout);
+    let row = list
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("exports"))
+        .unwrap_or_else(|| panic!("{}", list.stdout));
+    assert_eq!(
+        row.split_whitespace().collect::<Vec<_>>(),
+        ["exports", "2", "2", "0"]
+    );
+    let items = json(&finish(tool(&server).args(["list", "--json"])).stdout);
+    let sem = items
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["kind"] == "semaphore")
+        .unwrap();
+    assert_eq!(
+        (sem["key"].as_str(), sem["in_use"].as_u64()),
+        (Some("exports"), Some(2))
+    );
+
+    // An operator breaks every permit.
+    let broke = finish(tool(&server).args(["release", "exports", "--force"]));
+    assert_eq!(broke.code, 0, "{broke:?}");
+    assert!(broke.stdout.contains("broke"), "{}", broke.stdout);
+    assert_eq!(mine.release().unwrap(), redis_lock::ReleaseOutcome::Late);
+    drop(second);
+    let free = finish(tool(&server).args(["status", "exports"]));
+    // Nothing held: the permits key is gone, and the name reads as free.
+    assert_eq!(free.code, 1, "no permit held: {free:?}");
+    assert!(free.stdout.contains("free"), "{}", free.stdout);
+}
+
+// ---------------------------------------------------------------------------------------
+// Lease handles: `run` passes one to its command; `extend --handle`, `release --handle`
+
+fn pttl(server: &RedisServer, key: &str) -> i64 {
+    redis::cmd("PTTL")
+        .arg(format!("lock:{{{key}}}"))
+        .query(&mut server.connection())
+        .unwrap()
+}
+
+/// The test process holds the lock and hands its handle to a second process (the tool),
+/// which extends and then releases it; the first guard then finds the lock no longer its own.
+#[test]
+fn a_handle_passed_to_another_process_extends_and_releases_the_lock() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let guard = locks
+        .options("handed")
+        .ttl(Duration::from_secs(60))
+        .watchdog(false)
+        .acquire()
+        .unwrap();
+    let handle = guard.handle().to_string_secret();
+
+    let done = finish(tool(&server).args(["extend", "--handle", &handle, "--ttl", "10m"]));
+    assert_eq!(done.code, 0, "{done:?}");
+    assert!(!done.stdout.contains(guard.token()), "{done:?}");
+    assert!(pttl(&server, "handed") > 120_000, "extended to 10 minutes");
+    assert!(held(&locks, "handed"));
+
+    let done = finish(tool(&server).args(["release", "--handle", &handle, "--json"]));
+    assert_eq!(done.code, 0, "{done:?}");
+    assert_eq!(json(&done.stdout)["released"], Value::Bool(true));
+    assert!(!held(&locks, "handed"), "released by the second process");
+
+    // The first process's guard: no longer its own.
+    let err = guard.remaining_ttl().unwrap_err();
+    assert!(err.is_lost(), "{err:?}");
+    assert!(guard.is_lost());
+    assert_eq!(guard.release().unwrap(), ReleaseOutcome::Late);
+
+    // The handle is spent: a second release says so with the "lost" code.
+    let done = finish(tool(&server).args(["release", "--handle", &handle]));
+    assert_eq!(done.code, LOST, "{done:?}");
+    one_line(&done.stderr);
+    assert!(!done.stderr.contains(guard_token_of(&handle)), "{done:?}");
+}
+
+fn guard_token_of(handle: &str) -> &str {
+    handle.split(':').nth(4).unwrap()
+}
+
+/// `run` gives its command the handle in `$REDIS_LOCK_HANDLE`; the command finishes the lock
+/// early with `release --handle`.
+#[test]
+fn a_run_command_releases_its_lock_early_through_the_handle() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let script = "\"$TOOL\" release --handle \"$REDIS_LOCK_HANDLE\" && \
+                  \"$TOOL\" status early --json; echo \"status=$?\"";
+    let done = finish(
+        tool(&server)
+            .env("TOOL", cli_binary())
+            .args(["run", "early", "--ttl", "5s", "--"])
+            .args(sh(script)),
+    );
+    assert_eq!(done.code, 0, "{done:?}");
+    assert!(done.stdout.contains("released lock \"early\""), "{done:?}");
+    // `status` (exit 1: free) ran after the release, inside the command.
+    assert!(done.stdout.contains("\"held\":false"), "{done:?}");
+    assert!(done.stdout.contains("status=1"), "{done:?}");
+    assert!(!held(&locks, "early"));
+}
+
+#[test]
+fn bad_handles_are_one_clear_line_and_change_nothing() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let guard = locks.lock("kept").unwrap();
+    let handle = guard.handle().to_string_secret();
+    let token = guard_token_of(&handle).to_owned();
+    let tampered = handle.replace(&token, &"0".repeat(32));
+    for (args, code) in [
+        (vec!["release", "--handle", "not-a-handle"], USAGE),
+        (vec!["extend", "--handle", "garbage", "--ttl", "1s"], USAGE),
+        (vec!["release", "--handle", &tampered], LOST),
+        (vec!["extend", "--handle", &tampered, "--ttl", "1m"], LOST),
+        (vec!["release", "kept", "--handle", &handle], USAGE),
+        (vec!["extend", "--ttl", "1m"], USAGE),
+    ] {
+        let done = finish(tool(&server).args(&args));
+        assert_eq!(done.code, code, "{args:?}: {done:?}");
+        one_line(&done.stderr);
+        assert!(!done.stderr.contains(&token), "{done:?}");
+    }
+    // Under another namespace: refused before anything is sent.
+    let done =
+        finish(tool(&server).args(["--namespace", "other:", "release", "--handle", &handle]));
+    assert_eq!(done.code, USAGE, "{done:?}");
+    assert!(done.stderr.contains("namespace"), "{done:?}");
+    assert!(guard.remaining_ttl().unwrap().is_some(), "still ours");
+    assert_eq!(guard.release().unwrap(), ReleaseOutcome::Released);
+}
+
+// ---------------------------------------------------------------------------------------
+// run with several locks: --also
+
+#[test]
+fn run_with_also_holds_every_lock_together() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let done = finish(
+        tool(&server)
+            .env("TOOL", cli_binary())
+            .args(["run", "b", "--also", "a", "--also", "c", "--"])
+            .args(sh(
+                "echo \"$REDIS_LOCK_KEYS|$REDIS_LOCK_FENCING_TOKENS|${REDIS_LOCK_HANDLE:-none}\"; \
+                 \"$TOOL\" status a --json; \"$TOOL\" status c --json",
+            )),
+    );
+    assert_eq!(done.code, 0, "{done:?}");
+    let first = done.stdout.lines().next().unwrap();
+    let fields: Vec<&str> = first.split('|').collect();
+    assert_eq!(fields[0], "a,b,c");
+    assert!(
+        fields[1].starts_with("a=") && fields[1].contains(",c="),
+        "{first}"
+    );
+    assert_eq!(fields[2], "none", "no handle for several locks");
+    assert_eq!(done.stdout.matches("\"held\":true").count(), 2, "{done:?}");
+    for n in ["a", "b", "c"] {
+        assert!(!held(&locks, n), "{n} released after the command");
+    }
+
+    // One of them busy: nothing is taken, busy exit code, the busy one named.
+    let busy = locks.lock("c").unwrap();
+    let done = finish(tool(&server).args(["run", "a", "--also", "c", "--no-wait", "--", "true"]));
+    assert_eq!(done.code, BUSY, "{done:?}");
+    assert!(done.stderr.contains("\"c\" held by"), "{done:?}");
+    assert!(!held(&locks, "a"), "nothing taken");
+    drop(busy);
+
+    // A name twice, or --also with --hold-at-least: a usage error.
+    for args in [
+        &["run", "a", "--also", "a", "--", "true"][..],
+        &[
+            "run",
+            "a",
+            "--also",
+            "b",
+            "--hold-at-least",
+            "1s",
+            "--",
+            "true",
+        ],
+    ] {
+        let done = finish(tool(&server).args(args));
+        assert_eq!(done.code, USAGE, "{args:?}: {done:?}");
+        one_line(&done.stderr);
+    }
+}
+
+/// SIGKILL of a `run` holding several locks frees every one within the TTL.
+#[test]
+fn sigkill_of_a_run_with_also_frees_every_lock_within_its_ttl() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let dir = tempfile::tempdir().unwrap();
+    let pidfile = dir.path().join("pid");
+    let script = format!("echo $$ > {}; exec sleep 30", path_arg(&pidfile));
+    let mut running = Running::start(
+        tool(&server)
+            .args(["run", "x", "--also", "y", "--ttl", "1s", "--"])
+            .args(sh(&script)),
+    );
+    assert!(wait_until(QUICK, || held(&locks, "x") && held(&locks, "y")));
+    let killed = Instant::now();
+    signal(&running.child, libc::SIGKILL);
+    let _ = running.child.wait();
+    assert!(
+        wait_until(Duration::from_secs(3), || !held(&locks, "x")
+            && !held(&locks, "y")),
+        "freed within the TTL"
+    );
+    let took = killed.elapsed();
+    eprintln!("run --also: both locks freed {took:?} after SIGKILL (ttl 1s)");
+    assert!(took < Duration::from_millis(1500), "{took:?}");
+    kill_pid_in(&pidfile);
+}
+
+/// `run --read` (flock -s) shares the lock with other readers; `run --write` waits for them;
+/// `status`, `list` and their JSON show the readers, the writer and writers waiting.
+#[test]
+fn read_runs_share_the_lock_and_status_shows_readers_and_writers() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let on_thread = |mode: redis_lock::LockMode| {
+        let locks = locks.clone();
+        std::thread::spawn(move || {
+            locks
+                .options("catalog")
+                .mode(mode)
+                .metadata("report")
+                .acquire()
+                .unwrap()
+        })
+        .join()
+        .unwrap()
+    };
+    let first = on_thread(redis_lock::LockMode::Read);
+    let second = on_thread(redis_lock::LockMode::Read);
+
+    // A read run enters beside the readers at once; a write run is busy.
+    let read = finish(tool(&server).args(["run", "catalog", "--read", "-n", "--", "true"]));
+    assert_eq!(read.code, 0, "{read:?}");
+    let read = finish(tool(&server).args(["run", "catalog", "-s", "-n", "--", "true"]));
+    assert_eq!(read.code, 0, "{read:?}");
+    let write = finish(tool(&server).args(["run", "catalog", "--write", "-n", "--", "true"]));
+    assert_eq!(write.code, BUSY, "{write:?}");
+    // A mutex run on the name is a clear error, not a wait.
+    let mutex = finish(tool(&server).args(["run", "catalog", "-n", "--", "true"]));
+    assert_eq!(mutex.code, UNAVAILABLE, "{mutex:?}");
+    assert!(mutex.stderr.contains("another type"), "{mutex:?}");
+    one_line(&mutex.stderr);
+
+    // A waiting writer shows, and keeps new readers out.
+    let writer = Running::start(
+        tool(&server).args(["run", "catalog", "--write", "--wait", "20s", "--", "true"]),
+    );
+    assert!(wait_until(QUICK, || {
+        locks.inspect("catalog").unwrap().unwrap().writers_waiting == 1
+    }));
+    let status = finish(tool(&server).args(["status", "catalog"]));
+    assert_eq!(status.code, 0, "{status:?}");
+    assert!(
+        status.stdout.contains("held for reading by 2 reader(s)"),
+        "{}",
+        status.stdout
+    );
+    assert!(status.stdout.contains("1 waiting"), "{}", status.stdout);
+    let v = json(&finish(tool(&server).args(["status", "catalog", "--json"])).stdout);
+    assert_eq!(
+        (
+            v["mode"].as_str(),
+            v["readers"].as_u64(),
+            v["writers_waiting"].as_u64()
+        ),
+        (Some("read"), Some(2), Some(1)),
+        "{v}"
+    );
+    let list = finish(tool(&server).args(["list"]));
+    assert!(list.stdout.contains("read(2)"), "{}", list.stdout);
+    let busy = finish(tool(&server).args(["run", "catalog", "--read", "-n", "--", "true"]));
+    assert_eq!(
+        busy.code, BUSY,
+        "a waiting writer keeps new readers out: {busy:?}"
+    );
+
+    drop((first, second));
+    let done = writer.finish(QUICK);
+    assert_eq!(
+        done.code, 0,
+        "the writer ran once the readers left: {done:?}"
+    );
+    let both = finish(tool(&server).args(["run", "catalog", "--read", "--write", "--", "true"]));
+    assert_eq!(both.code, USAGE, "{both:?}");
+}

@@ -539,3 +539,44 @@ fn annotated_call_costs_what_hand_written_code_costs() {
     assert_eq!(annotated.get("evalsha"), Some(&2), "{annotated:?}");
     assert_eq!(annotated_requests, 2);
 }
+
+// --- several keys ---------------------------------------------------------------------------
+
+/// Both accounts locked together, as one multi-lock; the guard binding is the `MultiGuard`.
+#[distributed_lock(keys = ["account:{from}", "account:{to}"], client = locks, ttl = 10, guard = both)]
+fn transfer(locks: &LockClient, from: u32, to: u32) -> Result<Vec<String>, AppError> {
+    assert!(!both.is_lost());
+    Ok(both.keys().iter().map(|k| (*k).to_owned()).collect())
+}
+
+#[distributed_lock(keys = ["left", "right"], client = locks, on_busy = "skip")]
+fn both_or_skip(locks: &LockClient) -> Option<()> {
+    assert!(!is_free(locks, "left") && !is_free(locks, "right"));
+    Some(())
+}
+
+#[test]
+fn keys_take_every_lock_together_and_release_them_after_the_call() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let held = transfer(&locks, 2, 1).unwrap();
+    assert_eq!(held, ["account:1", "account:2"]);
+    assert!(is_free(&locks, "account:1") && is_free(&locks, "account:2"));
+
+    // One of them busy: the call fails with nothing held (wait bounded by the client).
+    let other = client(&server);
+    let busy = other.lock("account:2").unwrap();
+    let short = LockClient::builder(&server.url())
+        .default_wait(Some(Duration::from_millis(100)))
+        .build()
+        .unwrap();
+    let err = transfer(&short, 1, 2).unwrap_err().lock_error();
+    assert!(err.is_timeout(), "{err:?}");
+    assert!(is_free(&locks, "account:1"), "nothing held");
+    drop(busy);
+
+    assert_eq!(both_or_skip(&locks), Some(()));
+    let _left = other.lock("left").unwrap();
+    assert_eq!(both_or_skip(&locks), None, "skipped: one is busy");
+    assert!(is_free(&locks, "right"));
+}

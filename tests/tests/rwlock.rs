@@ -776,3 +776,214 @@ fn the_attribute_takes_read_and_write_locks() {
     assert!(info_fence > 0, "the writer saw its own lock");
     assert!(locks.inspect("report:7").unwrap().is_none(), "released");
 }
+
+/// Mixed load, 10 % writes: no write waits out its wait bound because readers that woke and
+/// blocked again took its wake-up (the benchmark's first version found writers waiting 10 s).
+#[test]
+fn writers_are_woken_under_a_mixed_load() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let workers: Vec<_> = (0..8u32)
+        .map(|w| {
+            let locks = locks.clone();
+            std::thread::spawn(move || {
+                let mut longest = Duration::ZERO;
+                for i in 0..60u32 {
+                    if Instant::now() > deadline {
+                        break;
+                    }
+                    let write = (i + w) % 10 == 0;
+                    let mode = if write {
+                        LockMode::Write
+                    } else {
+                        LockMode::Read
+                    };
+                    let asked = Instant::now();
+                    let guard = locks
+                        .try_acquire_with(
+                            "mixed",
+                            &ttl(10_000).mode(mode).wait(Duration::from_secs(10)),
+                        )
+                        .unwrap()
+                        .expect("acquired within the wait");
+                    if write {
+                        longest = longest.max(asked.elapsed());
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                    drop(guard);
+                }
+                longest
+            })
+        })
+        .collect();
+    let longest = workers
+        .into_iter()
+        .map(|w| w.join().unwrap())
+        .max()
+        .unwrap();
+    println!("longest write wait under a mixed load: {longest:?}");
+    assert!(Instant::now() < deadline, "the load finished in time");
+    assert!(longest < Duration::from_secs(3), "{longest:?}");
+}
+
+/// A waiting writer keeps new readers out only while it waits: one that gives up lets them in
+/// at once (its leave wakes them), one that is killed (SIGKILL) by the time its registration
+/// lapses (its announced wait, here the 1 s share's expiry, plus the 1 s waiter margin).
+#[test]
+fn a_writer_that_stops_waiting_lets_readers_in() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let share = locks
+        .acquire_with("gate", &ttl(1000).mode(LockMode::Read))
+        .unwrap();
+    let writers_waiting = |locks: &redis_lock::LockClient| {
+        locks
+            .inspect("gate")
+            .unwrap()
+            .map_or(0, |i| i.writers_waiting)
+    };
+    // A writer that gives up.
+    let other = locks.clone();
+    let writer = std::thread::spawn(move || {
+        let r = other.try_write_lock_for("gate", Duration::from_millis(600));
+        (r.unwrap().is_none(), Instant::now())
+    });
+    assert!(wait_until(Duration::from_secs(5), || writers_waiting(
+        &locks
+    ) == 1));
+    let other = locks.clone();
+    let reader = std::thread::spawn(move || {
+        let share = other
+            .try_read_lock_for("gate", Duration::from_secs(10))
+            .unwrap()
+            .expect("in once the writer gave up");
+        (Instant::now(), share.release().unwrap())
+    });
+    let (gave_up, at) = writer.join().unwrap();
+    assert!(gave_up, "the share was held the whole time");
+    let (entered, released) = reader.join().unwrap();
+    let late = entered.saturating_duration_since(at);
+    println!("reader in {late:?} after the waiting writer gave up");
+    assert!(late < Duration::from_millis(500), "{late:?}");
+    assert_eq!(released, ReleaseOutcome::Released);
+    // A writer that is killed while it waits.
+    let mut dead = Holder::spawn(HOLDER, &["write-wait", &server.url(), "gate"]);
+    assert!(wait_until(Duration::from_secs(10), || writers_waiting(
+        &locks
+    ) == 1));
+    dead.kill();
+    let killed = Instant::now();
+    let other = locks;
+    let entered = elsewhere(move || {
+        let share = other
+            .try_read_lock_for("gate", Duration::from_secs(10))
+            .unwrap()
+            .expect("in once the dead writer's registration lapsed");
+        drop(share);
+        killed.elapsed()
+    });
+    println!("reader in {entered:?} after the waiting writer was killed");
+    assert!(entered < Duration::from_millis(2000 + 500), "{entered:?}");
+    drop(share);
+}
+
+/// Shares across processes: 4 `lock-holder` processes hold read shares at once, each with its
+/// own fencing token; a writer in this process waits for all of them and gets a greater token.
+#[test]
+fn reader_processes_share_the_lock_and_a_writer_waits_for_them() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let mut readers: Vec<Holder> = (0..4)
+        .map(|_| Holder::spawn(HOLDER, &["read", &server.url(), "procs", "5000"]))
+        .collect();
+    let mut tokens: Vec<u64> = readers
+        .iter_mut()
+        .map(|r| {
+            let line = r
+                .expect("ACQUIRED", Duration::from_secs(10))
+                .expect("a share");
+            line.trim_start_matches("ACQUIRED ").trim().parse().unwrap()
+        })
+        .collect();
+    // All four answered while holding: they hold at the same time.
+    let info = locks.inspect("procs").unwrap().unwrap();
+    assert_eq!((info.mode, info.readers), (Some(LockMode::Read), 4));
+    tokens.sort_unstable();
+    tokens.dedup();
+    assert_eq!(tokens.len(), 4, "a token per share");
+    let writer = std::thread::spawn({
+        let locks = locks.clone();
+        move || {
+            locks
+                .try_write_lock_for("procs", Duration::from_secs(20))
+                .unwrap()
+                .map(|g| g.fencing_token())
+        }
+    });
+    assert!(wait_until(Duration::from_secs(5), || {
+        locks.inspect("procs").unwrap().unwrap().writers_waiting == 1
+    }));
+    for r in &mut readers {
+        r.send("release");
+        assert_eq!(
+            r.expect("RELEASED", Duration::from_secs(10)).as_deref(),
+            Some("RELEASED Released")
+        );
+        assert!(r.finish(Duration::from_secs(10)));
+    }
+    let token = writer.join().unwrap().expect("the writer got the lock");
+    assert!(token > *tokens.last().unwrap());
+}
+
+/// A read share lives through a slot migration: with only the fencing counter moved, with
+/// every key moved in one batch while the slot still migrates, and after it moved; its
+/// renewals (two keys: the lock and its shares) keep working, and the fencing counter moves
+/// along.
+#[test]
+fn a_read_share_survives_a_slot_migration() {
+    let cluster = RedisCluster::start(3);
+    let locks = cluster_client(&cluster);
+    let name = "rw-migrating";
+    let lock = format!("lock:{{{name}}}");
+    let slot = cluster.keyslot(&lock);
+    let source = cluster.node_for_slot(slot).port();
+    let target = cluster
+        .nodes()
+        .iter()
+        .position(|n| n.port() != source)
+        .unwrap();
+    let target_port = cluster.nodes()[target].port();
+    let share = locks
+        .acquire_with(name, &ttl(900).mode(LockMode::Read))
+        .unwrap();
+    let fence = share.fencing_token();
+    let renewals_hold = |what: &str| {
+        // Three renewal periods (300 ms each): the watchdog keeps the share.
+        let until = Instant::now() + Duration::from_millis(1000);
+        while Instant::now() < until {
+            assert!(!share.is_lost(), "lost {what}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(share.remaining_ttl().unwrap().is_some(), "{what}");
+    };
+    let migration = cluster.begin_migration(slot, target);
+    redis::cmd("MIGRATE")
+        .arg("127.0.0.1")
+        .arg(target_port)
+        .arg(format!("{lock}:fence"))
+        .arg(0)
+        .arg(5000)
+        .query::<()>(&mut cluster.node_for_slot(slot).connection())
+        .unwrap();
+    renewals_hold("with the fence counter moved");
+    // The lock and its shares move in one batch, as a reshard moves a slot's keys.
+    while migration.move_keys(10) > 0 {}
+    renewals_hold("with all keys moved");
+    migration.finish();
+    assert_eq!(cluster.port_for_slot(slot), target_port);
+    renewals_hold("after the slot moved");
+    assert_eq!(share.release().unwrap(), ReleaseOutcome::Released);
+    let writer = locks.try_write_lock(name).unwrap().expect("free");
+    assert!(writer.fencing_token() > fence, "the counter moved along");
+}

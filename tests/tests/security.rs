@@ -216,6 +216,41 @@ fn workload(server: &RedisServer, url: &str) -> redis_lock::Result<()> {
         Ok(_) => panic!("no replica can acknowledge"),
     }
     locks.force_release("acl")?;
+
+    // Several locks at once (one script), a lease handle resumed, a cancelled waiter.
+    let both = locks.lock_all(["acl-a", "acl-b"])?;
+    let handle = locks
+        .options("acl-h")
+        .wait(Duration::ZERO)
+        .acquire()?
+        .into_handle();
+    client_for(url).resume(&handle)?.release()?;
+    let cancel = redis_lock::CancelToken::new();
+    let waiter = {
+        let (other, cancel) = (client_for(url), cancel.clone());
+        std::thread::spawn(move || {
+            other.acquire_with(
+                "acl-a",
+                &redis_lock::LockOptions::new()
+                    .wait(Duration::from_secs(1))
+                    .cancel(cancel),
+            )
+        })
+    };
+    wait_until(Duration::from_secs(1), || {
+        server.info_field("clients", "blocked_clients").unwrap() == "1"
+    });
+    cancel.cancel();
+    match waiter.join().unwrap() {
+        Err(Error::Cancelled { .. }) => {}
+        Err(e) => return Err(e),
+        Ok(_) => {
+            return Err(Error::Busy {
+                key: "acl-a".into(),
+            });
+        }
+    }
+    both.release()?;
     Ok(())
 }
 

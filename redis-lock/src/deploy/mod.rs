@@ -13,6 +13,7 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::store::connection::PooledConn;
 use crate::store::{Ack, Store, Wake};
+use crate::wire::multi::AllAttempt;
 use crate::wire::token::new_token;
 use crate::wire::{
     Attempt, AttemptArgs, Broken, Claim, Holder, LockKeys, OwnedTtl, Release, Renewal,
@@ -99,6 +100,30 @@ impl Deployment {
         }
     }
 
+    /// One all-or-nothing attempt on several locks of `p` (`(keys, token)` per member), as one
+    /// script. `Ok(None)` when that is not possible here (a quorum, keys in several Cluster
+    /// slots, a primitive without such a script): take the members one by one instead.
+    pub(crate) fn attempt_all(
+        &self,
+        p: &Arc<dyn Primitive>,
+        members: &[(&LockKeys, &str)],
+        ttl: Duration,
+        holder: &str,
+        meta: &str,
+    ) -> Result<Option<AllAttempt>> {
+        match self {
+            Deployment::Single(store) => {
+                let keys: Vec<&LockKeys> = members.iter().map(|m| m.0).collect();
+                if !store.one_script(&keys) {
+                    return Ok(None);
+                }
+                let mut conn = store.conn()?;
+                p.attempt_all(&mut conn, members, ttl, holder, meta)
+            }
+            Deployment::Quorum(_) => Ok(None),
+        }
+    }
+
     /// `Ok(None)` when this deployment does not hand out grants to pop.
     pub(crate) fn claim(&self, p: &Arc<dyn Primitive>, c: &ClaimArgs<'_>) -> Result<Option<Claim>> {
         match self {
@@ -156,10 +181,28 @@ impl Deployment {
 
     /// Blocks until a release wakes us or `timeout` passes. A single store pops the grant; a
     /// quorum only peeks, on the server `wait_on` the attempt saw the holder on.
-    pub(crate) fn wait(&self, list: &str, timeout: Duration, wait_on: Option<usize>) -> Wake {
+    /// `cancel`: the waiter's cancel list and its cancel flag. A single store blocks on the
+    /// cancel list too (a cancel pushes onto it: [`wake`](Self::wake)); a quorum blocks in
+    /// short slices and looks at the flag between them.
+    pub(crate) fn wait(
+        &self,
+        list: &str,
+        timeout: Duration,
+        wait_on: Option<usize>,
+        cancel: Option<(&str, &dyn Fn() -> bool)>,
+    ) -> Wake {
         match self {
-            Deployment::Single(store) => store.wait(list, timeout, true),
-            Deployment::Quorum(q) => q.wait(list, timeout, wait_on),
+            Deployment::Single(store) => store.wait(list, cancel.map(|c| c.0), timeout, true),
+            Deployment::Quorum(q) => q.wait(list, timeout, wait_on, cancel.map(|c| c.1)),
+        }
+    }
+
+    /// Ends the blocking wait of waiter `id` on `keys` (a cancel). Nothing to send to a
+    /// quorum, whose cancellable waits are sliced.
+    pub(crate) fn wake(&self, keys: &LockKeys, id: &str) -> Result<()> {
+        match self {
+            Deployment::Single(store) => store.wake(keys, id),
+            Deployment::Quorum(_) => Ok(()),
         }
     }
 
@@ -210,6 +253,18 @@ impl Deployment {
         match self {
             Deployment::Single(store) => vec![store],
             Deployment::Quorum(q) => q.stores().collect(),
+        }
+    }
+}
+
+impl Deployment {
+    /// The one store of a single-store deployment (a server, Sentinel, Cluster); `None` under
+    /// Redlock. For primitives that are only sound on one store (the semaphore) and their
+    /// calls outside the seam.
+    pub(crate) fn single(&self) -> Option<&Store> {
+        match self {
+            Deployment::Single(store) => Some(store),
+            Deployment::Quorum(_) => None,
         }
     }
 }

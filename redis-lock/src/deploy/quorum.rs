@@ -73,6 +73,9 @@ use crate::wire::token::{new_token, random_below};
 use crate::wire::{Attempt, AttemptArgs, Broken, Holder, LockKeys, OwnedTtl, Release, Renewal};
 
 /// How long a server that failed with a connection error is skipped.
+/// How long one slice of a cancellable Redlock wait blocks (see `Quorum::wait`).
+pub(crate) const CANCEL_SLICE: Duration = Duration::from_millis(10);
+
 const DOWN_FOR: Duration = Duration::from_millis(500);
 
 /// When a quorum's servers disagree so that nobody holds a majority, try again after at most
@@ -1322,14 +1325,41 @@ impl Quorum {
     /// leaves the grant in place); its next attempt takes the grant on each server with its
     /// own token (`ACQUIRE` gives a pending grant to a registered waiter), and it holds the
     /// lock only with a majority, as any attempt.
-    pub(crate) fn wait(&self, list: &str, timeout: Duration, wait_on: Option<usize>) -> Wake {
+    ///
+    /// A peek blocks on one list only (`BLMOVE` has one source), so a cancellable wait
+    /// (`cancelled` given) blocks in slices of [`CANCEL_SLICE`] and looks at the flag between
+    /// them.
+    pub(crate) fn wait(
+        &self,
+        list: &str,
+        timeout: Duration,
+        wait_on: Option<usize>,
+        cancelled: Option<&dyn Fn() -> bool>,
+    ) -> Wake {
+        let Some(cancelled) = cancelled else {
+            return self.wait_once(list, timeout, wait_on);
+        };
+        let end = Instant::now() + timeout;
+        loop {
+            let left = end.saturating_duration_since(Instant::now());
+            if cancelled() || left.is_zero() {
+                return Wake::Nothing;
+            }
+            match self.wait_once(list, left.min(CANCEL_SLICE), wait_on) {
+                Wake::Nothing => {}
+                other => return other,
+            }
+        }
+    }
+
+    fn wait_once(&self, list: &str, timeout: Duration, wait_on: Option<usize>) -> Wake {
         let first = wait_on.unwrap_or(0);
         for k in 0..self.total() {
             let m = &self.members[(first + k) % self.total()];
             if m.skipped() {
                 continue;
             }
-            match m.store.wait(list, timeout, false) {
+            match m.store.wait(list, None, timeout, false) {
                 Wake::Failed => continue,
                 other => return other,
             }

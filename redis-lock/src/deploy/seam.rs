@@ -14,6 +14,7 @@ use std::time::Duration;
 use redis::ConnectionLike;
 
 use crate::error::Result;
+use crate::wire::multi::AllAttempt;
 use crate::wire::{
     Attempt, AttemptArgs, Broken, Claim, Holder, LockKeys, OwnedTtl, Release, Renewal,
 };
@@ -27,6 +28,20 @@ pub(crate) trait Primitive: Send + Sync + std::fmt::Debug {
 
     /// Take the lock, or find it busy (registering as a waiter as `args` say).
     fn attempt(&self, con: &mut dyn ConnectionLike, args: &AttemptArgs<'_>) -> Result<Attempt>;
+
+    /// Take several locks of this primitive at once, all or none, on a store where one script
+    /// can name all their keys: `(keys, owner token)` per member. `Ok(None)`: the primitive
+    /// has no such script (the multi-lock then takes the members one by one, in order).
+    fn attempt_all(
+        &self,
+        _con: &mut dyn ConnectionLike,
+        _members: &[(&LockKeys, &str)],
+        _ttl: Duration,
+        _holder: &str,
+        _meta: &str,
+    ) -> Result<Option<AllAttempt>> {
+        Ok(None)
+    }
 
     /// Make a popped grant ours: holder information, minimum hold, full TTL.
     #[allow(clippy::too_many_arguments)]
@@ -113,6 +128,12 @@ pub(crate) trait Primitive: Send + Sync + std::fmt::Debug {
         } else {
             Nested::Attempt(None)
         }
+    }
+
+    /// The wake-up list a waiter of this primitive blocks on (`waiter`: its id; `fair`: fair
+    /// mode). The mutex: the shared list, or the fair waiter's own.
+    fn wake_list(&self, keys: &LockKeys, waiter: &str, fair: bool) -> String {
+        crate::wire::mutex::wake_list(keys, waiter, fair)
     }
 
     /// Whether the primitive is sound on a Redlock quorum; if not, acquisitions under Redlock

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use tracing::Span;
 
+use super::cancel::CancelToken;
 use super::lease::{Lease, Start};
 use super::observe::{self, Hold, Labels};
 use super::retry::{RetryStrategy, Step};
@@ -30,7 +31,7 @@ use crate::error::{Error, Result};
 use crate::options::{LockOptions, MAX_METADATA_LEN, MAX_TTL, validate_cooldown, validate_ttl};
 use crate::store::{Ack, NO_CONNECTION_POLL, Wake};
 use crate::wire::token::{Ids, new_ids};
-use crate::wire::{Attempt, AttemptArgs, Claim, Grant, HANDOFF_GRACE, LockKeys, mutex};
+use crate::wire::{Attempt, AttemptArgs, Claim, Grant, HANDOFF_GRACE, LockKeys};
 
 /// Longest single wait of a fair waiter: it checks in at least this often, so a dead one is
 /// noticed within `FAIR_CHECK_IN + WAITER_MARGIN`.
@@ -170,6 +171,9 @@ impl Inner {
         let keys = self.keys(name)?;
         let ttl = opts.ttl.unwrap_or(self.config.default_ttl);
         validate(ttl, opts)?;
+        if opts.cancel.as_ref().is_some_and(CancelToken::is_cancelled) {
+            return Err(cancelled(name));
+        }
         let mut nested_primitive = None;
         if let Some(lease) = registry::held_here(self, name) {
             match primitive.nested(lease.kind(), &lease.token) {
@@ -234,6 +238,12 @@ impl Inner {
     }
 }
 
+fn cancelled(name: &str) -> Error {
+    Error::Cancelled {
+        key: name.to_owned(),
+    }
+}
+
 /// Bad input is refused before anything is sent.
 fn validate(ttl: Duration, opts: &LockOptions) -> Result<()> {
     validate_ttl(ttl)?;
@@ -287,12 +297,38 @@ impl Acquisition<'_> {
     }
 
     fn run(self, retry: &RetryStrategy, deadline: &Deadline) -> Result<Option<Arc<Lease>>> {
-        let wake = mutex::wake_list(&self.keys, &self.ids.waiter, self.fair);
+        let wake = self
+            .primitive
+            .wake_list(&self.keys, &self.ids.waiter, self.fair);
         let mut registration: Option<Registration> = None;
         let mut attempt = 0u32;
         // Counts this thread as waiting from its first wait on.
         let mut waiting = None;
+        // Registered before the flag is looked at (see `cancel`): a cancel from now on either
+        // is seen below or ends the wait it lands in.
+        let cancel = self.opts.cancel.as_ref();
+        let cancel_list = self.keys.cancel(&self.ids.waiter);
+        let _waker = cancel.map(|token| {
+            let (inner, keys, id) = (
+                Arc::clone(self.inner),
+                self.keys.clone(),
+                self.ids.waiter.clone(),
+            );
+            token.on_cancel(move || {
+                if let Err(error) = inner.deployment.wake(&keys, &id) {
+                    tracing::debug!(target: "redis_lock", %error, "could not wake a cancelled waiter; it stops at the end of its current wait");
+                }
+            })
+        });
+        let is_cancelled = || cancel.is_some_and(CancelToken::is_cancelled);
         loop {
+            if is_cancelled() {
+                if registration.is_some() {
+                    self.leave();
+                }
+                tracing::debug!(target: "redis_lock", key = self.name, "acquisition cancelled");
+                return Err(cancelled(self.name));
+            }
             attempt += 1;
             self.attempts.set(attempt);
             let left = deadline.at.saturating_duration_since(Instant::now());
@@ -369,14 +405,27 @@ impl Acquisition<'_> {
                     return Ok(None);
                 }
                 Step::Sleep(d) => {
-                    std::thread::sleep(d);
+                    match cancel {
+                        Some(token) => {
+                            token.sleep(d);
+                        }
+                        None => std::thread::sleep(d),
+                    }
                     None
                 }
-                Step::WaitSignal(d) => self.wait(&wake, d, attempted.wait_on),
+                Step::WaitSignal(d) => {
+                    let cancel = cancel.map(|_| (cancel_list.as_str(), &is_cancelled as _));
+                    self.wait(&wake, d, attempted.wait_on, cancel)
+                }
             };
             let Some(grant) = popped else {
                 continue;
             };
+            if is_cancelled() {
+                // Cancelled while a release granted us the lock: hand it on.
+                self.pass_on(&grant);
+                return Err(cancelled(self.name));
+            }
             if let Some(lease) = self.take_grant(grant, registration, deadline)? {
                 return Ok(Some(lease));
             }
@@ -420,14 +469,47 @@ impl Acquisition<'_> {
         }
     }
 
-    /// Blocks until a release pushes a grant to the wake-up list, or `timeout` passes.
-    fn wait(&self, list: &str, timeout: Duration, wait_on: Option<usize>) -> Option<Grant> {
-        match self.inner.deployment.wait(list, timeout, wait_on) {
+    /// Gives a grant we popped but will not use to the next waiter (the release's handoff),
+    /// and forgets our registration.
+    fn pass_on(&self, grant: &Grant) {
+        let registration = if self.fair { "" } else { &self.ids.waiter };
+        let passed = self.inner.deployment.release(
+            self.primitive,
+            &ReleaseArgs {
+                keys: &self.keys,
+                token: &grant.token,
+                cooldown: Duration::ZERO,
+                grant: &self.ids.grant,
+                registration,
+                undo: true,
+            },
+        );
+        if let Err(error) = passed {
+            tracing::warn!(target: "redis_lock", key = self.name, %error, "could not pass on a grant of a cancelled acquisition; it lapses after the handoff grace");
+        }
+    }
+
+    /// Blocks until a release pushes a grant to the wake-up list, a cancel wakes us, or
+    /// `timeout` passes.
+    fn wait(
+        &self,
+        list: &str,
+        timeout: Duration,
+        wait_on: Option<usize>,
+        cancel: Option<(&str, &dyn Fn() -> bool)>,
+    ) -> Option<Grant> {
+        match self.inner.deployment.wait(list, timeout, wait_on, cancel) {
             Wake::Grant(grant) => Some(grant),
             Wake::Nothing => None,
             Wake::Failed => {
                 // Do not spin against a Redis that fails at once.
-                std::thread::sleep(timeout.min(NO_CONNECTION_POLL));
+                let pause = timeout.min(NO_CONNECTION_POLL);
+                match &self.opts.cancel {
+                    Some(token) => {
+                        token.sleep(pause);
+                    }
+                    None => std::thread::sleep(pause),
+                }
                 None
             }
         }
@@ -524,33 +606,49 @@ impl Acquisition<'_> {
 
     /// Makes an acquired lock a lease: registry, watchdog.
     fn hold(&self, start: Start) -> Result<Arc<Lease>> {
-        let inner = self.inner;
-        let hold = Hold::start(
-            self.name,
-            self.labels.clone(),
-            start.fence,
-            start.acquired,
-            self.parent,
-        );
-        let lease = Arc::new(Lease::new(
-            inner.registry.next_id(),
-            Arc::clone(inner),
-            Arc::clone(self.primitive),
+        start_lease(
+            self.inner,
+            self.primitive,
             self.name,
             self.keys.clone(),
+            self.labels,
+            self.parent,
             start,
-            hold,
-        ));
-        if self.watchdog
-            && let Err(e) = watchdog::start(&lease)
-        {
-            let _ = lease.release();
-            return Err(Error::System(e));
-        }
-        inner.registry.remember(&lease);
-        registry::remember_here(inner, &lease);
-        Ok(lease)
+            self.watchdog,
+        )
     }
+}
+
+/// Makes a held lock a lease (an acquired one, or one resumed from a handle): the hold span,
+/// the registry, the watchdog.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn start_lease(
+    inner: &Arc<Inner>,
+    primitive: &Arc<dyn Primitive>,
+    name: &str,
+    keys: LockKeys,
+    labels: &Labels,
+    parent: &Span,
+    start: Start,
+    watchdog: bool,
+) -> Result<Arc<Lease>> {
+    let hold = Hold::start(name, labels.clone(), start.fence, start.acquired, parent);
+    let lease = Arc::new(Lease::new(
+        inner.registry.next_id(),
+        Arc::clone(inner),
+        Arc::clone(primitive),
+        name,
+        keys,
+        start,
+        hold,
+    ));
+    if watchdog && let Err(e) = watchdog::start(&lease) {
+        let _ = lease.release();
+        return Err(Error::System(e));
+    }
+    inner.registry.remember(&lease);
+    registry::remember_here(inner, &lease);
+    Ok(lease)
 }
 
 #[cfg(test)]

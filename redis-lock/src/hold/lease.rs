@@ -34,13 +34,20 @@ pub enum ReleaseOutcome {
     /// Other guards of the same reentrant acquisition are still alive; the lock is released
     /// when the last of them is gone.
     StillHeld,
+    /// Ownership was given to a [`LeaseHandle`](crate::LeaseHandle)
+    /// ([`LockGuard::into_handle`](crate::LockGuard::into_handle)): nothing was sent, and the
+    /// lock stays held for whoever has the handle.
+    HandedOff,
 }
 
 impl ReleaseOutcome {
     /// `true` for [`Released`](Self::Released) and [`StillHeld`](Self::StillHeld): the lock
     /// protected the holder the whole time.
     pub fn is_clean(self) -> bool {
-        matches!(self, ReleaseOutcome::Released | ReleaseOutcome::StillHeld)
+        matches!(
+            self,
+            ReleaseOutcome::Released | ReleaseOutcome::StillHeld | ReleaseOutcome::HandedOff
+        )
     }
 }
 
@@ -482,7 +489,9 @@ impl Lease {
         let held_for = self.acquired_at.elapsed();
         if let Ok(outcome) = &result {
             let (ended, reason) = match outcome {
-                ReleaseOutcome::Released | ReleaseOutcome::StillHeld => (Ended::Released, None),
+                ReleaseOutcome::Released
+                | ReleaseOutcome::StillHeld
+                | ReleaseOutcome::HandedOff => (Ended::Released, None),
                 ReleaseOutcome::Late => (Ended::Late, Some(LostReason::Expired)),
                 ReleaseOutcome::Lost => (Ended::Lost, Some(LostReason::TakenOver)),
             };
@@ -518,6 +527,35 @@ impl Lease {
     /// The primitive's kind (`mutex`, `read`, `write`, ...).
     pub(crate) fn kind(&self) -> &'static str {
         self.primitive.kind()
+    }
+
+    /// Gives ownership away without releasing (a lease handle now owns the lock): the
+    /// watchdog stops, nothing is sent, and a later release of this lease reports
+    /// `HandedOff`. `false` when it was already released or handed off.
+    pub(crate) fn hand_off(&self) -> bool {
+        {
+            let mut st = self.state.lock();
+            if st.release != Releasing::No {
+                return false;
+            }
+            st.release = Releasing::Done(ReleaseOutcome::HandedOff);
+        }
+        super::watchdog::detach(self);
+        {
+            let mut hold = self.hold.lock();
+            hold.end(Ended::HandedOff, None);
+            hold.close();
+        }
+        self.released.notify_all();
+        self.inner.registry.forget(self);
+        tracing::debug!(target: "redis_lock", key = %self.name, "lock handed off through a lease handle");
+        true
+    }
+
+    /// The TTL renewals extend to, and the local estimate of the expiry.
+    pub(crate) fn ttl_and_expiry(&self) -> (Duration, Instant) {
+        let st = self.state.lock();
+        (st.ttl, st.expires_at)
     }
 
     /// Guards alive for this acquisition.

@@ -6,12 +6,16 @@
 //! `deploy::Deployment` and gets one combined answer.
 
 pub(crate) mod acquire;
+pub(crate) mod cancel;
 pub(crate) mod lease;
+pub(crate) mod multi;
 pub(crate) mod mutex;
 pub(crate) mod observe;
 pub(crate) mod registry;
+pub(crate) mod resume;
 pub(crate) mod retry;
 pub(crate) mod rwlock;
+pub(crate) mod semaphore;
 pub(crate) mod watchdog;
 
 use std::sync::Arc;

@@ -7,6 +7,7 @@ use redis::ConnectionLike;
 
 use crate::deploy::seam::Primitive;
 use crate::error::Result;
+use crate::wire::multi::AllAttempt;
 use crate::wire::mutex::{self as script, MinHold};
 use crate::wire::{
     Attempt, AttemptArgs, Broken, Claim, Holder, LockKeys, OwnedTtl, Release, Renewal,
@@ -23,6 +24,17 @@ impl Primitive for Mutex {
 
     fn attempt(&self, con: &mut dyn ConnectionLike, args: &AttemptArgs<'_>) -> Result<Attempt> {
         script::acquire(con, args)
+    }
+
+    fn attempt_all(
+        &self,
+        con: &mut dyn ConnectionLike,
+        members: &[(&LockKeys, &str)],
+        ttl: Duration,
+        holder: &str,
+        meta: &str,
+    ) -> Result<Option<AllAttempt>> {
+        crate::wire::multi::acquire_all(con, members, ttl, holder, meta).map(Some)
     }
 
     fn claim(

@@ -36,7 +36,7 @@ pub(crate) mod names {
 pub(crate) struct Labels {
     /// Bounded-cardinality label: a key template, a caller's label, or [`OTHER`].
     pub(crate) label: Cow<'static, str>,
-    /// The primitive and its mode (`mutex`; later `read`, `write`, `semaphore`).
+    /// The primitive and its mode (`mutex`, or `read` / `write` for a read-write lock).
     pub(crate) primitive: &'static str,
 }
 
@@ -73,6 +73,8 @@ pub(crate) enum Ended {
     Lost,
     /// Ran out: its TTL passed without renewal (expired, `max_hold`, a release that failed).
     Expired,
+    /// Given to a lease handle without being released (`LockGuard::into_handle`).
+    HandedOff,
 }
 
 impl Ended {
@@ -82,6 +84,7 @@ impl Ended {
             Ended::Late => "late",
             Ended::Lost => "lost",
             Ended::Expired => "expired",
+            Ended::HandedOff => "handed_off",
         }
     }
 

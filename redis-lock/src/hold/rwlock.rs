@@ -163,6 +163,10 @@ impl Primitive for RwLock {
         script::force_release(con, keys)
     }
 
+    fn wake_list(&self, keys: &LockKeys, _waiter: &str, _fair: bool) -> String {
+        script::wake_list(keys, self.side)
+    }
+
     fn nested(&self, held: &'static str, token: &str) -> Nested {
         nested(self.side, held, token)
     }

@@ -32,6 +32,17 @@ pub(crate) enum Target {
     Sentinel(Arc<SentinelTarget>),
 }
 
+impl Target {
+    /// A Redis Cluster (scripts may only name keys of one slot).
+    pub(crate) fn is_cluster(&self) -> bool {
+        #[cfg(feature = "cluster")]
+        if let Target::Cluster(_) = self {
+            return true;
+        }
+        false
+    }
+}
+
 /// Creates connections with a bounded connect time and a bounded wait for each reply.
 #[derive(Debug, Clone)]
 pub(crate) struct Manager {

@@ -63,6 +63,8 @@ pub(crate) struct Store {
     /// Requests sent through this client (shared by all its stores and clones).
     pub(crate) requests: Arc<AtomicU64>,
     waitaof: AtomicU8,
+    /// A Redis Cluster: one script may only name keys of one slot.
+    cluster: bool,
     /// The client's housekeeping thread, which also wakes the server when a blocking wait
     /// should end (see `wake_at`).
     timer: Arc<ScheduledThreadPool>,
@@ -99,6 +101,7 @@ impl Store {
         timer: Arc<ScheduledThreadPool>,
     ) -> Store {
         Store {
+            cluster: false,
             pool: Arc::new(pool),
             waiters,
             label,
@@ -159,7 +162,15 @@ impl Store {
     /// when it is exhausted they fall back to polling every 10 ms (they stay registered, and
     /// an attempt of theirs takes a grant nobody popped). `pop`: take the grant (`BLPOP`);
     /// otherwise only be woken by it and leave it in place.
-    pub(crate) fn wait(&self, list: &str, timeout: Duration, pop: bool) -> Wake {
+    /// `cancel`: a second list to block on when popping (the waiter's cancel list), whose
+    /// element is never a grant.
+    pub(crate) fn wait(
+        &self,
+        list: &str,
+        cancel: Option<&str>,
+        timeout: Duration,
+        pop: bool,
+    ) -> Wake {
         let waiters = &self.waiters;
         let conn = match waiters.try_get() {
             Some(c) => Some(c),
@@ -180,7 +191,7 @@ impl Store {
         let wake = WAKE_AFTER.map(|after| self.wake_at(timeout + after));
         let result = if pop {
             conn.blocking_query::<Option<(String, String)>>(
-                &commands::pop_grant(list, timeout),
+                &commands::pop_grant(list, cancel, timeout),
                 timeout,
             )
             .map(|popped| popped.and_then(|(_, grant)| wire::parse_grant(&grant)))
@@ -218,6 +229,27 @@ impl Store {
                 let _ = commands::ping(&mut conn);
             }
         })
+    }
+
+    /// Marks the store a Redis Cluster (see [`one_script`](Self::one_script)).
+    pub(crate) fn cluster(mut self, cluster: bool) -> Store {
+        self.cluster = cluster;
+        self
+    }
+
+    /// Whether one script may name every key of these locks: on one server always, on a
+    /// Redis Cluster when they share a hash tag (so a slot).
+    pub(crate) fn one_script(&self, keys: &[&wire::LockKeys]) -> bool {
+        !self.cluster
+            || keys
+                .windows(2)
+                .all(|pair| pair[0].slot_tag() == pair[1].slot_tag())
+    }
+
+    /// Ends the blocking wait of waiter `id` on `keys` (a cancel).
+    pub(crate) fn wake(&self, keys: &wire::LockKeys, id: &str) -> Result<()> {
+        let mut conn = self.conn()?;
+        wire::cancel::wake(&mut conn, keys, id)
     }
 
     /// `PING`.

@@ -38,10 +38,13 @@ fn block_secs(timeout: Duration) -> f64 {
     timeout.as_secs_f64().max(0.001)
 }
 
-/// `BLPOP list timeout`: take the grant a release pushes; the reply is `(list, element)`.
-pub(crate) fn pop_grant(list: &str, timeout: Duration) -> Cmd {
+/// `BLPOP list [cancel] timeout`: take the grant a release pushes; the reply is
+/// `(list, element)`. With `cancel` (the waiter's cancel list, in the same slot), a cancel
+/// wakes it too.
+pub(crate) fn pop_grant(list: &str, cancel: Option<&str>, timeout: Duration) -> Cmd {
     redis::cmd("BLPOP")
         .arg(list)
+        .arg(cancel)
         .arg(block_secs(timeout))
         .to_owned()
 }

@@ -46,6 +46,19 @@ impl LockKeys {
     pub(crate) fn wake(&self, id: &str) -> String {
         format!("{}:{id}", self.signal)
     }
+
+    /// The Redis Cluster hash tag of every key of this lock: the name up to its first `}`.
+    /// Locks with the same tag share a slot, so one script may name all their keys.
+    pub(crate) fn slot_tag(&self) -> &str {
+        let name = self.name();
+        name.split_once('}').map_or(name, |(tag, _)| tag)
+    }
+
+    /// The cancel list of waiter `id`: a cancelled waiter blocks on it beside its wake-up
+    /// list, and the cancel pushes onto it (`wire::cancel`).
+    pub(crate) fn cancel(&self, id: &str) -> String {
+        format!("{}:cancel:{id}", self.lock)
+    }
 }
 
 impl LockKeys {
@@ -68,6 +81,30 @@ impl LockKeys {
     /// lapses.
     pub(crate) fn writers(&self) -> String {
         format!("{}:writers", self.lock)
+    }
+
+    /// A read-write lock's wake-up list for waiting writers (readers use `signal`).
+    pub(crate) fn writer_signal(&self) -> String {
+        format!("{}:wsignal", self.lock)
+    }
+}
+
+/// The semaphore's companion keys (`wire/semaphore.rs`); the permits themselves are the
+/// sorted set at [`lock`](Self::lock).
+impl LockKeys {
+    /// Semaphore: owner token → holder information of each permit.
+    pub(crate) fn holders(&self) -> String {
+        format!("{}:holders", self.lock)
+    }
+
+    /// Semaphore: the number of permits, stored once and kept (no TTL).
+    pub(crate) fn limit(&self) -> String {
+        format!("{}:limit", self.lock)
+    }
+
+    /// Semaphore: grants on the shared wake-up list not yet claimed (grant token → expiry).
+    pub(crate) fn grants(&self) -> String {
+        format!("{}:grants", self.lock)
     }
 }
 
@@ -160,6 +197,9 @@ mod tests {
         assert_eq!(k.waiters, "lock:{report}:waiters");
         assert_eq!(k.wake("ab12"), "lock:{report}:signal:ab12");
         assert_eq!(k.name(), "report");
+        assert_eq!(k.holders(), "lock:{report}:holders");
+        assert_eq!(k.limit(), "lock:{report}:limit");
+        assert_eq!(k.grants(), "lock:{report}:grants");
         assert_eq!(LockKeys::new("", "a}b{c}").unwrap().name(), "a}b{c}");
     }
 
@@ -168,6 +208,15 @@ mod tests {
         // The tag is cut at the first '}', which is inside the shared prefix of every key.
         let k = LockKeys::new("lock:", "a}b{c").unwrap();
         assert!(k.fence.starts_with("lock:{a}b{c}"));
+        assert!(k.cancel("ab12").starts_with("lock:{a}"));
+        // The slot tag: the name up to its first '}'.
+        assert_eq!(k.slot_tag(), "a");
+        assert_eq!(LockKeys::new("lock:", "a}x").unwrap().slot_tag(), "a");
+        assert_eq!(
+            LockKeys::new("lock:", "report").unwrap().slot_tag(),
+            "report"
+        );
+        assert_eq!(LockKeys::new("lock:", "a:{x}").unwrap().slot_tag(), "a:{x");
     }
 
     #[test]

@@ -9,9 +9,14 @@ pub(crate) mod commands;
 pub(crate) mod keys;
 #[macro_use]
 mod lua;
+
+// After `lua`: these use its macros.
+pub(crate) mod cancel;
+pub(crate) mod multi;
 pub(crate) mod mutex;
 pub(crate) mod resp;
 pub(crate) mod rwlock;
+pub(crate) mod semaphore;
 pub(crate) mod token;
 
 use std::time::Duration;

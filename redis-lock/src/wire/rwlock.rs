@@ -21,14 +21,16 @@
 //! share's expiry (or the writer's TTL). A share is live while both its field and its score (in
 //! the future) are there.
 //!
-//! Waiting reuses the mutex's registry (`ns{name}:waiters`, pruned by `prune` of `lua.rs`) and
-//! its shared wake-up list `ns{name}:signal`; writers that wait are also in
-//! `ns{name}:writers` (waiter id → when the registration lapses). While that set is not empty,
-//! no new reader enters (no writer starvation). Whenever the lock frees (the writer's release,
-//! the last reader's release, a waiting writer giving up) the script pushes one "look again"
-//! element (see `recheck` in `lua.rs`) per live registered waiter: every blocked reader and
-//! writer wakes at once and attempts again; the readers enter together, unless a writer waits.
-//! Nothing is granted through the list, so no waiter ever has to claim a grant.
+//! Waiting reuses the mutex's registry (`ns{name}:waiters`, pruned by `prune` of `lua.rs`);
+//! writers that wait are also in `ns{name}:writers` (waiter id → when the registration
+//! lapses). While that set is not empty, no new reader enters (no writer starvation). Readers
+//! block on the shared wake-up list `ns{name}:signal`, writers on their own,
+//! `ns{name}:wsignal`. Whenever the lock frees (the writer's release, the last reader's
+//! release, the last waiting writer giving up) the script pushes one "look again" element (see
+//! `recheck` in `lua.rs`) per live waiting writer to the writers' list, or, when no writer
+//! waits, one per live registered waiter to the readers' list: writers go first, else every
+//! blocked reader wakes at once and attempts again, and they enter together. Nothing is
+//! granted through the lists, so no waiter ever has to claim a grant.
 //!
 //! Every acquisition, read or write, takes the next value of the name's fencing counter
 //! `ns{name}:fence` (the mutex's), so a writer's token is above every token issued before it.
@@ -55,14 +57,14 @@ pub(crate) struct RwState {
     pub(crate) writers_waiting: u32,
 }
 
-/// Lua for every script below: drop expired read shares (at most 100 per call), wake every
-/// registered waiter, and make the lock and its shares live at least so long.
-macro_rules! rw_lua {
+// Lua functions the scripts below share, one macro each, so that a script defines only the
+// functions it calls (each definition costs Redis time on every call). They use `clock()`
+// (`clock!`), `rw_wake_all` uses `prune` (`prune!`), `rw_any_live` uses `drop_expired`.
+
+/// Read shares whose expiry has passed: their field and their score go.
+macro_rules! rw_drop_expired {
     () => {
         concat!(
-            clock!(),
-            prune!(),
-            // Read shares whose expiry has passed: their field and their score go.
             "local function drop_expired(lock, readers)\n\
                local dead = redis.call('ZRANGEBYSCORE', readers, '-inf', clock(), 'LIMIT', 0, 100)\n\
                for _, t in ipairs(dead) do\n\
@@ -70,36 +72,100 @@ macro_rules! rw_lua {
                  redis.call('HDEL', lock, 'r:' .. t)\n\
                end\n\
              end\n",
-            // Whether any writer waits (after forgetting lapsed registrations).
+        )
+    };
+}
+
+/// Whether a live share is left (dropping expired ones first when the earliest is).
+macro_rules! rw_any_live {
+    () => {
+        concat!(
+            "local function any_live(lock, readers)\n\
+               local first = redis.call('ZRANGE', readers, 0, 0, 'WITHSCORES')\n\
+               if not first[2] then return false end\n\
+               if tonumber(first[2]) > clock() then return true end\n\
+               drop_expired(lock, readers)\n\
+               return redis.call('ZRANGE', readers, 0, 0)[1] ~= nil\n\
+             end\n",
+        )
+    };
+}
+
+/// Whether any writer waits (after forgetting lapsed registrations).
+macro_rules! rw_writers_wait {
+    () => {
+        concat!(
             "local function writers_wait(writers)\n\
+               if redis.call('EXISTS', writers) == 0 then return false end\n\
                local dead = redis.call('ZRANGEBYSCORE', writers, '-inf', clock(), 'LIMIT', 0, 100)\n\
                if #dead > 0 then redis.call('ZREM', writers, unpack(dead)) end\n\
                return redis.call('ZRANGE', writers, 0, 0)[1] ~= nil\n\
              end\n",
-            // The lock freed: one "look again" per live registered waiter (at most 1000).
-            "local function wake_all(signal, waiters, writers)\n\
+        )
+    };
+}
+
+/// `0` when both wake-up lists are lists (or absent), else `-4` (the shared one) or
+/// `-6` (the writers'): checked before any write.
+macro_rules! rw_lists_ok {
+    () => {
+        concat!(
+            "local function lists_ok(a, b)\n\
+               local ta = redis.call('TYPE', a)['ok']\n\
+               if ta ~= 'none' and ta ~= 'list' then return -4 end\n\
+               local tb = redis.call('TYPE', b)['ok']\n\
+               if tb ~= 'none' and tb ~= 'list' then return -6 end\n\
+               return 0\n\
+             end\n",
+        )
+    };
+}
+
+/// The lock freed: one "look again" per live waiting writer on the writers' list
+/// (writers go first), or, with no writer waiting, one per live registered waiter on
+/// the shared list (at most 1000). Two lists, so that a reader that wakes, finds a
+/// writer waiting and blocks again never takes the writer's wake-up.
+macro_rules! rw_wake_all {
+    () => {
+        concat!(
+            "local function wake_all(signal, wsignal, waiters, writers)\n\
                if redis.call('EXISTS', waiters) == 0 then return end\n\
                prune(waiters, writers)\n\
-               local n = #redis.call('ZRANGE', waiters, 0, 999)\n\
+               local list, n = wsignal, #redis.call('ZRANGE', writers, 0, 999)\n\
+               if n == 0 then list, n = signal, #redis.call('ZRANGE', waiters, 0, 999) end\n\
                if n == 0 then return end\n\
                local elems = {}\n\
                for i = 1, n do elems[i] = ",
             recheck!(),
             " end\n\
-               redis.call('DEL', signal)\n\
-               redis.call('RPUSH', signal, unpack(elems))\n\
-               redis.call('PEXPIRE', signal, ",
+               redis.call('DEL', list)\n\
+               redis.call('RPUSH', list, unpack(elems))\n\
+               redis.call('PEXPIRE', list, ",
             handoff_grace_ms!(),
             ")\n\
              end\n",
-            // The lock and its shares live at least `ttl` ms more.
+        )
+    };
+}
+
+/// The lock and its shares live at least `ttl` ms more.
+macro_rules! rw_stretch {
+    () => {
+        concat!(
             "local function stretch(lock, readers, ttl)\n\
                if redis.call('PTTL', lock) < ttl then redis.call('PEXPIRE', lock, ttl) end\n\
                if redis.call('EXISTS', readers) == 1 and redis.call('PTTL', readers) < ttl then\n\
                  redis.call('PEXPIRE', readers, ttl)\n\
                end\n\
              end\n",
-            // The lock and its shares live until the latest share expires (or at least `floor` ms).
+        )
+    };
+}
+
+/// The lock and its shares live until the latest share expires (or at least `floor` ms).
+macro_rules! rw_fit {
+    () => {
+        concat!(
             "local function fit(lock, readers, floor)\n\
                local last = redis.call('ZRANGE', readers, -1, -1, 'WITHSCORES')\n\
                local left = floor\n\
@@ -109,7 +175,14 @@ macro_rules! rw_lua {
                  if last[2] then redis.call('PEXPIRE', readers, left) end\n\
                end\n\
              end\n",
-            // How long a caller that cannot enter waits at most, and its registration.
+        )
+    };
+}
+
+/// How long a caller that cannot enter waits at most, and its registration.
+macro_rules! rw_register {
+    () => {
+        concat!(
             "local function register(waiters, id, pttl, cap)\n\
                local wait = cap\n\
                if pttl >= 0 then wait = pttl + 1 end\n\
@@ -141,7 +214,11 @@ macro_rules! rw_lua {
 /// `{-3, …}` when the fence key holds another type, `{-5, …}` when the readers key does.
 static READ: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
-        rw_lua!(),
+        clock!(),
+        rw_drop_expired!(),
+        rw_writers_wait!(),
+        rw_stretch!(),
+        rw_register!(),
         "local h = redis.pcall('HMGET', KEYS[1], 'mode', 'wtoken')\n",
         "if h['err'] then return {-2, 0, 0, 0, 0} end\n",
         "if h[1] == false and redis.call('EXISTS', KEYS[1]) == 1 then return {-2, 0, 0, 0, 0} end\n",
@@ -152,10 +229,11 @@ static READ: LazyLock<Script> = LazyLock::new(|| {
         "if mode then\n",
         "  local mine = redis.call('HGET', KEYS[1], 'r:' .. ARGV[1])\n",
         "  if mine then return {1, tonumber(string.match(mine, '^(%d+)')) or 0, 0, 0, 0} end\n",
-        "else\n",
+        "elseif rt ~= 'none' then\n",
         // No lock: no shares either (they share the TTL); drop any left by a foreign DEL.
         "  redis.call('DEL', KEYS[5])\n",
         "end\n",
+        "local fresh = not mode\n",
         "if mode == 'read' then drop_expired(KEYS[1], KEYS[5]) end\n",
         "local ok = false\n",
         "if mode == 'write' then\n",
@@ -171,7 +249,13 @@ static READ: LazyLock<Script> = LazyLock::new(|| {
         "  local ttl = tonumber(ARGV[2])\n",
         "  redis.call('ZADD', KEYS[5], now + ttl, ARGV[1])\n",
         "  redis.call('HSET', KEYS[1], 'mode', mode, 'r:' .. ARGV[1], fence .. '\\n' .. ARGV[3] .. now .. '\\n' .. ARGV[4])\n",
-        "  stretch(KEYS[1], KEYS[5], ttl)\n",
+        // A lock made just now has no TTL yet, and neither has its new set of shares.
+        "  if fresh then\n",
+        "    redis.call('PEXPIRE', KEYS[1], ttl)\n",
+        "    redis.call('PEXPIRE', KEYS[5], ttl)\n",
+        "  else\n",
+        "    stretch(KEYS[1], KEYS[5], ttl)\n",
+        "  end\n",
         "  return {1, fence, 0, 0, 0}\n",
         "end\n",
         "local pttl = -2\n",
@@ -199,7 +283,9 @@ static READ: LazyLock<Script> = LazyLock::new(|| {
 /// share expires, so a waiter comes back when a crashed reader's share is gone at the latest.
 static WRITE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
-        rw_lua!(),
+        clock!(),
+        rw_drop_expired!(),
+        rw_register!(),
         "local h = redis.pcall('HMGET', KEYS[1], 'mode', 'wtoken', 'wfence')\n",
         "if h['err'] then return {-2, 0, 0, 0, 0} end\n",
         "if h[1] == false and redis.call('EXISTS', KEYS[1]) == 1 then return {-2, 0, 0, 0, 0} end\n",
@@ -242,7 +328,8 @@ static WRITE: LazyLock<Script> = LazyLock::new(|| {
 /// another type) is there.
 static RENEW_READ: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
-        rw_lua!(),
+        clock!(),
+        rw_stretch!(),
         "local h = redis.pcall('HMGET', KEYS[1], 'mode', 'r:' .. ARGV[1])\n",
         "if h['err'] then return -1 end\n",
         "local s = redis.pcall('ZSCORE', KEYS[2], ARGV[1])\n",
@@ -267,7 +354,8 @@ static RENEW_READ: LazyLock<Script> = LazyLock::new(|| {
 /// anyone else (readers, another writer, a cool-down, another type) is there.
 static RENEW_WRITE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
-        rw_lua!(),
+        clock!(),
+        rw_fit!(),
         "local h = redis.pcall('HMGET', KEYS[1], 'mode', 'wtoken')\n",
         "if h['err'] then return -1 end\n",
         "if h[2] == ARGV[1] then\n",
@@ -281,16 +369,27 @@ static RENEW_WRITE: LazyLock<Script> = LazyLock::new(|| {
 
 /// Give a read share up. When it was the last one (and no writer holds the lock), the lock is
 /// deleted, or kept ownerless for the cool-down, and every waiter is woken.
-/// KEYS: lock, readers, waiters, writers, signal. ARGV: token, `1` to ignore the cool-down
+/// KEYS: lock, readers, waiters, writers, signal, writers' wake-up list. ARGV: token, `1` to
+/// ignore the cool-down
 /// (an undone acquisition) or `0`, the releaser's leftover waiter id or "", cool-down ms.
 /// Returns `1` released, `2` released and kept for the cool-down, `0` late (the share was
 /// already gone), `-1` lost (a writer, or another type, is there now), `-4` the signal key
 /// holds another type (nothing changed).
 static RELEASE_READ: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
-        rw_lua!(),
-        "local sk = redis.call('TYPE', KEYS[5])['ok']\n",
-        "if sk ~= 'none' and sk ~= 'list' then return -4 end\n",
+        clock!(),
+        prune!(),
+        rw_drop_expired!(),
+        rw_any_live!(),
+        rw_lists_ok!(),
+        rw_wake_all!(),
+        rw_fit!(),
+        // The wake-up lists matter (and are checked, before any write) only with waiters.
+        "local waiting = redis.call('EXISTS', KEYS[3]) == 1\n",
+        "if waiting then\n",
+        "  local lk = lists_ok(KEYS[5], KEYS[6])\n",
+        "  if lk ~= 0 then return lk end\n",
+        "end\n",
         "local h = redis.pcall('HMGET', KEYS[1], 'mode', 'r:' .. ARGV[1])\n",
         "if h['err'] then return -1 end\n",
         "if h[1] == false and redis.call('EXISTS', KEYS[1]) == 1 then return -1 end\n",
@@ -307,8 +406,7 @@ static RELEASE_READ: LazyLock<Script> = LazyLock::new(|| {
         "local code = 0\n",
         "if live then code = 1 end\n",
         "if h[1] ~= 'read' then return code end\n",
-        "drop_expired(KEYS[1], KEYS[2])\n",
-        "if redis.call('ZRANGE', KEYS[2], 0, 0)[1] then\n",
+        "if any_live(KEYS[1], KEYS[2]) then\n",
         "  fit(KEYS[1], KEYS[2], 0)\n",
         "  return code\n",
         "end\n",
@@ -319,7 +417,7 @@ static RELEASE_READ: LazyLock<Script> = LazyLock::new(|| {
         "  redis.call('PEXPIRE', KEYS[1], cool)\n",
         "  code = 2\n",
         "end\n",
-        "wake_all(KEYS[5], KEYS[3], KEYS[4])\n",
+        "if waiting then wake_all(KEYS[5], KEYS[6], KEYS[3], KEYS[4]) end\n",
         "return code\n",
     ))
 });
@@ -330,9 +428,18 @@ static RELEASE_READ: LazyLock<Script> = LazyLock::new(|| {
 /// (lost) when anyone else holds it now.
 static RELEASE_WRITE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
-        rw_lua!(),
-        "local sk = redis.call('TYPE', KEYS[5])['ok']\n",
-        "if sk ~= 'none' and sk ~= 'list' then return -4 end\n",
+        clock!(),
+        prune!(),
+        rw_drop_expired!(),
+        rw_any_live!(),
+        rw_lists_ok!(),
+        rw_wake_all!(),
+        rw_fit!(),
+        "local waiting = redis.call('EXISTS', KEYS[3]) == 1\n",
+        "if waiting then\n",
+        "  local lk = lists_ok(KEYS[5], KEYS[6])\n",
+        "  if lk ~= 0 then return lk end\n",
+        "end\n",
         "local h = redis.pcall('HMGET', KEYS[1], 'mode', 'wtoken')\n",
         "if h['err'] then return -1 end\n",
         "if h[2] ~= ARGV[1] then\n",
@@ -340,9 +447,8 @@ static RELEASE_WRITE: LazyLock<Script> = LazyLock::new(|| {
         "  return -1\n",
         "end\n",
         "if ARGV[3] ~= '' then redis.call('ZREM', KEYS[3], ARGV[3]) end\n",
-        "drop_expired(KEYS[1], KEYS[2])\n",
         "local code = 1\n",
-        "if redis.call('ZRANGE', KEYS[2], 0, 0)[1] then\n",
+        "if any_live(KEYS[1], KEYS[2]) then\n",
         "  redis.call('HDEL', KEYS[1], 'wtoken', 'wfence', 'winfo')\n",
         "  redis.call('HSET', KEYS[1], 'mode', 'read')\n",
         "  fit(KEYS[1], KEYS[2], 0)\n",
@@ -355,23 +461,26 @@ static RELEASE_WRITE: LazyLock<Script> = LazyLock::new(|| {
         "    code = 2\n",
         "  end\n",
         "end\n",
-        "wake_all(KEYS[5], KEYS[3], KEYS[4])\n",
+        "if waiting then wake_all(KEYS[5], KEYS[6], KEYS[3], KEYS[4]) end\n",
         "return code\n",
     ))
 });
 
 /// A waiter gives up: unregister it; a writer that was the last one waiting lets the readers
 /// it kept out in (every waiter is woken, unless a writer holds the lock or it cools down).
-/// KEYS: lock, waiters, writers, signal. ARGV: waiter id. Returns `1`.
+/// KEYS: lock, waiters, writers, signal, writers' wake-up list. ARGV: waiter id. Returns `1`.
 static LEAVE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
-        rw_lua!(),
+        clock!(),
+        prune!(),
+        rw_writers_wait!(),
+        rw_lists_ok!(),
+        rw_wake_all!(),
         "redis.call('ZREM', KEYS[2], ARGV[1])\n",
         "if redis.call('ZREM', KEYS[3], ARGV[1]) == 1 and not writers_wait(KEYS[3]) then\n",
         "  local m = redis.pcall('HGET', KEYS[1], 'mode')\n",
-        "  local sk = redis.call('TYPE', KEYS[4])['ok']\n",
-        "  if type(m) ~= 'table' and m ~= 'write' and m ~= 'cool' and (sk == 'none' or sk == 'list') then\n",
-        "    wake_all(KEYS[4], KEYS[2], KEYS[3])\n",
+        "  if type(m) ~= 'table' and m ~= 'write' and m ~= 'cool' and lists_ok(KEYS[4], KEYS[5]) == 0 then\n",
+        "    wake_all(KEYS[4], KEYS[5], KEYS[2], KEYS[3])\n",
         "  end\n",
         "end\n",
         "return 1\n",
@@ -436,20 +545,24 @@ static INSPECT: LazyLock<Script> = LazyLock::new(|| {
 });
 
 /// Operator's release: delete the lock (writer and every share) and wake every waiter.
-/// KEYS: lock, readers, waiters, writers, signal. Returns `{}` when free, `{-2}` when the key
-/// is not a read-write lock, `{-4}` when the signal key holds another type (nothing changed),
+/// KEYS: lock, readers, waiters, writers, signal, writers' wake-up list. Returns `{}` when
+/// free, `{-2}` when the key is not a read-write lock, `{-4}` / `{-6}` when the shared / the
+/// writers' wake-up list holds another type (nothing changed),
 /// else `{host, pid}` of the writer (or of one reader).
 static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
-        rw_lua!(),
+        clock!(),
+        prune!(),
+        rw_lists_ok!(),
+        rw_wake_all!(),
         "local h = redis.pcall('HMGET', KEYS[1], 'mode', 'winfo')\n",
         "if h['err'] then return {-2} end\n",
         "if h[1] == false then\n",
         "  if redis.call('EXISTS', KEYS[1]) == 0 then return {} end\n",
         "  return {-2}\n",
         "end\n",
-        "local sk = redis.call('TYPE', KEYS[5])['ok']\n",
-        "if sk ~= 'none' and sk ~= 'list' then return {-4} end\n",
+        "local lk = lists_ok(KEYS[5], KEYS[6])\n",
+        "if lk ~= 0 then return {tostring(lk)} end\n",
         "local info = h[2] or ''\n",
         "if h[1] == 'read' then\n",
         "  local first = redis.pcall('ZRANGE', KEYS[2], 0, 0)\n",
@@ -460,13 +573,22 @@ static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| {
         "end\n",
         "local host, pid = string.match(info, '^([^\\n]*)\\n([^\\n]*)\\n')\n",
         "redis.call('DEL', KEYS[1], KEYS[2])\n",
-        "wake_all(KEYS[5], KEYS[3], KEYS[4])\n",
+        "wake_all(KEYS[5], KEYS[6], KEYS[3], KEYS[4])\n",
         "return {host or '', pid or ''}\n",
     ))
 });
 
 // ---------------------------------------------------------------------------------------------
 // Typed calls: the only code that builds `KEYS`/`ARGV` for these scripts or reads their codes.
+
+/// The wake-up list a waiter of `side` blocks on: writers have their own, so that readers
+/// that wake and block again never take a writer's wake-up.
+pub(crate) fn wake_list(keys: &LockKeys, side: Side) -> String {
+    match side {
+        Side::Read => keys.signal.clone(),
+        Side::Write => keys.writer_signal(),
+    }
+}
 
 /// Read or write: which scripts a call uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -581,6 +703,7 @@ pub(crate) fn release(
         .key(&keys.waiters)
         .key(keys.writers())
         .key(&keys.signal)
+        .key(keys.writer_signal())
         .arg(token)
         .arg(i32::from(undo))
         .arg(registration)
@@ -599,6 +722,11 @@ fn decode_release(keys: &LockKeys, r: i64) -> Result<Release> {
                 redis_key: keys.signal.clone(),
             });
         }
+        -6 => {
+            return Err(Error::WrongType {
+                redis_key: keys.writer_signal(),
+            });
+        }
         _ => Release::Lost,
     })
 }
@@ -610,6 +738,7 @@ pub(crate) fn leave(con: &mut dyn ConnectionLike, keys: &LockKeys, waiter: &str)
         .key(&keys.waiters)
         .key(keys.writers())
         .key(&keys.signal)
+        .key(keys.writer_signal())
         .arg(waiter)
         .invoke::<i64>(con)?;
     Ok(())
@@ -712,12 +841,16 @@ pub(crate) fn force_release(con: &mut dyn ConnectionLike, keys: &LockKeys) -> Re
         .key(&keys.waiters)
         .key(keys.writers())
         .key(&keys.signal)
+        .key(keys.writer_signal())
         .invoke(con)?;
     match v.as_slice() {
         [] => Ok(None),
         [host, pid] => Ok(Some((host.clone(), pid.parse().unwrap_or(0)))),
         [code] if code == "-4" => Err(Error::WrongType {
             redis_key: keys.signal.clone(),
+        }),
+        [code] if code == "-6" => Err(Error::WrongType {
+            redis_key: keys.writer_signal(),
         }),
         _ => Err(Error::WrongType {
             redis_key: keys.lock.clone(),
@@ -776,10 +909,12 @@ mod tests {
         assert_eq!(decode_release(&k, 2).unwrap(), Release::Kept);
         assert_eq!(decode_release(&k, 0).unwrap(), Release::Late);
         assert_eq!(decode_release(&k, -1).unwrap(), Release::Lost);
-        assert!(matches!(
-            decode_release(&k, -4),
-            Err(Error::WrongType { .. })
-        ));
+        for (code, key) in [(-4, k.signal.clone()), (-6, k.writer_signal())] {
+            match decode_release(&k, code) {
+                Err(Error::WrongType { redis_key }) => assert_eq!(redis_key, key),
+                other => panic!("{code}: {other:?}"),
+            }
+        }
         assert_eq!(decode_owned_ttl(-2), OwnedTtl::Gone);
         assert_eq!(decode_owned_ttl(-3), OwnedTtl::NotOurs);
         assert_eq!(

@@ -78,6 +78,12 @@ pub(crate) fn new_token() -> Result<String> {
     Ok(new_ids()?.token)
 }
 
+/// Whether `s` has the form of an owner token (32 lowercase hex characters), as a lease
+/// handle must carry.
+pub(crate) fn is_token(s: &str) -> bool {
+    s.len() == 32 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
 fn hex(bytes: &[u8]) -> String {
     let mut s = String::with_capacity(bytes.len() * 2);
     for b in bytes {

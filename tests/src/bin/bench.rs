@@ -8,7 +8,7 @@
 //! --hold-us US       how long each acquisition holds the lock (default 1000)
 //! --modes LIST       contended rows to run, of notify,fair,retry-10ms (default: all)
 //! --only LIST        sections to run, of uncontended,contended,held,takeover,deployments,
-//!                    failover (default: all)
+//!                    failover,semaphore,rwlock (default: all)
 //! --json PATH        where to write the JSON report (default target/bench.json)
 //! ```
 //!
@@ -31,6 +31,10 @@ mod failover;
 mod held;
 #[path = "bench/report.rs"]
 mod report;
+#[path = "bench/rwlock.rs"]
+mod rwlock;
+#[path = "bench/semaphore.rs"]
+mod semaphore;
 #[path = "bench/stats.rs"]
 mod stats;
 #[path = "bench/takeover.rs"]
@@ -42,13 +46,15 @@ use contended::Mode;
 use report::{Json, Table, f};
 
 /// The sections, in the order they run.
-const SECTIONS: [&str; 6] = [
+const SECTIONS: [&str; 8] = [
     "uncontended",
     "contended",
     "held",
     "takeover",
     "deployments",
     "failover",
+    "semaphore",
+    "rwlock",
 ];
 
 #[derive(Debug)]
@@ -158,7 +164,7 @@ fn main() {
                 eprintln!("bench: {e}");
             }
             eprintln!(
-                "usage: bench [--quick] [--duration SECS] [--workers N] [--hold-us US] [--modes notify,fair,retry-10ms] [--json PATH]"
+                "usage: bench [--quick] [--duration SECS] [--workers N] [--hold-us US] [--modes notify,fair,retry-10ms] [--only SECTIONS] [--json PATH]"
             );
             std::process::exit(2);
         }
@@ -378,6 +384,26 @@ fn main() {
         let r = failover::run(&counter_server.url(), args.workers, args.hold, total);
         println!("{}", r.text);
         report = report.with("failover", r.json);
+    }
+
+    // The semaphore: permits in use under contention, handoff, fairness; the permit cycle.
+    if run("semaphore") {
+        let (text, json) = semaphore::run(
+            &url,
+            args.workers,
+            args.hold,
+            args.duration,
+            short,
+            rtt.lat.p50,
+        );
+        println!("\n{text}");
+        report = report.with("semaphore", json);
+    }
+    // The read-write lock: read-mostly against the mutex, and its uncontended read cycle.
+    if run("rwlock") {
+        let r = rwlock::run(&url, args.workers, args.hold, args.duration, short);
+        println!("\n{}", r.text);
+        report = report.with("rwlock", r.json);
     }
 
     if let Some(dir) = std::path::Path::new(&args.json).parent()

@@ -17,6 +17,9 @@
 //! lock-holder read URL KEY TTL_MS
 //!     takes a read share of the read-write lock KEY (TTL_MS, watchdog on), then behaves as
 //!     `hold`
+//! lock-holder write-wait URL KEY
+//!     waits up to 60 s for the write lock of the read-write lock KEY, then behaves as `hold`
+//!     (a writer killed while it waits shows how a dead waiting writer is dealt with)
 //! lock-holder count URL KEY ITERATIONS
 //!     ITERATIONS times: lock KEY, GET counter, SET counter+1, unlock; then prints "DONE"
 //! lock-holder churn URL KEY DIR THREADS ITERATIONS TTL_MS
@@ -24,10 +27,20 @@
 //!     DIR/raw.log; two writes with token T to the fenced store DIR/store.log; append
 //!     "exit T PID TID"; release. Prints "UNCLEAN T <outcome>" for a release that was not
 //!     clean, then "DONE".
+//! lock-holder hold-all URL KEYS TTL_MS
+//!     acquires the comma-separated KEYS together (`lock_all`), prints "ACQUIRED", then waits
+//!     for EOF on stdin (a process to SIGKILL while it holds a multi-lock)
 //! lock-holder cooldown URL KEY RUNS BODY_MS COOLDOWN_MS
 //!     RUNS times: lock KEY (waiting) with a cool-down of COOLDOWN_MS; print
 //!     "RUN <start ns> <end ns>" (CLOCK_MONOTONIC) around a body of BODY_MS; release. Then
 //!     prints "DONE".
+//! lock-holder permit URL NAME PERMITS TTL_MS
+//!     takes a permit of the semaphore NAME (PERMITS, waiting up to 30 s), prints
+//!     "ACQUIRED <fencing token>", then behaves as `hold`
+//! lock-holder permits URL NAME PERMITS ITERATIONS
+//!     ITERATIONS times: take a permit of NAME; INCR NAME:inside (the holders right now, as
+//!     Redis counts them), remember the highest count seen; hold 2 ms; DECR; release. Then
+//!     prints "DONE <highest count seen>".
 //! ```
 
 use std::io::{BufRead, Write};
@@ -61,6 +74,13 @@ fn main() {
                 .ttl(Duration::from_millis(ttl_ms.parse().unwrap()));
             hold_with(url, key, &opts)
         }
+        ["hold-all", url, keys, ttl_ms] => hold_all(url, keys, ttl_ms.parse().unwrap()),
+        ["write-wait", url, key] => {
+            let opts = LockOptions::new()
+                .mode(redis_lock::LockMode::Write)
+                .wait(Duration::from_secs(60));
+            hold_with(url, key, &opts)
+        }
         ["count", url, key, iterations] => count(url, key, iterations.parse().unwrap()),
         ["churn", url, key, dir, threads, iterations, ttl_ms] => churn(
             url,
@@ -78,9 +98,25 @@ fn main() {
             Duration::from_millis(body_ms.parse().unwrap()),
             Duration::from_millis(cooldown_ms.parse().unwrap()),
         ),
+        ["permit", url, name, permits, ttl_ms] => {
+            let locks = redis_lock_tests::client_for(url);
+            let opts = LockOptions::new()
+                .ttl(Duration::from_millis(ttl_ms.parse().unwrap()))
+                .wait(Duration::from_secs(30));
+            let semaphore = locks.semaphore(name, permits.parse().unwrap()).unwrap();
+            let guard = semaphore.acquire_with(&opts).unwrap();
+            say(&format!("ACQUIRED {}", guard.fencing_token()));
+            obey(guard);
+        }
+        ["permits", url, name, permits, iterations] => permits_loop(
+            url,
+            name,
+            permits.parse().unwrap(),
+            iterations.parse().unwrap(),
+        ),
         _ => {
             eprintln!(
-                "usage: lock-holder hold URL KEY TTL_MS on|off | read URL KEY TTL_MS | wait URL KEY notify|fair | count URL KEY N | churn URL KEY DIR THREADS N TTL_MS | cooldown URL KEY RUNS BODY_MS COOLDOWN_MS"
+                "usage: lock-holder hold URL KEY TTL_MS on|off | read URL KEY TTL_MS | write-wait URL KEY | wait URL KEY notify|fair | count URL KEY N | churn URL KEY DIR THREADS N TTL_MS | cooldown URL KEY RUNS BODY_MS COOLDOWN_MS"
             );
             std::process::exit(2);
         }
@@ -269,4 +305,42 @@ fn cooldown(url: &str, key: &str, runs: u32, body: Duration, cooldown: Duration)
         say(&format!("RUN {start} {end}"));
     }
     say("DONE");
+}
+
+fn permits_loop(url: &str, name: &str, permits: u32, iterations: u32) {
+    let locks: LockClient = redis_lock_tests::client_for(url);
+    let semaphore = locks.semaphore(name, permits).unwrap();
+    let mut redis = redis::Client::open(url).unwrap().get_connection().unwrap();
+    let inside = format!("{name}:inside");
+    let opts = LockOptions::new().wait(Duration::from_secs(30));
+    let mut highest = 0;
+    for _ in 0..iterations {
+        let guard = semaphore.acquire_with(&opts).unwrap();
+        let n: i64 = redis::cmd("INCR").arg(&inside).query(&mut redis).unwrap();
+        highest = highest.max(n);
+        std::thread::sleep(Duration::from_millis(2));
+        redis::cmd("DECR")
+            .arg(&inside)
+            .query::<i64>(&mut redis)
+            .unwrap();
+        guard.release().unwrap();
+    }
+    say(&format!("DONE {highest}"));
+}
+
+fn hold_all(url: &str, keys: &str, ttl_ms: u64) {
+    let locks = LockClient::open(url).unwrap();
+    let opts = LockOptions::new().ttl(Duration::from_millis(ttl_ms));
+    let guard = locks.acquire_all_with(keys.split(','), &opts).unwrap();
+    println!("ACQUIRED");
+    std::io::stdout().flush().unwrap();
+    let mut line = String::new();
+    while std::io::stdin()
+        .lock()
+        .read_line(&mut line)
+        .is_ok_and(|n| n > 0)
+    {
+        line.clear();
+    }
+    drop(guard);
 }

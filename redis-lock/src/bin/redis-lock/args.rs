@@ -32,6 +32,8 @@ pub(crate) enum OnBusy {
 #[derive(Debug)]
 pub(crate) struct RunArgs {
     pub(crate) key: String,
+    /// `--also NAME`: more locks taken together with `key`, all or none.
+    pub(crate) also: Vec<String>,
     pub(crate) ttl: Duration,
     /// `None`: wait until the lock is free.
     pub(crate) wait: Option<Duration>,
@@ -39,19 +41,43 @@ pub(crate) struct RunArgs {
     pub(crate) busy_exit_code: i32,
     pub(crate) hold_at_least: Option<Duration>,
     pub(crate) cooldown: Option<Duration>,
+    /// `--read` / `--write`: a side of a read-write lock; `None`: a mutex.
+    pub(crate) mode: Option<redis_lock::LockMode>,
     pub(crate) metadata: Option<String>,
     /// `Some(grace)` with `--kill-on-loss`.
     pub(crate) kill_on_loss: Option<Duration>,
     pub(crate) command: Vec<OsString>,
+    /// `--permits N`: hold a permit of the semaphore KEY of N permits instead of the lock.
+    pub(crate) permits: Option<u32>,
 }
 
 /// One parsed invocation.
 #[derive(Debug)]
 pub(crate) enum Action {
-    Run(RunArgs),
-    Status { key: String, json: bool },
-    List { pattern: String, json: bool },
-    Release { key: String, json: bool },
+    Run(Box<RunArgs>),
+    Status {
+        key: String,
+        json: bool,
+    },
+    List {
+        pattern: String,
+        json: bool,
+    },
+    Release {
+        key: String,
+        json: bool,
+    },
+    /// `release --handle`: finish a lock this process was handed.
+    ReleaseHandle {
+        handle: String,
+        json: bool,
+    },
+    /// `extend --handle --ttl`.
+    Extend {
+        handle: String,
+        ttl: Duration,
+        json: bool,
+    },
     Watch(crate::watch::WatchArgs),
 }
 
@@ -109,6 +135,14 @@ The command inherits stdin, stdout and stderr, and gets these environment variab
   REDIS_LOCK_FENCING_TOKEN  this acquisition's fencing token: higher than every earlier
                             holder's; pass it to what you write to, to reject stale writers
   REDIS_LOCK_TTL_MS         the lock's TTL in milliseconds
+  REDIS_LOCK_HANDLE         the lock's lease handle, for 'redis-lock release --handle' and
+                            'extend --handle' (a secret: whoever has it owns the lock)
+  REDIS_LOCK_KEYS           with --also: every lock name, sorted, comma-separated
+  REDIS_LOCK_FENCING_TOKENS with --also: NAME=TOKEN for each lock, comma-separated
+
+With --also NAME (repeatable) the command runs holding KEY and every NAME together: all are
+taken at once or none (no deadlock with another run asking for the same names in another
+order); there is no handle then.
 
 While the command runs, the lock is renewed every TTL/3; it is released when the command
 exits, and redis-lock exits with the command's exit code. SIGHUP, SIGINT, SIGQUIT, SIGTERM,
@@ -152,8 +186,23 @@ The holder is not stopped: it finds out at its next renewal (redis-lock run then
 with --kill-on-loss stops its command). Exit code 0 when a lock was broken, 1 when it was not
 held.
 
+With --handle instead of KEY --force, releases the lock that handle stands for (the one a
+'run' passed to its command in $REDIS_LOCK_HANDLE), if it is still the handle's: a script
+finishes its lock early. Exit code 0 when released, 124 when the lock was not the handle's
+any more (expired or taken over).
+
+Examples:
+  redis-lock release nightly-report --force
+  redis-lock release --handle \"$REDIS_LOCK_HANDLE\"";
+
+const EXTEND_AFTER: &str = "\
+Makes the lock the handle stands for expire DURATION from now (one renewal). While 'run'
+still supervises the command, its watchdog keeps renewing to its own --ttl every ttl/3, so
+extend a lock this way when nobody else renews it (a handle passed on, its first owner gone).
+Exit code 0 when extended, 124 when the lock was not the handle's any more.
+
 Example:
-  redis-lock release nightly-report --force";
+  redis-lock extend --handle \"$REDIS_LOCK_HANDLE\" --ttl 10m";
 
 fn duration_arg(name: &'static str, value: &'static str) -> Arg {
     Arg::new(name)
@@ -167,6 +216,13 @@ fn key_arg() -> Arg {
         .value_name("KEY")
         .required(true)
         .help("Lock name")
+}
+
+fn handle_arg() -> Arg {
+    Arg::new("handle")
+        .long("handle")
+        .value_name("HANDLE")
+        .help("A lease handle, as 'run' passes it to its command in $REDIS_LOCK_HANDLE (a secret: whoever has it owns the lock)")
 }
 
 fn json_arg(what: &'static str) -> Arg {
@@ -212,6 +268,17 @@ pub(crate) fn command() -> Command {
                 .after_help(format!("{RUN_AFTER}\n\n{}", exit::table()))
                 .arg(key_arg())
                 .arg(
+                    Arg::new("also")
+                        .long("also")
+                        .value_name("NAME")
+                        .action(ArgAction::Append)
+                        .conflicts_with("hold-at-least")
+                        .help(
+                            "Another lock to hold with KEY, all or none (repeatable; \
+                             deadlock-free whatever the order)",
+                        ),
+                )
+                .arg(
                     duration_arg("ttl", "DURATION").default_value("30s").help(
                         "Lock TTL: renewed every TTL/3; a crashed holder's lock frees after it",
                     ),
@@ -255,6 +322,30 @@ pub(crate) fn command() -> Command {
                      run cannot start sooner (the later of this and --hold-at-least)",
                 ))
                 .arg(
+                    Arg::new("read")
+                        .long("read")
+                        .short('s')
+                        .visible_alias("shared")
+                        .action(ArgAction::SetTrue)
+                        .conflicts_with_all(["write", "hold-at-least", "permits", "also"])
+                        .help(
+                            "Take a read share of a read-write lock: other --read runs share it, \
+                             a --write run waits for them (flock -s)",
+                        ),
+                )
+                .arg(
+                    Arg::new("write")
+                        .long("write")
+                        .short('x')
+                        .visible_alias("exclusive")
+                        .action(ArgAction::SetTrue)
+                        .conflicts_with_all(["hold-at-least", "permits", "also"])
+                        .help(
+                            "Take the write lock of a read-write lock: alone, waits for the \
+                             --read runs in and keeps new ones out (flock -x)",
+                        ),
+                )
+                .arg(
                     Arg::new("metadata")
                         .long("metadata")
                         .value_name("TEXT")
@@ -273,6 +364,19 @@ pub(crate) fn command() -> Command {
                         .default_value("10s")
                         .requires("kill-on-loss")
                         .help("Time between SIGTERM and SIGKILL for --kill-on-loss"),
+                )
+                .arg(
+                    Arg::new("permits")
+                        .long("permits")
+                        .value_name("N")
+                        .value_parser(
+                            clap::value_parser!(u32).range(1..=i64::from(redis_lock::MAX_PERMITS)),
+                        )
+                        .conflicts_with_all(["hold-at-least", "cooldown", "also"])
+                        .help(
+                            "Hold a permit of the semaphore KEY of N permits instead of the lock: \
+                             at most N commands run at once (the limit stored in Redis wins)",
+                        ),
                 )
                 .arg(
                     Arg::new("shell-command")
@@ -335,15 +439,30 @@ pub(crate) fn command() -> Command {
         )
         .subcommand(
             Command::new("release")
-                .about("Break a lock whoever holds it (operators only)")
+                .about(
+                    "Break a lock whoever holds it (operators only), or release one by its handle",
+                )
                 .after_help(RELEASE_AFTER)
-                .arg(key_arg())
+                .arg(key_arg().required(false).required_unless_present("handle"))
                 .arg(
                     Arg::new("force")
                         .long("force")
                         .action(ArgAction::SetTrue)
+                        .required_unless_present("handle")
+                        .help("Required with KEY: breaking another's lock must be deliberate"),
+                )
+                .arg(handle_arg().conflicts_with_all(["key", "force"]))
+                .arg(json_arg("Print one JSON object")),
+        )
+        .subcommand(
+            Command::new("extend")
+                .about("Extend a lock by its handle ($REDIS_LOCK_HANDLE under 'run')")
+                .after_help(EXTEND_AFTER)
+                .arg(handle_arg().required(true))
+                .arg(
+                    duration_arg("ttl", "DURATION")
                         .required(true)
-                        .help("Required: breaking another's lock must be deliberate"),
+                        .help("The lock expires this long from now unless renewed"),
                 )
                 .arg(json_arg("Print one JSON object")),
         )
@@ -378,7 +497,7 @@ pub(crate) fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Parsed, 
         namespace: string(&matches, "namespace"),
     };
     let action = match matches.subcommand() {
-        Some(("run", m)) => Action::Run(run_args(m)?),
+        Some(("run", m)) => Action::Run(Box::new(run_args(m)?)),
         Some(("status", m)) => Action::Status {
             key: string(m, "key"),
             json: m.get_flag("json"),
@@ -387,8 +506,20 @@ pub(crate) fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Parsed, 
             pattern: string(m, "pattern"),
             json: m.get_flag("json"),
         },
+        Some(("release", m)) if m.contains_id("handle") => Action::ReleaseHandle {
+            handle: string(m, "handle"),
+            json: m.get_flag("json"),
+        },
         Some(("release", m)) => Action::Release {
             key: string(m, "key"),
+            json: m.get_flag("json"),
+        },
+        Some(("extend", m)) => Action::Extend {
+            handle: string(m, "handle"),
+            ttl: m
+                .get_one::<Duration>("ttl")
+                .copied()
+                .unwrap_or(Duration::from_secs(30)),
             json: m.get_flag("json"),
         },
         Some(("watch", m)) => {
@@ -410,7 +541,7 @@ pub(crate) fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Parsed, 
         }
         _ => {
             return Err(Failure::usage(
-                "missing command (run, status, list, watch, release)",
+                "missing command (run, status, list, watch, release, extend)",
             ));
         }
     };
@@ -438,6 +569,10 @@ fn run_args(m: &ArgMatches) -> Result<RunArgs, Failure> {
     };
     Ok(RunArgs {
         key: string(m, "key"),
+        also: m
+            .get_many::<String>("also")
+            .map(|values| values.cloned().collect())
+            .unwrap_or_default(),
         ttl: *m
             .get_one::<Duration>("ttl")
             .unwrap_or(&Duration::from_secs(30)),
@@ -449,12 +584,20 @@ fn run_args(m: &ArgMatches) -> Result<RunArgs, Failure> {
         busy_exit_code: i32::from(*m.get_one::<u8>("busy-exit-code").unwrap_or(&75)),
         hold_at_least: m.get_one::<Duration>("hold-at-least").copied(),
         cooldown: m.get_one::<Duration>("cooldown").copied(),
+        mode: if m.get_flag("read") {
+            Some(redis_lock::LockMode::Read)
+        } else if m.get_flag("write") {
+            Some(redis_lock::LockMode::Write)
+        } else {
+            None
+        },
         metadata: m.get_one::<String>("metadata").cloned(),
         kill_on_loss: m.get_flag("kill-on-loss").then(|| {
             *m.get_one::<Duration>("kill-grace")
                 .unwrap_or(&Duration::from_secs(10))
         }),
         command,
+        permits: m.get_one::<u32>("permits").copied(),
     })
 }
 
@@ -468,7 +611,7 @@ fn clap_outcome(e: &clap::Error) -> Result<Parsed, Failure> {
     match e.kind() {
         ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => Ok(Parsed::Print(e.to_string())),
         ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => Err(Failure::usage(
-            "missing command (run, status, list, watch, release); see 'redis-lock --help'",
+            "missing command (run, status, list, watch, release, extend); see 'redis-lock --help'",
         )),
         _ => Err(Failure::usage(one_line(&e.to_string()))),
     }
@@ -495,7 +638,7 @@ mod tests {
 
     fn run(args: &[&str]) -> RunArgs {
         match parse_args(args) {
-            Ok(Parsed::Do(_, Action::Run(r))) => r,
+            Ok(Parsed::Do(_, Action::Run(r))) => *r,
             other => panic!("{other:?}"),
         }
     }
@@ -536,6 +679,9 @@ mod tests {
         assert_eq!(r.on_busy, OnBusy::Skip);
         assert_eq!(r.kill_on_loss, Some(Duration::from_secs(2)));
         assert_eq!(r.busy_exit_code, 3);
+        assert_eq!(r.permits, None);
+        let r = run(&["run", "--permits", "3", "exports", "--", "true"]);
+        assert_eq!(r.permits, Some(3));
     }
 
     #[test]
@@ -545,6 +691,30 @@ mod tests {
             &["run", "job"],
             &["run", "job", "--"],
             &["run", "--wait", "1s", "--no-wait", "job", "--", "true"],
+            &["run", "--permits", "0", "job", "--", "true"],
+            &["run", "--permits", "10001", "job", "--", "true"],
+            &[
+                "run",
+                "--permits",
+                "2",
+                "--cooldown",
+                "1s",
+                "job",
+                "--",
+                "true",
+            ],
+            &[
+                "run",
+                "--permits",
+                "2",
+                "job",
+                "--also",
+                "other",
+                "--",
+                "true",
+            ],
+            &["run", "--read", "--permits", "2", "job", "--", "true"],
+            &["run", "--write", "job", "--also", "other", "--", "true"],
             &["release", "job"],
             &["frobnicate"],
             &[],

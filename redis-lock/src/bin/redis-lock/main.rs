@@ -47,6 +47,12 @@ fn dispatch() -> Result<i32, Failure> {
         Action::Status { key, json } => report::status(&locks, &server, &key, json),
         Action::List { pattern, json } => report::list(&locks, &server, &pattern, json),
         Action::Release { key, json } => report::release(&locks, &server, &key, json),
+        Action::ReleaseHandle { handle, json } => {
+            report::release_handle(&locks, &server, &handle, json)
+        }
+        Action::Extend { handle, ttl, json } => {
+            report::extend_handle(&locks, &server, &handle, ttl, json)
+        }
         Action::Watch(watch_args) => Ok(watch::watch(&locks, &server, &watch_args)),
     }
 }

@@ -1,9 +1,11 @@
 //! `status`, `list` and `release --force`: what they print, as text or JSON.
 
 use std::io::Write;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
-use redis_lock::{LockClient, LockInfo};
+use redis_lock::{
+    Error, LeaseHandle, LockClient, LockGuard, LockInfo, LockMode, ReleaseOutcome, SemaphoreInfo,
+};
 
 use crate::clock::{rfc3339, unix_ms};
 use crate::duration::human;
@@ -17,9 +19,11 @@ pub(crate) fn status(
     key: &str,
     json: bool,
 ) -> Result<i32, Failure> {
-    let info = locks
-        .inspect(key)
-        .map_err(|e| Failure::from_lock_error(&e, server))?;
+    let info = match locks.inspect(key) {
+        // Not a lock: perhaps a semaphore.
+        Err(Error::WrongType { .. }) => return semaphore_status(locks, server, key, json),
+        other => other.map_err(|e| Failure::from_lock_error(&e, server))?,
+    };
     let text = match (&info, json) {
         (Some(info), true) => lock_json(locks.namespace(), info).render(),
         (None, true) => Json::Object(vec![
@@ -45,12 +49,25 @@ pub(crate) fn list(
     let infos = locks
         .list(pattern)
         .map_err(|e| Failure::from_lock_error(&e, server))?;
+    let semaphores = locks
+        .list_semaphores(pattern)
+        .map_err(|e| Failure::from_lock_error(&e, server))?;
     if json {
         let items = infos
             .iter()
             .map(|info| lock_json(locks.namespace(), info))
+            .chain(
+                semaphores
+                    .iter()
+                    .map(|info| semaphore_json(locks.namespace(), info)),
+            )
             .collect();
         print(&Json::Array(items).render());
+    } else if !semaphores.is_empty() {
+        if !infos.is_empty() {
+            print(&format!("{}\n", table(&infos)));
+        }
+        print(&semaphore_table(&semaphores));
     } else if infos.is_empty() {
         // stdout stays empty, so `redis-lock list | wc -l` counts locks.
         eprintln!(
@@ -70,9 +87,12 @@ pub(crate) fn release(
     key: &str,
     json: bool,
 ) -> Result<i32, Failure> {
-    let broken = locks
-        .force_release(key)
-        .map_err(|e| Failure::from_lock_error(&e, server))?;
+    let broken = match locks.force_release(key) {
+        // Not a lock: perhaps a semaphore, whose permits are all broken.
+        Err(Error::WrongType { .. }) => locks.semaphore(key, 1).and_then(|s| s.force_release()),
+        other => other,
+    }
+    .map_err(|e| Failure::from_lock_error(&e, server))?;
     let text = match (&broken, json) {
         (Some((host, pid)), true) => Json::Object(vec![
             ("key", Json::Str(key.to_owned())),
@@ -95,6 +115,78 @@ pub(crate) fn release(
     };
     print(&text);
     Ok(if broken.is_some() { 0 } else { exit::FREE })
+}
+
+/// The lock a handle stands for, as a guard without a watchdog (nothing renews it behind
+/// the command's back). A lock that is not the handle's any more is exit code 124.
+fn resume(locks: &LockClient, server: &str, text: &str) -> Result<LockGuard, Failure> {
+    let handle: LeaseHandle = text
+        .parse()
+        .map_err(|e| Failure::from_lock_error(&e, server))?;
+    locks.resume_with(&handle, false).map_err(|e| match e {
+        Error::Lost { .. } => Failure::new(exit::LOST, e.to_string()),
+        e => Failure::from_lock_error(&e, server),
+    })
+}
+
+/// `release --handle`: release the lock a handle stands for.
+pub(crate) fn release_handle(
+    locks: &LockClient,
+    server: &str,
+    handle: &str,
+    json: bool,
+) -> Result<i32, Failure> {
+    let guard = resume(locks, server, handle)?;
+    let key = guard.key().to_owned();
+    let outcome = guard
+        .release()
+        .map_err(|e| Failure::from_lock_error(&e, server))?;
+    let released = outcome == ReleaseOutcome::Released;
+    let text = if json {
+        Json::Object(vec![
+            ("key", Json::Str(key)),
+            ("namespace", Json::Str(locks.namespace().to_owned())),
+            ("released", Json::Bool(released)),
+        ])
+        .render()
+    } else if released {
+        format!("released lock {key:?}")
+    } else {
+        format!("lock {key:?} was not the handle's any more ({outcome:?}); left alone")
+    };
+    print(&text);
+    Ok(if released { 0 } else { exit::LOST })
+}
+
+/// `extend --handle --ttl`: make the lock a handle stands for expire `ttl` from now.
+pub(crate) fn extend_handle(
+    locks: &LockClient,
+    server: &str,
+    handle: &str,
+    ttl: Duration,
+    json: bool,
+) -> Result<i32, Failure> {
+    let guard = resume(locks, server, handle)?;
+    let key = guard.key().to_owned();
+    let extended = guard.extend(ttl).map_err(|e| match e {
+        Error::Lost { .. } => Failure::new(exit::LOST, e.to_string()),
+        e => Failure::from_lock_error(&e, server),
+    });
+    // Not released: the handle's owner keeps the lock.
+    let _ = guard.into_handle();
+    extended?;
+    let text = if json {
+        Json::Object(vec![
+            ("key", Json::Str(key)),
+            ("namespace", Json::Str(locks.namespace().to_owned())),
+            ("ttl_ms", Json::Int(ttl.as_millis())),
+        ])
+        .render()
+    } else {
+        format!("lock {key:?} now expires in {}", human(ttl))
+    };
+    print(&text);
+    Ok(0)
 }
 
 /// Prints `text` and a newline on stdout. A closed pipe (`| head`) is not an error worth a
@@ -127,6 +219,12 @@ fn lock_json(namespace: &str, info: &LockInfo) -> Json {
         ),
         ("waiters", Json::Int(u128::from(info.waiters))),
         ("queued", Json::Int(u128::from(info.queued))),
+        ("mode", Json::opt_str(info.mode.map(|m| m.to_string()))),
+        ("readers", Json::Int(u128::from(info.readers))),
+        (
+            "writers_waiting",
+            Json::Int(u128::from(info.writers_waiting)),
+        ),
     ])
 }
 
@@ -139,9 +237,20 @@ fn ago(t: SystemTime) -> String {
 }
 
 fn status_text(info: &LockInfo) -> String {
-    let mut lines = vec![format!("lock {:?} is held", info.key)];
+    let held = match info.mode {
+        Some(LockMode::Read) => format!("held for reading by {} reader(s)", info.readers),
+        Some(LockMode::Write) => "held for writing".to_owned(),
+        None => "held".to_owned(),
+    };
+    let mut lines = vec![format!("lock {:?} is {held}", info.key)];
     let mut field = |name: &str, value: String| lines.push(format!("  {name:<11} {value}"));
-    field("holder", format!("{} (pid {})", info.host, info.pid));
+    // Of the readers, the one whose share expires first.
+    let holder = if info.mode == Some(LockMode::Read) {
+        "a reader"
+    } else {
+        "holder"
+    };
+    field(holder, format!("{} (pid {})", info.host, info.pid));
     field(
         "since",
         format!("{} ({})", rfc3339(info.acquired_at), ago(info.acquired_at)),
@@ -159,6 +268,15 @@ fn status_text(info: &LockInfo) -> String {
             String::new()
         };
         field("waiters", format!("{}{fair}", info.waiters));
+    }
+    if info.writers_waiting > 0 {
+        field(
+            "writers",
+            format!(
+                "{} waiting (new readers wait behind them)",
+                info.writers_waiting
+            ),
+        );
     }
     if let Some(meta) = &info.metadata {
         field("metadata", printable(meta));
@@ -183,6 +301,7 @@ fn status_text(info: &LockInfo) -> String {
 fn table(infos: &[LockInfo]) -> String {
     let header = [
         "KEY",
+        "MODE",
         "HOLDER",
         "PID",
         "SINCE",
@@ -191,11 +310,16 @@ fn table(infos: &[LockInfo]) -> String {
         "WAITERS",
         "METADATA",
     ];
-    let rows: Vec<[String; 8]> = infos
+    let rows: Vec<[String; 9]> = infos
         .iter()
         .map(|i| {
             [
                 printable(&i.key),
+                match i.mode {
+                    Some(LockMode::Read) => format!("read({})", i.readers),
+                    Some(LockMode::Write) => "write".to_owned(),
+                    None => "mutex".to_owned(),
+                },
                 printable(&i.host),
                 i.pid.to_string(),
                 rfc3339(i.acquired_at),
@@ -233,4 +357,101 @@ fn printable(text: &str) -> String {
     text.chars()
         .map(|c| if c.is_control() { ' ' } else { c })
         .collect()
+}
+
+/// `status` of a semaphore: exit 0 when a permit is held, 1 when none is.
+fn semaphore_status(
+    locks: &LockClient,
+    server: &str,
+    key: &str,
+    json: bool,
+) -> Result<i32, Failure> {
+    let info = locks
+        .semaphore(key, 1)
+        .and_then(|s| s.inspect())
+        .map_err(|e| Failure::from_lock_error(&e, server))?;
+    let text = if json {
+        semaphore_json(locks.namespace(), &info).render()
+    } else {
+        let mut lines = vec![format!(
+            "semaphore {:?}: {} of {} permits in use",
+            info.name, info.in_use, info.limit
+        )];
+        if info.waiters > 0 || info.queued > 0 {
+            let fair = if info.queued > 0 {
+                format!(" ({} queued fairly)", info.queued)
+            } else {
+                String::new()
+            };
+            lines.push(format!("  {:<11} {}{fair}", "waiters", info.waiters));
+        }
+        for p in &info.holders {
+            let meta = p
+                .metadata
+                .as_deref()
+                .map_or_else(String::new, |m| format!(", metadata {}", printable(m)));
+            lines.push(format!(
+                "  {:<11} {} (pid {}) since {}, expires in {}, fencing {}{meta}",
+                "permit",
+                printable(&p.host),
+                p.pid,
+                rfc3339(p.acquired_at),
+                human(p.remaining_ttl),
+                p.fencing_token
+            ));
+        }
+        lines.join("\n")
+    };
+    print(&text);
+    Ok(if info.in_use > 0 { 0 } else { exit::FREE })
+}
+
+fn semaphore_json(namespace: &str, info: &SemaphoreInfo) -> Json {
+    let holders = info
+        .holders
+        .iter()
+        .map(|p| {
+            Json::Object(vec![
+                ("host", Json::Str(p.host.clone())),
+                ("pid", Json::Int(u128::from(p.pid))),
+                ("acquired_at", Json::Str(rfc3339(p.acquired_at))),
+                ("remaining_ttl_ms", Json::Int(p.remaining_ttl.as_millis())),
+                ("fencing_token", Json::Int(u128::from(p.fencing_token))),
+                ("metadata", Json::opt_str(p.metadata.clone())),
+            ])
+        })
+        .collect();
+    Json::Object(vec![
+        ("key", Json::Str(info.name.clone())),
+        ("namespace", Json::Str(namespace.to_owned())),
+        ("kind", Json::Str("semaphore".to_owned())),
+        ("held", Json::Bool(info.in_use > 0)),
+        ("limit", Json::Int(u128::from(info.limit))),
+        ("in_use", Json::Int(u128::from(info.in_use))),
+        ("available", Json::Int(u128::from(info.available))),
+        ("waiters", Json::Int(u128::from(info.waiters))),
+        ("queued", Json::Int(u128::from(info.queued))),
+        ("holders", Json::Array(holders)),
+    ])
+}
+
+/// One row per semaphore: permits in use of the limit, and waiters.
+fn semaphore_table(infos: &[SemaphoreInfo]) -> String {
+    let width = infos
+        .iter()
+        .map(|i| printable(&i.name).chars().count())
+        .max()
+        .unwrap_or(0)
+        .max("SEMAPHORE".len());
+    let mut out = vec![format!("{:<width$}  IN USE  LIMIT  WAITERS", "SEMAPHORE")];
+    for i in infos {
+        out.push(format!(
+            "{:<width$}  {:<6}  {:<5}  {}",
+            printable(&i.name),
+            i.in_use,
+            i.limit,
+            i.waiters
+        ));
+    }
+    out.join("\n")
 }

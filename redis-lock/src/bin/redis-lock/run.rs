@@ -10,7 +10,7 @@ use std::process::Child;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
-use redis_lock::{LockClient, LockGuard, LostReason, ReleaseOutcome};
+use redis_lock::{LockClient, LockGuard, LockOptions, LostReason, MultiGuard, ReleaseOutcome};
 
 use crate::args::{OnBusy, RunArgs};
 use crate::child;
@@ -32,9 +32,47 @@ enum Event {
 }
 
 enum Acquired {
-    Held(LockGuard),
+    Held(Holding),
     Busy,
     Interrupted(Received),
+}
+
+/// The lock, or with `--also` the locks, held for the command.
+enum Holding {
+    One(LockGuard),
+    All(MultiGuard),
+}
+
+impl Holding {
+    /// What the command finds in its environment about the lock(s) besides the key.
+    fn env(&self, key: &str) -> Vec<(&'static str, String)> {
+        match self {
+            // A secret: whoever has it owns the lock (`redis-lock release/extend --handle`).
+            Holding::One(guard) => vec![
+                (
+                    "REDIS_LOCK_FENCING_TOKEN",
+                    guard.fencing_token().to_string(),
+                ),
+                ("REDIS_LOCK_HANDLE", guard.handle().to_string_secret()),
+            ],
+            Holding::All(guard) => vec![
+                (
+                    "REDIS_LOCK_FENCING_TOKEN",
+                    guard.fencing_token(key).unwrap_or(0).to_string(),
+                ),
+                ("REDIS_LOCK_KEYS", guard.keys().join(",")),
+                (
+                    "REDIS_LOCK_FENCING_TOKENS",
+                    guard
+                        .fencing_tokens()
+                        .iter()
+                        .map(|(name, token)| format!("{name}={token}"))
+                        .collect::<Vec<_>>()
+                        .join(","),
+                ),
+            ],
+        }
+    }
 }
 
 /// Runs the command under the lock and returns the exit code for redis-lock.
@@ -59,15 +97,12 @@ pub(crate) fn run(locks: &LockClient, server: &str, args: &RunArgs) -> Result<i3
         }
     }
 
-    let env = [
+    let mut env = vec![
         ("REDIS_LOCK_KEY", args.key.clone()),
         ("REDIS_LOCK_NAMESPACE", locks.namespace().to_owned()),
-        (
-            "REDIS_LOCK_FENCING_TOKEN",
-            guard.fencing_token().to_string(),
-        ),
         ("REDIS_LOCK_TTL_MS", args.ttl.as_millis().to_string()),
     ];
+    env.extend(guard.env(&args.key));
     let mut child = match child::spawn(&args.command, &env) {
         Ok(child) => child,
         Err(failure) => {
@@ -110,27 +145,51 @@ fn acquire(
 ) -> Result<Acquired, Failure> {
     let started = Instant::now();
     let mut line = WaitLine::new(&args.key);
+    let semaphore = match args.permits {
+        Some(n) => Some(
+            locks
+                .semaphore(&args.key, n)
+                .map_err(|e| Failure::from_lock_error(&e, server))?,
+        ),
+        None => None,
+    };
     loop {
         let left = args.wait.map(|w| w.saturating_sub(started.elapsed()));
-        let mut request = locks
-            .options(&args.key)
+        let mut opts = LockOptions::new()
             .ttl(args.ttl)
             .wait(left.map_or(SLICE, |l| l.min(SLICE)));
         if let Some(min) = args.hold_at_least {
-            request = request.hold_at_least(min);
+            opts = opts.hold_at_least(min);
         }
         if let Some(cooldown) = args.cooldown {
-            request = request.cooldown(cooldown);
+            opts = opts.cooldown(cooldown);
+        }
+        if let Some(mode) = args.mode {
+            opts = opts.mode(mode);
         }
         if let Some(text) = &args.metadata {
-            request = request.metadata(text.clone());
+            opts = opts.metadata(text.clone());
         }
         let lost_tx = tx.clone();
-        request = request.on_lost(move |event| {
+        opts = opts.on_lost(move |event| {
             let _ = lost_tx.send(Event::Lost(event.reason));
         });
-        match request.try_acquire() {
-            Ok(Some(guard)) => return Ok(Acquired::Held(guard)),
+        let acquired = match &semaphore {
+            Some(semaphore) => semaphore
+                .try_acquire_with(&opts)
+                .map(|g| g.map(Holding::One)),
+            None if args.also.is_empty() => locks
+                .try_acquire_with(&args.key, &opts)
+                .map(|g| g.map(Holding::One)),
+            None => {
+                let names = std::iter::once(&args.key).chain(&args.also);
+                locks
+                    .try_acquire_all_with(names, &opts)
+                    .map(|g| g.map(Holding::All))
+            }
+        };
+        match acquired {
+            Ok(Some(held)) => return Ok(Acquired::Held(held)),
             Ok(None) => {}
             Err(e) => {
                 line.clear();
@@ -147,15 +206,30 @@ fn acquire(
         if left.is_some_and(|l| l <= SLICE) {
             return Ok(Acquired::Busy);
         }
-        line.update(locks);
+        if semaphore.is_none() {
+            line.update(locks);
+        }
     }
 }
 
 /// The lock stayed busy: skip quietly or fail with the busy code.
 fn busy(locks: &LockClient, args: &RunArgs) -> Result<i32, Failure> {
-    let holder = match locks.inspect(&args.key) {
-        Ok(Some(info)) => format!(": held by {}", waitline::holder(&info)),
-        _ => String::new(),
+    let names: Vec<&String> = std::iter::once(&args.key).chain(&args.also).collect();
+    let holder = match args.permits {
+        Some(n) => match locks.semaphore(&args.key, n).and_then(|s| s.inspect()) {
+            Ok(info) => format!(": all {} permits are held", info.limit),
+            Err(_) => String::new(),
+        },
+        None => names
+            .iter()
+            .find_map(|name| match locks.inspect(name) {
+                Ok(Some(info)) if names.len() == 1 => {
+                    Some(format!(": held by {}", waitline::holder(&info)))
+                }
+                Ok(Some(info)) => Some(format!(": {name:?} held by {}", waitline::holder(&info))),
+                _ => None,
+            })
+            .unwrap_or_default(),
     };
     let waited = match args.wait {
         Some(w) if !w.is_zero() => format!(" after waiting {}", human(w)),
@@ -238,14 +312,22 @@ fn supervise(child: &Child, args: &RunArgs, rx: &Receiver<Event>) -> Option<bool
 
 /// Gives the lock back, warning when that shows the lock had been lost (unless the loss was
 /// already reported) or when Redis could not be told.
-fn release(guard: LockGuard, key: &str, loss_reported: bool) {
-    match guard.release() {
-        Ok(ReleaseOutcome::Late | ReleaseOutcome::Lost) if !loss_reported => {
-            eprintln!(
-                "redis-lock: warning: lock {key:?} had been lost before the command finished"
-            );
+fn release(held: Holding, key: &str, loss_reported: bool) {
+    let outcomes = match held {
+        Holding::One(guard) => guard.release().map(|o| vec![(key.to_owned(), o)]),
+        Holding::All(guard) => guard.release(),
+    };
+    match outcomes {
+        Ok(outcomes) => {
+            for (key, outcome) in outcomes {
+                if matches!(outcome, ReleaseOutcome::Late | ReleaseOutcome::Lost) && !loss_reported
+                {
+                    eprintln!(
+                        "redis-lock: warning: lock {key:?} had been lost before the command finished"
+                    );
+                }
+            }
         }
-        Ok(_) => {}
         Err(e) => eprintln!(
             "redis-lock: warning: releasing lock {key:?} failed ({e}); it frees up when its TTL runs out"
         ),

@@ -14,7 +14,7 @@ const CAD: &str =
 /// Latencies in µs of `op` run repeatedly for `time` (after a short warm-up), the client's
 /// CPU µs per run (`getrusage`, around the loop only), and the Redis-side cost per run:
 /// command execution µs (`INFO commandstats`) and process CPU µs (`INFO cpu`).
-fn measure(url: &str, time: Duration, op: impl FnMut()) -> Measured {
+pub(crate) fn measure(url: &str, time: Duration, op: impl FnMut()) -> Measured {
     measure_on(&[url.to_owned()], time, op)
 }
 
@@ -180,6 +180,21 @@ pub(crate) fn cycles(url: &str, client: &LockClient, watchdog: bool, time: Durat
     measure(url, time, || {
         let guard = client.acquire_with("uncontended", &opts).unwrap();
         drop(guard);
+    })
+}
+
+/// Uncontended permit + release of a semaphore of `permits` on one thread.
+pub(crate) fn permit_cycles(
+    url: &str,
+    client: &LockClient,
+    permits: u32,
+    time: Duration,
+) -> Measured {
+    let semaphore = client.semaphore("uncontended-semaphore", permits).unwrap();
+    let opts = LockOptions::new().ttl(Duration::from_secs(10));
+    measure(url, time, || {
+        let permit = semaphore.acquire_with(&opts).unwrap();
+        drop(permit);
     })
 }
 

@@ -1,0 +1,437 @@
+//! Lease handles: a held lock as a small value that another thread or process can resume
+//! (`LockGuard::handle`, `LockGuard::into_handle`, `LockClient::resume`), with a text form
+//! for environment variables and, behind the `serde` feature, any serde format.
+
+use std::str::FromStr;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::client::LockClient;
+use crate::error::{Error, Result};
+use crate::guard::LockGuard;
+use crate::options::MAX_TTL;
+use crate::wire::keys::{MAX_KEY_LEN, MAX_NAMESPACE_LEN};
+use crate::wire::token::is_token;
+
+/// What starts the text form (`to_string_secret`), with its version.
+const TEXT_PREFIX: &str = "redis-lock-handle:v1:";
+
+/// A held lock as a value: its name and namespace, the owner token, the fencing token, the
+/// TTL it is renewed to and when it expires unless renewed. Made by
+/// [`LockGuard::handle`] or [`LockGuard::into_handle`]; turned back into a guard by
+/// [`LockClient::resume`], in this process or another one.
+///
+/// **Whoever holds the handle owns the lock.** It carries the owner token, which is all it
+/// takes to extend or release the lock: keep it as secret as a password. It never appears in
+/// `Debug`, `Display`, errors or log events; [`to_string_secret`](Self::to_string_secret)
+/// (and serialization, with the `serde` feature) is the one way to read it out, for passing
+/// the handle on (an environment variable, a pipe, a job queue you trust).
+///
+/// # Examples
+///
+/// ```no_run
+/// # fn main() -> redis_lock::Result<()> {
+/// let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+/// let guard = locks.lock("nightly-export")?;
+/// // Give the lock to a child process: it resumes, extends and releases it.
+/// let handle = guard.into_handle(); // no release, the watchdog stops
+/// let status = std::process::Command::new("export-worker")
+///     .env("REDIS_LOCK_HANDLE", handle.to_string_secret())
+///     .status();
+/// # let _ = status; Ok(()) }
+/// ```
+#[derive(Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct LeaseHandle {
+    name: String,
+    namespace: String,
+    token: String,
+    fencing_token: u64,
+    ttl_ms: u64,
+    expires_unix_ms: u64,
+}
+
+impl std::fmt::Debug for LeaseHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // No token: whoever has it owns the lock.
+        f.debug_struct("LeaseHandle")
+            .field("name", &self.name)
+            .field("namespace", &self.namespace)
+            .field("fencing_token", &self.fencing_token)
+            .field("ttl", &self.ttl())
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Display for LeaseHandle {
+    /// The lock it is for, without the owner token.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "lease of lock {:?} (namespace {:?}, fencing token {})",
+            self.name, self.namespace, self.fencing_token
+        )
+    }
+}
+
+impl LeaseHandle {
+    /// The lock name (without namespace).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redis_lock::Result<()> {
+    /// # let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+    /// let handle = locks.lock("report")?.into_handle();
+    /// assert_eq!(handle.name(), "report");
+    /// # Ok(()) }
+    /// ```
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The namespace of the client that made it; only a client with the same namespace
+    /// resumes it.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redis_lock::Result<()> {
+    /// # let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+    /// let handle = locks.lock("report")?.into_handle();
+    /// assert_eq!(handle.namespace(), "lock:");
+    /// # Ok(()) }
+    /// ```
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// The fencing token of the acquisition (see
+    /// [`LockGuard::fencing_token`]); a resumed guard has the same.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redis_lock::Result<()> {
+    /// # let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+    /// let guard = locks.lock("report")?;
+    /// assert_eq!(guard.handle().fencing_token(), guard.fencing_token());
+    /// # Ok(()) }
+    /// ```
+    pub fn fencing_token(&self) -> u64 {
+        self.fencing_token
+    }
+
+    /// The TTL the lock is renewed to (a resumed guard's watchdog renews to it).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redis_lock::Result<()> {
+    /// # let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+    /// let guard = locks.options("report").ttl(std::time::Duration::from_secs(10)).acquire()?;
+    /// assert_eq!(guard.handle().ttl(), std::time::Duration::from_secs(10));
+    /// # Ok(()) }
+    /// ```
+    pub fn ttl(&self) -> Duration {
+        Duration::from_millis(self.ttl_ms)
+    }
+
+    /// When the lock expires unless renewed, by the wall clock of the process that made the
+    /// handle (a conservative estimate, at the time the handle was made).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redis_lock::Result<()> {
+    /// # let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+    /// let handle = locks.lock("report")?.into_handle();
+    /// assert!(handle.expires_at() > std::time::SystemTime::now());
+    /// # Ok(()) }
+    /// ```
+    pub fn expires_at(&self) -> SystemTime {
+        UNIX_EPOCH + Duration::from_millis(self.expires_unix_ms)
+    }
+
+    /// The handle as one line of text, owner token included, for an environment variable or
+    /// a pipe: `redis-lock-handle:v1:` then hex-encoded namespace and name, token, fencing
+    /// token, TTL and expiry. [`FromStr`] reads it back. **A secret**: whoever has it owns
+    /// the lock.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redis_lock::Result<()> {
+    /// # let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+    /// let handle = locks.lock("report")?.into_handle();
+    /// let text = handle.to_string_secret();
+    /// let back: redis_lock::LeaseHandle = text.parse()?;
+    /// assert_eq!(back, handle);
+    /// # Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn to_string_secret(&self) -> String {
+        format!(
+            "{TEXT_PREFIX}{}:{}:{}:{}:{}:{}",
+            hex(self.namespace.as_bytes()),
+            hex(self.name.as_bytes()),
+            self.token,
+            self.fencing_token,
+            self.ttl_ms,
+            self.expires_unix_ms
+        )
+    }
+
+    pub(crate) fn token(&self) -> &str {
+        &self.token
+    }
+
+    /// Everything a resume relies on, checked before anything is sent.
+    fn validate(&self) -> Result<()> {
+        let bad = |reason: &str| Err(Error::invalid("handle", reason));
+        if !is_token(&self.token) {
+            return bad("its owner token is malformed (not 32 lowercase hex characters)");
+        }
+        if self.name.is_empty() || self.name.len() > MAX_KEY_LEN {
+            return bad("its lock name is empty or too long");
+        }
+        if self.namespace.len() > MAX_NAMESPACE_LEN {
+            return bad("its namespace is too long");
+        }
+        if self.ttl_ms == 0 || Duration::from_millis(self.ttl_ms) > MAX_TTL {
+            return bad("its ttl is zero or longer than the limit");
+        }
+        Ok(())
+    }
+}
+
+impl FromStr for LeaseHandle {
+    type Err = Error;
+
+    /// Reads the text form made by [`LeaseHandle::to_string_secret`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidInput`] (`what`: `"handle"`) for text that is not a well-formed
+    /// handle; the message never repeats the text.
+    fn from_str(s: &str) -> Result<LeaseHandle> {
+        let malformed = || Error::invalid("handle", "not a lease handle of this version");
+        let rest = s.trim().strip_prefix(TEXT_PREFIX).ok_or_else(malformed)?;
+        let parts: Vec<&str> = rest.split(':').collect();
+        let [namespace, name, token, fence, ttl, expires] = parts[..] else {
+            return Err(malformed());
+        };
+        let text = |h: &str| unhex(h).and_then(|b| String::from_utf8(b).ok());
+        let handle = LeaseHandle {
+            namespace: text(namespace).ok_or_else(malformed)?,
+            name: text(name).ok_or_else(malformed)?,
+            token: token.to_owned(),
+            fencing_token: fence.parse().map_err(|_| malformed())?,
+            ttl_ms: ttl.parse().map_err(|_| malformed())?,
+            expires_unix_ms: expires.parse().map_err(|_| malformed())?,
+        };
+        handle.validate()?;
+        Ok(handle)
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+impl LockGuard {
+    /// This lock as a [`LeaseHandle`], to pass to another thread or process
+    /// ([`LockClient::resume`]). The guard stays the owner too: both can extend and release
+    /// (whichever releases first frees the lock; the other then finds it lost). To hand the
+    /// lock over instead, use [`into_handle`](Self::into_handle). The handle carries the owner
+    /// token: whoever has it owns the lock.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redis_lock::Result<()> {
+    /// # let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+    /// let guard = locks.lock("report")?;
+    /// let handle = guard.handle();
+    /// assert_eq!(handle.name(), "report");
+    /// # Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn handle(&self) -> LeaseHandle {
+        let lease = &self.lease;
+        let (ttl, expires_at) = lease.ttl_and_expiry();
+        let left = expires_at.saturating_duration_since(std::time::Instant::now());
+        let expires = SystemTime::now() + left;
+        LeaseHandle {
+            name: lease.name.clone(),
+            namespace: lease.inner.config.namespace.clone(),
+            token: lease.token.clone(),
+            fencing_token: lease.fence,
+            ttl_ms: u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
+            expires_unix_ms: expires
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        }
+    }
+
+    /// Gives the lock up to a [`LeaseHandle`] without releasing it: the watchdog stops,
+    /// nothing is sent to Redis, and the lock stays held until whoever has the handle
+    /// resumes it ([`LockClient::resume`]) and releases it, or it expires with its TTL (as
+    /// of [`LeaseHandle::expires_at`]). Reentrant guards of the same acquisition still alive
+    /// report [`ReleaseOutcome::HandedOff`](crate::ReleaseOutcome::HandedOff) when released.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redis_lock::Result<()> {
+    /// # let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+    /// let handle = locks.lock("report")?.into_handle();
+    /// // still held in Redis; the handle owns it now
+    /// let guard = locks.resume(&handle)?;
+    /// guard.release()?;
+    /// # Ok(()) }
+    /// ```
+    #[must_use = "the handle is the only way left to release the lock before it expires"]
+    pub fn into_handle(mut self) -> LeaseHandle {
+        let handle = self.handle();
+        self.live = false;
+        // This guard's hold goes with it; the lease is handed off for every sibling too.
+        self.lease.drop_hold();
+        self.lease.hand_off();
+        handle
+    }
+}
+
+impl LockClient {
+    /// A guard for the lock `handle` stands for, made by another guard of this or another
+    /// process ([`LockGuard::handle`], [`LockGuard::into_handle`]). A watchdog renews it to
+    /// the handle's TTL while the guard lives (see [`resume_with`](Self::resume_with) to
+    /// turn that off); dropping it releases the lock. Checks with Redis first that the
+    /// handle's owner token still owns the lock and its fencing token is the lock's (two
+    /// reads; nothing is written).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidInput`] (`what`: `"handle"`) for a handle made under another namespace,
+    /// a malformed or altered one (owner token, fencing token); [`Error::Lost`] when the lock
+    /// expired or has another owner now; Redis and pool errors.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redis_lock::Result<()> {
+    /// # let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+    /// // In the process that was handed the lock:
+    /// let handle: redis_lock::LeaseHandle = std::env::var("REDIS_LOCK_HANDLE")
+    ///     .expect("started with a lock")
+    ///     .parse()?;
+    /// let guard = locks.resume(&handle)?;
+    /// guard.extend(std::time::Duration::from_secs(60))?;
+    /// // ... work ...
+    /// guard.release()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn resume(&self, handle: &LeaseHandle) -> Result<LockGuard> {
+        self.resume_with(handle, true)
+    }
+
+    /// [`resume`](Self::resume), with a watchdog or without one (`watchdog: false`: the lock
+    /// expires as of the handle's expiry unless extended).
+    ///
+    /// # Errors
+    ///
+    /// As [`resume`](Self::resume).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redis_lock::Result<()> {
+    /// # let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+    /// # let handle = locks.lock("report")?.into_handle();
+    /// // Just finish it early: no renewal thread needed.
+    /// locks.resume_with(&handle, false)?.release()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn resume_with(&self, handle: &LeaseHandle, watchdog: bool) -> Result<LockGuard> {
+        handle.validate()?;
+        if handle.namespace != self.inner.config.namespace {
+            return Err(Error::invalid(
+                "handle",
+                format!(
+                    "it is for namespace {:?}; this client uses {:?}",
+                    handle.namespace, self.inner.config.namespace
+                ),
+            ));
+        }
+        let lease = self.inner.resume(
+            &handle.name,
+            handle.token(),
+            handle.fencing_token,
+            handle.ttl(),
+            watchdog,
+        )?;
+        Ok(LockGuard::new(lease))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn handle() -> LeaseHandle {
+        LeaseHandle {
+            name: "a:b {c} d".to_owned(),
+            namespace: "app:".to_owned(),
+            token: "0123456789abcdef0123456789abcdef".to_owned(),
+            fencing_token: 42,
+            ttl_ms: 30_000,
+            expires_unix_ms: 1_700_000_000_000,
+        }
+    }
+
+    #[test]
+    fn the_text_form_reads_back_and_debug_and_display_hide_the_token() {
+        let h = handle();
+        let text = h.to_string_secret();
+        assert!(text.starts_with(TEXT_PREFIX));
+        assert!(!text.contains(' '), "one word, for environment variables");
+        assert_eq!(text.parse::<LeaseHandle>().unwrap(), h);
+        for shown in [format!("{h:?}"), h.to_string()] {
+            assert!(!shown.contains(&h.token), "{shown}");
+            assert!(shown.contains("a:b {c} d"), "{shown}");
+        }
+    }
+
+    #[test]
+    fn malformed_or_altered_text_is_refused_without_repeating_it() {
+        let good = handle().to_string_secret();
+        let cases = [
+            String::new(),
+            "garbage".to_owned(),
+            good.replacen("v1", "v2", 1),
+            good.replace(&handle().token, "0123456789ABCDEF0123456789ABCDEF"),
+            good.replace(&handle().token, "0123"),
+            format!("{good}:1"),
+            good.replace(":42:", ":-1:"),
+            good.replace(":30000:", ":0:"),
+            good.replacen(&hex(b"app:"), "zz", 1),
+        ];
+        for case in cases {
+            let err = case.parse::<LeaseHandle>().unwrap_err();
+            assert!(
+                matches!(err, Error::InvalidInput { what: "handle", .. }),
+                "{case}: {err:?}"
+            );
+            assert!(!err.to_string().contains(&handle().token), "{err}");
+        }
+    }
+}

@@ -1,0 +1,86 @@
+//! Resuming a held lock from what a lease handle carries (name, owner token, fencing token,
+//! TTL): check with Redis that the token still owns the lock and that the fencing token is
+//! the lock's, then hold it as a lease like an acquired one (registry, watchdog).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tracing::Span;
+
+use super::Inner;
+use super::acquire::start_lease;
+use super::lease::{Lease, Start};
+use super::observe::{self, Labels};
+use crate::error::{Error, LostReason, Result};
+use crate::options::validate_ttl;
+use crate::wire::OwnedTtl;
+use crate::wire::token::new_ids;
+
+impl Inner {
+    /// The lease of `name` held under `token` (fencing token `fence`), renewed to `ttl` by a
+    /// watchdog if `watchdog`. Sends only reads: the remaining TTL under the token, then the
+    /// holder (for the fencing token).
+    pub(crate) fn resume(
+        self: &Arc<Self>,
+        name: &str,
+        token: &str,
+        fence: u64,
+        ttl: Duration,
+        watchdog: bool,
+    ) -> Result<Arc<Lease>> {
+        let keys = self.keys(name)?;
+        validate_ttl(ttl).map_err(|e| match e {
+            Error::InvalidInput { reason, .. } => Error::invalid("handle", reason),
+            other => other,
+        })?;
+        let lost = |reason| Error::Lost {
+            key: name.to_owned(),
+            reason,
+        };
+        let sent = Instant::now();
+        let left = match self.deployment.owned_ttl(&self.mutex, &keys, token)? {
+            OwnedTtl::Left(left) => left,
+            // No expiry (not written by this library): renewals give it one.
+            OwnedTtl::NoExpiry => ttl,
+            OwnedTtl::Gone => return Err(lost(LostReason::Expired)),
+            OwnedTtl::NotOurs => return Err(lost(LostReason::TakenOver)),
+        };
+        let holder = self.deployment.inspect(&self.mutex, &keys)?;
+        if holder.as_ref().map(|h| h.fence) != Some(fence) {
+            return Err(Error::invalid(
+                "handle",
+                "its fencing token is not the lock's: the handle was altered",
+            ));
+        }
+        let start = Start {
+            token: token.to_owned(),
+            fence,
+            acquired: sent,
+            sent,
+            set_ttl: left,
+            ttl,
+            unclaimed: None,
+            registration: String::new(),
+            grant: new_ids()?.grant,
+            max_hold: None,
+            cooldown: Duration::ZERO,
+            on_lost: self.config.default_on_lost.clone(),
+        };
+        let labels = Labels {
+            label: std::borrow::Cow::Borrowed(observe::OTHER),
+            primitive: self.mutex.kind(),
+        };
+        let lease = start_lease(
+            self,
+            &self.mutex,
+            name,
+            keys,
+            &labels,
+            &Span::current(),
+            start,
+            watchdog,
+        )?;
+        tracing::debug!(target: "redis_lock", key = name, fence, "lock resumed from a handle");
+        Ok(lease)
+    }
+}

@@ -1,0 +1,529 @@
+//! `Semaphore`: at most N holders of one name at once, each permit held like a lock (its own
+//! token, TTL, watchdog, fencing token), and what `Semaphore::inspect` tells about it.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::client::LockClient;
+use crate::deploy::seam::Primitive;
+use crate::error::{Error, Result};
+use crate::guard::LockGuard;
+use crate::hold::acquire::Deadline;
+use crate::hold::retry::RetryStrategy;
+use crate::hold::semaphore::{self as sem, validate_permits};
+use crate::options::LockOptions;
+use crate::wire::LockKeys;
+
+/// How far away "wait until a permit is free" puts the deadline (as for locks).
+const UNTIL_FREE: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// A distributed semaphore: at most [`limit`](Self::limit) holders of one name at once, across
+/// threads, processes and hosts. Made by [`LockClient::semaphore`].
+///
+/// Each permit is held like a lock: [`acquire`](Self::acquire) and its siblings return a
+/// [`LockGuard`] with its own owner token, TTL, watchdog, loss detection, release outcomes and
+/// [`fencing_token`](LockGuard::fencing_token) (strictly increasing per name, across permits).
+/// A crashed holder's permit comes back when its TTL runs out; renewing or releasing one
+/// permit never touches another. A release hands its permit straight to one waiter (woken by
+/// the release, not by polling); with [`RetryStrategy::fair`] waiters get permits in arrival
+/// order.
+///
+/// **The limit is stored in Redis** (`ns{name}:limit`, kept like the fencing counter), so every
+/// client agrees on it. The `permits` given to [`LockClient::semaphore`] is stored by the first
+/// acquisition of a name that has none; after that **the stored limit wins**, whatever
+/// `permits` a later client asks for. Change it with [`set_permits`](Self::set_permits).
+///
+/// A thread holds at most one permit of a semaphore through one client at a time: a second
+/// acquisition fails at once with [`Error::AlreadyHeld`] (it could otherwise wait for itself),
+/// or joins the first with [`LockOptions::reentrant`].
+///
+/// Single server, Sentinel and Cluster (all keys of a name share one hash slot). Not under
+/// Redlock: [`LockClient::semaphore`] fails there with [`Error::InvalidInput`].
+///
+/// A name is a lock or a semaphore, not both: the calls of one on a name in use by the other
+/// fail with [`Error::WrongType`] and change nothing ([`LockClient::inspect`] and
+/// [`LockClient::force_release`] included; use [`inspect`](Self::inspect) and
+/// [`force_release`](Self::force_release) here).
+///
+/// # Examples
+///
+/// ```no_run
+/// # fn main() -> redis_lock::Result<()> {
+/// let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+/// let exports = locks.semaphore("exports", 3)?;
+/// let permit = exports.acquire()?; // waits while 3 others hold one
+/// println!("permit {} of at most {}", permit.fencing_token(), exports.limit()?);
+/// drop(permit); // released: the next waiter gets it
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+#[must_use = "a Semaphore does nothing until a permit is acquired"]
+pub struct Semaphore {
+    client: LockClient,
+    name: String,
+    keys: LockKeys,
+    permits: u32,
+    primitive: Arc<dyn Primitive>,
+}
+
+impl std::fmt::Debug for Semaphore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Semaphore")
+            .field("name", &self.name)
+            .field("permits", &self.permits)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LockClient {
+    /// A [`Semaphore`] named `name` with `permits` permits (stored unless the name has a limit
+    /// already: see [`Semaphore`]). Nothing is sent to Redis here.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidInput`] for a bad name, for `permits` of 0 or more than
+    /// [`MAX_PERMITS`](crate::MAX_PERMITS), and under Redlock.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> redis_lock::Result<()> {
+    /// let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+    /// let partner_api = locks.semaphore("partner-api", 4)?;
+    /// assert_eq!(partner_api.permits(), 4);
+    /// assert!(locks.semaphore("partner-api", 0).is_err());
+    /// # Ok(()) }
+    /// ```
+    pub fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
+        let keys = self.inner.keys(name)?;
+        validate_permits(permits)?;
+        self.inner.check_semaphore(None)?;
+        Ok(Semaphore {
+            client: self.clone(),
+            name: name.to_owned(),
+            keys,
+            permits,
+            primitive: Arc::new(sem::Semaphore { permits }),
+        })
+    }
+}
+
+impl LockClient {
+    /// The semaphores in use under this client's namespace whose names match the glob
+    /// `pattern` (as for [`list`](LockClient::list), which lists the locks), sorted by name:
+    /// those with a permit held or a waiter registered. Under Redlock, where semaphores are
+    /// refused, the list is empty.
+    ///
+    /// # Errors
+    ///
+    /// Redis and pool errors.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redis_lock::Result<()> {
+    /// let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+    /// for s in locks.list_semaphores("*")? {
+    ///     println!("{}: {} of {} in use, {} waiting", s.name, s.in_use, s.limit, s.waiters);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn list_semaphores(&self, pattern: &str) -> Result<Vec<SemaphoreInfo>> {
+        if self.inner.check_semaphore(None).is_err() {
+            return Ok(Vec::new());
+        }
+        let namespace = &self.inner.config.namespace;
+        let names = self.inner.deployment.scan(
+            namespace,
+            &crate::wire::keys::scan_pattern(namespace, pattern),
+        )?;
+        let mut found = Vec::new();
+        for name in names {
+            let Ok(keys) = self.inner.keys(&name) else {
+                continue;
+            };
+            // A lock, or a key of another type that matched: not a semaphore.
+            match self.inner.permits(&keys) {
+                Ok(Some(p)) if !p.holders.is_empty() || p.waiters > 0 => {
+                    found.push(SemaphoreInfo::new(&name, p.limit, Some(p)));
+                }
+                Ok(_) | Err(Error::WrongType { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(found)
+    }
+}
+
+impl Semaphore {
+    /// The semaphore's name (without namespace).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> redis_lock::Result<()> {
+    /// # let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+    /// assert_eq!(locks.semaphore("exports", 3)?.name(), "exports");
+    /// # Ok(()) }
+    /// ```
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The number of permits this handle was made with: the limit it stores if the name has
+    /// none yet. The limit in force is [`limit`](Self::limit).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> redis_lock::Result<()> {
+    /// # let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+    /// assert_eq!(locks.semaphore("exports", 3)?.permits(), 3);
+    /// # Ok(()) }
+    /// ```
+    pub fn permits(&self) -> u32 {
+        self.permits
+    }
+
+    /// Takes a permit, waiting until one is free (or up to the client's
+    /// [`default_wait`](crate::Builder::default_wait)).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Timeout`] when no permit came free in the client's default wait;
+    /// [`Error::AlreadyHeld`] when this thread holds a permit of this semaphore already;
+    /// [`Error::WrongType`] when the name is used by another kind of lock (a mutex, say) or
+    /// holds other data; Redis and pool errors.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redis_lock::Result<()> {
+    /// # let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+    /// let permit = locks.semaphore("exports", 3)?.acquire()?;
+    /// // ... at most 3 of these run at once ...
+    /// drop(permit);
+    /// # Ok(()) }
+    /// ```
+    pub fn acquire(&self) -> Result<LockGuard> {
+        self.acquire_with(&LockOptions::new())
+    }
+
+    /// Makes one attempt to take a permit. `Ok(None)` when all are held.
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire`](Self::acquire), but never a timeout.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redis_lock::Result<()> {
+    /// # let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+    /// match locks.semaphore("exports", 3)?.try_acquire()? {
+    ///     Some(_permit) => println!("exporting"),
+    ///     None => println!("3 exports run already"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn try_acquire(&self) -> Result<Option<LockGuard>> {
+        self.try_acquire_with(&LockOptions::new().wait(Duration::ZERO))
+    }
+
+    /// Tries to take a permit, waiting up to `timeout`. `Ok(None)` when none came free.
+    ///
+    /// # Errors
+    ///
+    /// As [`try_acquire`](Self::try_acquire), plus [`Error::InvalidInput`] for a `timeout`
+    /// that overflows the clock.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redis_lock::Result<()> {
+    /// # let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+    /// use std::time::Duration;
+    /// let exports = locks.semaphore("exports", 3)?;
+    /// if let Some(permit) = exports.try_acquire_for(Duration::from_secs(5))? {
+    ///     println!("fencing token {}", permit.fencing_token());
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn try_acquire_for(&self, timeout: Duration) -> Result<Option<LockGuard>> {
+        self.try_acquire_with(&LockOptions::new().wait(timeout))
+    }
+
+    /// Takes a permit with `opts` (TTL, wait, [`RetryStrategy::fair`], metadata, watchdog,
+    /// reentrancy, replicas, `on_lost`, `max_hold`, label), waiting up to its wait budget.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Busy`] when the budget was zero and every permit is held, [`Error::Timeout`]
+    /// when the budget ran out; [`Error::InvalidInput`] for a minimum hold or a cool-down
+    /// (a permit is given back at once), or a bad TTL or metadata; otherwise as
+    /// [`acquire`](Self::acquire).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redis_lock::Result<()> {
+    /// # let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+    /// use std::time::Duration;
+    /// use redis_lock::{LockOptions, RetryStrategy};
+    /// let opts = LockOptions::new()
+    ///     .ttl(Duration::from_secs(10))
+    ///     .wait(Duration::from_secs(30))
+    ///     .retry(RetryStrategy::fair())
+    ///     .metadata("export 17");
+    /// let permit = locks.semaphore("exports", 3)?.acquire_with(&opts)?;
+    /// # drop(permit); Ok(()) }
+    /// ```
+    pub fn acquire_with(&self, opts: &LockOptions) -> Result<LockGuard> {
+        let started = Instant::now();
+        match self.try_acquire_with(opts)? {
+            Some(guard) => Ok(guard),
+            None => {
+                let inner = &self.client.inner;
+                let wait = opts.wait.or(inner.config.default_wait);
+                let none = opts.retry.as_ref() == Some(&RetryStrategy::none());
+                if wait.is_some_and(|w| w.is_zero()) || none {
+                    Err(Error::Busy {
+                        key: self.name.clone(),
+                    })
+                } else {
+                    Err(Error::Timeout {
+                        key: self.name.clone(),
+                        waited: started.elapsed(),
+                    })
+                }
+            }
+        }
+    }
+
+    /// Tries to take a permit with `opts`. `Ok(None)` when every permit is still held at the
+    /// end of the wait budget.
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire_with`](Self::acquire_with), but never busy or a timeout.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redis_lock::Result<()> {
+    /// # let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+    /// let opts = redis_lock::LockOptions::new().wait(std::time::Duration::from_millis(200));
+    /// if locks.semaphore("exports", 3)?.try_acquire_with(&opts)?.is_none() {
+    ///     println!("no permit within 200 ms");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn try_acquire_with(&self, opts: &LockOptions) -> Result<Option<LockGuard>> {
+        let inner = &self.client.inner;
+        inner.check_semaphore(Some(opts))?;
+        let started = Instant::now();
+        let at = match opts.wait.or(inner.config.default_wait) {
+            Some(wait) => started
+                .checked_add(wait)
+                .ok_or_else(|| Error::invalid("wait", format!("{wait:?} overflows the clock")))?,
+            None => started + UNTIL_FREE,
+        };
+        let deadline = Deadline { at, started };
+        Ok(inner
+            .acquire(&self.primitive, &self.name, opts, &deadline)?
+            .map(LockGuard::new))
+    }
+
+    /// The limit in force: the one stored in Redis, or [`permits`](Self::permits) when none
+    /// is stored yet (the first acquisition stores it).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WrongType`] when the name is used by another kind of lock; Redis and pool
+    /// errors.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redis_lock::Result<()> {
+    /// # let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+    /// let exports = locks.semaphore("exports", 3)?;
+    /// println!("{} exports at once", exports.limit()?);
+    /// # Ok(()) }
+    /// ```
+    pub fn limit(&self) -> Result<u32> {
+        Ok(self.inspect()?.limit)
+    }
+
+    /// Permits free now: the limit less the permits held (0 while more are held than a
+    /// lowered limit allows). A snapshot: another client may take one right after.
+    ///
+    /// # Errors
+    ///
+    /// As [`limit`](Self::limit).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redis_lock::Result<()> {
+    /// # let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+    /// let exports = locks.semaphore("exports", 3)?;
+    /// let permit = exports.acquire()?;
+    /// assert!(exports.available()? <= 2);
+    /// # drop(permit); Ok(()) }
+    /// ```
+    pub fn available(&self) -> Result<u32> {
+        Ok(self.inspect()?.available)
+    }
+
+    /// The limit, every permit held (who, since when, for how much longer) and who waits.
+    /// Owner tokens are never included.
+    ///
+    /// # Errors
+    ///
+    /// As [`limit`](Self::limit).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redis_lock::Result<()> {
+    /// # let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+    /// let info = locks.semaphore("exports", 3)?.inspect()?;
+    /// println!("{} of {} in use, {} waiting", info.in_use, info.limit, info.waiters);
+    /// for p in &info.holders {
+    ///     println!("  pid {} on {}, token {}", p.pid, p.host, p.fencing_token);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn inspect(&self) -> Result<SemaphoreInfo> {
+        let permits = self.client.inner.permits(&self.keys)?;
+        Ok(SemaphoreInfo::new(&self.name, self.permits, permits))
+    }
+
+    /// Changes the number of permits, for every client; returns the previous limit (`None`
+    /// when none was stored). Held permits are never revoked: after lowering the limit below
+    /// the permits in use, new acquisitions wait until fewer than the new limit are held.
+    /// After raising it, waiters that now fit are woken at once.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidInput`] for 0 or more than [`MAX_PERMITS`](crate::MAX_PERMITS)
+    /// (nothing is sent); otherwise as [`limit`](Self::limit).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redis_lock::Result<()> {
+    /// # let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+    /// let exports = locks.semaphore("exports", 3)?;
+    /// exports.set_permits(5)?; // the partner raised our quota
+    /// assert_eq!(exports.limit()?, 5);
+    /// # Ok(()) }
+    /// ```
+    pub fn set_permits(&self, permits: u32) -> Result<Option<u32>> {
+        self.client.inner.set_permits(&self.keys, permits)
+    }
+
+    /// Breaks every permit, as an operator would: the permits are gone, waiters that now fit
+    /// are woken, the limit stays. Returns the host and pid of one holder whose permit was
+    /// broken (the one that would have expired first), `None` when none was held. Each holder
+    /// finds out at its next renewal or release (lost, `Deleted`; release `Late`).
+    ///
+    /// # Errors
+    ///
+    /// As [`limit`](Self::limit).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redis_lock::Result<()> {
+    /// # let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+    /// if let Some((host, pid)) = locks.semaphore("exports", 3)?.force_release()? {
+    ///     eprintln!("broke the permits of pid {pid} on {host} and the others");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn force_release(&self) -> Result<Option<(String, u32)>> {
+        self.client
+            .inner
+            .deployment
+            .force_release(&self.primitive, &self.keys)
+    }
+}
+
+/// What [`Semaphore::inspect`] tells: the limit, the permits held and the waiters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SemaphoreInfo {
+    /// The semaphore's name (without namespace).
+    pub name: String,
+    /// The limit in force (the stored one; the handle's `permits` when none is stored yet).
+    pub limit: u32,
+    /// Permits held now (may exceed a lowered limit until holders release).
+    pub in_use: u32,
+    /// Permits free now: `limit - in_use`, or 0.
+    pub available: u32,
+    /// Every permit held, the one that expires first first.
+    pub holders: Vec<PermitInfo>,
+    /// Threads (of any process) registered as waiting for a permit.
+    pub waiters: u32,
+    /// Fair waiters queued, part of [`waiters`](Self::waiters) while alive.
+    pub queued: u32,
+}
+
+/// One permit held, as [`Semaphore::inspect`] shows it. No owner token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PermitInfo {
+    /// Host name of the holder (empty for a permit a release just handed to a waiter, until
+    /// its new holder's first renewal writes it).
+    pub host: String,
+    /// Process id of the holder on its host (0 while unclaimed, as above).
+    pub pid: u32,
+    /// When the permit was acquired (Redis server clock; the Unix epoch while unclaimed).
+    pub acquired_at: SystemTime,
+    /// Time until the permit expires unless renewed.
+    pub remaining_ttl: Duration,
+    /// The permit's fencing token.
+    pub fencing_token: u64,
+    /// The holder's metadata, if it gave any.
+    pub metadata: Option<String>,
+}
+
+impl SemaphoreInfo {
+    fn new(name: &str, permits: u32, p: Option<crate::wire::semaphore::Permits>) -> Self {
+        let Some(p) = p else {
+            return SemaphoreInfo {
+                name: name.to_owned(),
+                limit: permits,
+                in_use: 0,
+                available: permits,
+                holders: Vec::new(),
+                waiters: 0,
+                queued: 0,
+            };
+        };
+        let limit = if p.limit == 0 { permits } else { p.limit };
+        let in_use = u32::try_from(p.holders.len()).unwrap_or(u32::MAX);
+        SemaphoreInfo {
+            name: name.to_owned(),
+            limit,
+            in_use,
+            available: limit.saturating_sub(in_use),
+            holders: p
+                .holders
+                .into_iter()
+                .map(|h| PermitInfo {
+                    host: h.host,
+                    pid: h.pid,
+                    acquired_at: UNIX_EPOCH + Duration::from_millis(h.since_ms),
+                    remaining_ttl: h.remaining_ttl,
+                    fencing_token: h.fence,
+                    metadata: h.meta,
+                })
+                .collect(),
+            waiters: p.waiters,
+            queued: p.queued,
+        }
+    }
+}

@@ -1,0 +1,207 @@
+//! Lease handles against a real redis-server: a guard given up to a handle stays held with
+//! no watchdog, a resumed guard extends and releases, the text and serde forms read back,
+//! and handles for another namespace, altered or malformed ones are refused with Redis
+//! untouched.
+
+use std::time::Duration;
+
+use redis_lock::{Error, LeaseHandle, LockClient, LostReason, ReleaseOutcome};
+use redis_lock_tests::{RedisServer, client};
+
+fn dump(server: &RedisServer, name: &str) -> (Vec<u8>, i64) {
+    let mut con = server.connection();
+    let key = format!("lock:{{{name}}}");
+    let bytes: Vec<u8> = redis::cmd("DUMP").arg(&key).query(&mut con).unwrap();
+    let ttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut con).unwrap();
+    (bytes, ttl)
+}
+
+#[test]
+fn into_handle_keeps_the_lock_held_and_a_resumed_guard_extends_and_releases_it() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let guard = locks
+        .options("job")
+        .ttl(Duration::from_millis(600))
+        .acquire()
+        .unwrap();
+    let fence = guard.fencing_token();
+    let before = locks.request_count();
+    let handle = guard.into_handle();
+    assert_eq!(locks.request_count(), before, "nothing sent by into_handle");
+    assert_eq!(
+        (handle.name(), handle.namespace(), handle.fencing_token()),
+        ("job", "lock:", fence)
+    );
+    assert_eq!(handle.ttl(), Duration::from_millis(600));
+    // No watchdog any more: the lock is not renewed, but still held.
+    assert!(locks.inspect("job").unwrap().is_some());
+    let before = locks.request_count();
+    std::thread::sleep(Duration::from_millis(300)); // past the first renewal (ttl / 3)
+    assert_eq!(locks.request_count(), before, "the watchdog stopped");
+
+    let resumed = locks
+        .resume(&handle.to_string_secret().parse().unwrap())
+        .unwrap();
+    assert_eq!(resumed.fencing_token(), fence);
+    resumed.extend(Duration::from_secs(30)).unwrap();
+    assert!(resumed.remaining_ttl().unwrap().unwrap() > Duration::from_secs(20));
+    assert_eq!(resumed.release().unwrap(), ReleaseOutcome::Released);
+    assert!(locks.inspect("job").unwrap().is_none());
+    // Spent: the lock is gone.
+    let err = locks.resume(&handle).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Lost {
+                reason: LostReason::Expired,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn a_resumed_guard_has_its_own_watchdog() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let handle = locks
+        .options("renewed")
+        .ttl(Duration::from_millis(300))
+        .acquire()
+        .unwrap()
+        .into_handle();
+    let other = client(&server);
+    let resumed = other.resume(&handle).unwrap();
+    // Three TTLs later it is still held: renewed by the resumed guard's watchdog.
+    std::thread::sleep(Duration::from_millis(900));
+    resumed.ensure_held().unwrap();
+    assert!(other.inspect("renewed").unwrap().is_some());
+    assert_eq!(resumed.release().unwrap(), ReleaseOutcome::Released);
+}
+
+#[test]
+fn the_first_guard_reports_the_lock_gone_once_the_handle_released_it() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let guard = locks.lock("shared").unwrap();
+    let other = client(&server);
+    other
+        .resume_with(&guard.handle(), false)
+        .unwrap()
+        .release()
+        .unwrap();
+    let err = guard.remaining_ttl().unwrap_err();
+    assert!(err.is_lost(), "{err:?}");
+    assert!(guard.ensure_held().is_err());
+}
+
+#[test]
+fn serde_round_trip_and_secrets_stay_out_of_debug_display_and_errors() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let guard = locks.lock("serde").unwrap();
+    let token = guard.token().to_owned();
+    let handle = guard.handle();
+    let json = serde_json::to_string(&handle).unwrap();
+    assert!(json.contains(&token), "serialization carries the token");
+    let back: LeaseHandle = serde_json::from_str(&json).unwrap();
+    assert_eq!(back, handle);
+    for shown in [format!("{handle:?}"), handle.to_string()] {
+        assert!(!shown.contains(&token), "{shown}");
+    }
+    // A deserialized handle is checked before use, like a parsed one.
+    let altered = json.replace(&token, "not-a-token");
+    let bad: LeaseHandle = serde_json::from_str(&altered).unwrap();
+    let err = locks.resume(&bad).unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidInput { what: "handle", .. }),
+        "{err:?}"
+    );
+    assert!(!format!("{err:?} {err}").contains(&token));
+    drop(guard);
+}
+
+#[test]
+fn bad_handles_are_refused_and_redis_is_left_untouched() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let guard = locks.options("kept").watchdog(false).acquire().unwrap();
+    let token = guard.token().to_owned();
+    let text = guard.handle().to_string_secret();
+    let before = dump(&server, "kept");
+
+    // Another namespace: refused before anything is sent.
+    let other_ns = LockClient::builder(&server.url())
+        .namespace("other:")
+        .build()
+        .unwrap();
+    let sent = other_ns.request_count();
+    let err = other_ns.resume(&guard.handle()).unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidInput { what: "handle", .. }),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("namespace"), "{err}");
+    assert_eq!(other_ns.request_count(), sent, "nothing sent");
+
+    // Malformed text: refused by the parser.
+    let without_expiry = text.rsplit_once(':').unwrap().0;
+    for bad in ["", "redis-lock-handle:v1:", without_expiry] {
+        let err = bad.parse::<LeaseHandle>().unwrap_err();
+        assert!(
+            matches!(err, Error::InvalidInput { what: "handle", .. }),
+            "{err:?}"
+        );
+    }
+    // Another (well-formed) owner token: not ours, only read.
+    let forged: LeaseHandle = text.replace(&token, &"f".repeat(32)).parse().unwrap();
+    let err = locks.resume(&forged).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Lost {
+                reason: LostReason::TakenOver,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(!format!("{err:?} {err}").contains(&token));
+    // The right token with another fencing token: altered.
+    let fence = guard.fencing_token();
+    let altered: LeaseHandle = text
+        .replace(&format!(":{fence}:"), &format!(":{}:", fence + 1))
+        .parse()
+        .unwrap();
+    let err = locks.resume(&altered).unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidInput { what: "handle", .. }),
+        "{err:?}"
+    );
+
+    let after = dump(&server, "kept");
+    assert_eq!(after.0, before.0, "the lock is byte for byte the same");
+    assert!(after.1 <= before.1, "its TTL was not touched");
+    assert_eq!(guard.release().unwrap(), ReleaseOutcome::Released);
+}
+
+#[test]
+fn a_reentrant_sibling_of_a_handed_off_guard_reports_it_handed_off() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let outer = locks.lock_reentrant("nested").unwrap();
+    let inner = locks.lock_reentrant("nested").unwrap();
+    let handle = inner.into_handle();
+    assert!(!locks.is_held_by_current_thread("nested"));
+    let sent = locks.request_count();
+    assert_eq!(outer.release().unwrap(), ReleaseOutcome::HandedOff);
+    assert_eq!(locks.request_count(), sent, "nothing sent");
+    assert!(
+        locks.inspect("nested").unwrap().is_some(),
+        "still held for the handle"
+    );
+    locks.resume(&handle).unwrap().release().unwrap();
+    assert!(locks.inspect("nested").unwrap().is_none());
+}

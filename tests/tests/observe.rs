@@ -205,11 +205,13 @@ fn renewals_and_losses_are_counted_and_end_the_hold() {
     let guard = locks
         .options("m-2")
         .label(L)
-        .ttl(Duration::from_millis(300))
+        // Long enough that a loaded machine renews in time: the loss below must be the
+        // deletion, not an expiry.
+        .ttl(Duration::from_millis(1500))
         .acquire()
         .unwrap();
     assert!(
-        wait_until(Duration::from_secs(3), || counter(
+        wait_until(Duration::from_secs(5), || counter(
             "redis_lock_renewals_total",
             &by_label(L)
         ) >= 2),
@@ -222,6 +224,10 @@ fn renewals_and_losses_are_counted_and_end_the_hold() {
         .unwrap();
     assert!(wait_until(Duration::from_secs(3), || guard.is_lost()));
     let losses = [("reason", "deleted"), ("primitive", "mutex"), ("label", L)];
+    // Recorded by the watchdog right after it marks the lease lost.
+    assert!(wait_until(Duration::from_secs(3), || {
+        counter("redis_lock_losses_total", &losses) >= 1 && !hold_samples(L, "lost").is_empty()
+    }));
     assert_eq!(counter("redis_lock_losses_total", &losses), 1);
     assert_eq!(hold_samples(L, "lost").len(), 1);
     assert_eq!(gauge("redis_lock_held", &by_label(L)), 0.0);

@@ -397,12 +397,13 @@ pub(crate) struct Quorum {
 /// on a server where the attempt is late the release could run first, find nothing, and let
 /// the attempt take the lock after it: a lock nobody holds, until its TTL. So the release
 /// skips the servers still `pending` and marks the acquisition `released`; the late answer,
-/// seeing the mark, releases its server, after its attempt.
+/// seeing the mark, releases its server, after its attempt, as the holder asked (cool-down
+/// included).
 #[derive(Debug)]
 struct Unsettled {
     /// Servers whose attempt has not answered yet.
     pending: Vec<usize>,
-    released: bool,
+    released: Option<Arc<OwnedRelease>>,
 }
 
 /// Answers of all servers to one operation, by server index.
@@ -1026,7 +1027,7 @@ impl Quorum {
                 args.token.to_owned(),
                 Unsettled {
                     pending,
-                    released: false,
+                    released: None,
                 },
             );
         }
@@ -1036,19 +1037,21 @@ impl Quorum {
             let unsettled = Arc::clone(&self.unsettled);
             Box::new(move |i, late: Result<Attempt>| {
                 let member = &members[i];
-                let released = ours && {
+                let released = if ours {
                     let mut all = unsettled.lock();
                     match all.get_mut(&sent.token) {
                         Some(u) => {
                             u.pending.retain(|p| *p != i);
-                            let released = u.released;
+                            let released = u.released.clone();
                             if u.pending.is_empty() {
                                 all.remove(&sent.token);
                             }
                             released
                         }
-                        None => false,
+                        None => None,
                     }
+                } else {
+                    None
                 };
                 match (ours, late) {
                     (true, Ok(Attempt::Busy { block: Some(_), .. })) => {
@@ -1058,8 +1061,11 @@ impl Quorum {
                         });
                     }
                     // Taken here after the holder released it (see `Unsettled`).
-                    (true, Ok(Attempt::Acquired { .. }) | Err(_)) if released => {
-                        let _ = member.call(|s| release_on(s, &*p, &sent.undo()));
+                    (true, Ok(Attempt::Acquired { .. }) | Err(_)) if released.is_some() => {
+                        let release = released.as_deref().map(OwnedRelease::args);
+                        if let Some(release) = release {
+                            let _ = member.call(|s| release_on(s, &*p, &release));
+                        }
                     }
                     (false, Ok(Attempt::Acquired { .. }) | Err(_)) => {
                         let _ = member.call(|s| release_on(s, &*p, &sent.undo()));
@@ -1197,9 +1203,10 @@ impl Quorum {
     pub(crate) fn release(&self, p: &Arc<dyn Primitive>, r: &ReleaseArgs<'_>) -> Result<Release> {
         let q = majority(self.total());
         // Servers whose attempt is still in flight are released by its answer (`Unsettled`).
+        let sent = Arc::new(OwnedRelease::of(r));
         let servers = match self.unsettled.lock().get_mut(r.token) {
             Some(u) => {
-                u.released = true;
+                u.released = Some(Arc::clone(&sent));
                 (0..self.total())
                     .filter(|i| !u.pending.contains(i))
                     .collect()
@@ -1207,7 +1214,7 @@ impl Quorum {
             None => self.all(),
         };
         let answers = {
-            let (p, sent) = (Arc::clone(p), OwnedRelease::of(r));
+            let p = Arc::clone(p);
             self.fan_out_direct(
                 &servers,
                 move |c| release_with(c, &*p, &sent.args()),

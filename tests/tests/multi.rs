@@ -362,6 +362,70 @@ fn a_failure_on_one_member_mid_acquisition_leaves_none_held() {
     );
 }
 
+/// Redlock's members share one owner token. With the third server slow, both members'
+/// attempts are still in flight there when the guard is released: each member's release must
+/// leave that server to its own late attempt (and only its own), which then releases it. A
+/// record of in-flight attempts kept per token instead of per member let the second member
+/// overwrite the first's, so one member stayed held on the slow server for its whole TTL.
+#[test]
+fn members_released_while_their_attempts_are_late_are_freed_everywhere() {
+    let servers = [
+        RedisServer::start(),
+        RedisServer::start(),
+        RedisServer::start(),
+    ];
+    let proxy = TcpProxy::start(servers[2].port()).unwrap();
+    let locks = LockClient::redlock_builder([servers[0].url(), servers[1].url(), proxy.url()])
+        .connect_timeout(Duration::from_secs(2))
+        .io_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    drop(locks.lock_all(["a", "b"]).unwrap());
+    for round in 0..3 {
+        // The attempts to the third server are held up in the proxy; the releases are not.
+        proxy.set_latency(Duration::from_millis(300));
+        let guard = locks
+            .try_lock_all_for(["a", "b"], Duration::from_secs(5))
+            .unwrap()
+            .expect("free");
+        proxy.set_latency(Duration::ZERO);
+        let outcomes = guard.release().unwrap();
+        assert!(
+            outcomes.iter().all(|(_, o)| *o == ReleaseOutcome::Released),
+            "{outcomes:?}"
+        );
+        // The held-up attempts run on the third server (both fencing counters move)...
+        assert!(wait_until(Duration::from_secs(3), || {
+            let fences: Vec<Option<u64>> = redis::cmd("MGET")
+                .arg("lock:{a}:fence")
+                .arg("lock:{b}:fence")
+                .query(&mut servers[2].connection())
+                .unwrap();
+            fences.iter().all(|f| f.is_some_and(|f| f >= round + 2))
+        }));
+        // ...and each is released there, after its attempt.
+        assert!(
+            wait_until(Duration::from_secs(3), || {
+                let n: i64 = redis::cmd("EXISTS")
+                    .arg("lock:{a}")
+                    .arg("lock:{b}")
+                    .query(&mut servers[2].connection())
+                    .unwrap();
+                n == 0
+            }),
+            "round {round}: the slow server still holds a released member"
+        );
+        for s in &servers[..2] {
+            let n: i64 = redis::cmd("EXISTS")
+                .arg("lock:{a}")
+                .arg("lock:{b}")
+                .query(&mut s.connection())
+                .unwrap();
+            assert_eq!(n, 0, "round {round}");
+        }
+    }
+}
+
 #[test]
 fn a_lost_reply_of_the_one_script_leaves_none_held() {
     let server = RedisServer::start();

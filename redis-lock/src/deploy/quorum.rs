@@ -389,8 +389,9 @@ pub(crate) struct Quorum {
     /// The longest one server may take to answer (connect or checkout, then the reply):
     /// after that it counts as failed.
     bound: Duration,
-    /// Won acquisitions (by owner token) whose attempt has not yet answered on every server.
-    unsettled: Arc<Mutex<std::collections::HashMap<String, Unsettled>>>,
+    /// Won acquisitions whose attempt has not yet answered on every server, by owner token
+    /// and lock name: a multi-lock's members share one token, each has its own attempts.
+    unsettled: Arc<Mutex<std::collections::HashMap<(String, String), Unsettled>>>,
 }
 
 /// A won acquisition with attempts still in flight. A release fans out on its own threads, so
@@ -1024,7 +1025,7 @@ impl Quorum {
             .collect();
         if ours && !pending.is_empty() {
             self.unsettled.lock().insert(
-                args.token.to_owned(),
+                (args.token.to_owned(), keys.name().to_owned()),
                 Unsettled {
                     pending,
                     released: None,
@@ -1039,12 +1040,13 @@ impl Quorum {
                 let member = &members[i];
                 let released = if ours {
                     let mut all = unsettled.lock();
-                    match all.get_mut(&sent.token) {
+                    let at = (sent.token.clone(), sent.keys.name().to_owned());
+                    match all.get_mut(&at) {
                         Some(u) => {
                             u.pending.retain(|p| *p != i);
                             let released = u.released.clone();
                             if u.pending.is_empty() {
-                                all.remove(&sent.token);
+                                all.remove(&at);
                             }
                             released
                         }
@@ -1204,7 +1206,8 @@ impl Quorum {
         let q = majority(self.total());
         // Servers whose attempt is still in flight are released by its answer (`Unsettled`).
         let sent = Arc::new(OwnedRelease::of(r));
-        let servers = match self.unsettled.lock().get_mut(r.token) {
+        let at = (r.token.to_owned(), r.keys.name().to_owned());
+        let servers = match self.unsettled.lock().get_mut(&at) {
             Some(u) => {
                 u.released = Some(Arc::clone(&sent));
                 (0..self.total())

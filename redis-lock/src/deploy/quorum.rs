@@ -823,6 +823,9 @@ impl Quorum {
                                 conn: &mut s.conn,
                             });
                             member.note(&r);
+                            // The connection goes back to the pool first: a late answer's
+                            // handler (an undo) then finds it idle, as on the lanes.
+                            drop(s);
                             call2.answer(i, r);
                         });
                     }
@@ -879,6 +882,8 @@ impl Quorum {
                     Err(e) => Err(Error::Redis(e)),
                 };
                 member.note(&r);
+                // Back to the pool before the late handler runs (it may release here).
+                drop(s);
                 call2.answer(i, r);
             });
             if let Err(job) = self.lanes[i].submit(job) {

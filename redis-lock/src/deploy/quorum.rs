@@ -399,7 +399,8 @@ pub(crate) struct Quorum {
 /// the attempt take the lock after it: a lock nobody holds, until its TTL. So the release
 /// skips the servers still `pending` and marks the acquisition `released`; the late answer,
 /// seeing the mark, releases its server, after its attempt, as the holder asked (cool-down
-/// included).
+/// included). Kept per owner token and lock name: a multi-lock's members share one token, and
+/// each member's release must skip (and be carried out by) that member's own late attempts.
 #[derive(Debug)]
 struct Unsettled {
     /// Servers whose attempt has not answered yet.

@@ -321,6 +321,51 @@ fn an_attempt_that_lands_after_the_release_is_undone() {
     }
 }
 
+/// A client dropped while its last acquisition's attempt is still in flight on a slow server
+/// finishes that late work first: the attempt's answer releases the lock there (the release
+/// skipped that server). Otherwise the next client, with another server down, found the lock
+/// busy on one of the two servers up, right after the release returned `Released`.
+#[test]
+fn a_dropped_client_finishes_the_release_of_an_attempt_still_in_flight() {
+    let [mut a, b, c] = three();
+    let proxy = TcpProxy::start(c.port()).unwrap();
+    let urls = [a.url(), b.url(), proxy.url()];
+    let build = || {
+        LockClient::redlock_builder(urls.iter().cloned())
+            .connect_timeout(Duration::from_secs(2))
+            .io_timeout(Duration::from_secs(2))
+            .build()
+            .unwrap()
+    };
+    let locks = build();
+    drop(locks.lock("handed").unwrap());
+    assert!(wait_until(Duration::from_secs(3), || !holds(&c, "handed")));
+    // The attempt to the third server is held up in the proxy (each way); the release skips it.
+    proxy.set_latency(Duration::from_millis(300));
+    let guard = locks
+        .options("handed")
+        .ttl(Duration::from_secs(10))
+        .acquire()
+        .unwrap();
+    assert_eq!(guard.release().unwrap(), ReleaseOutcome::Released);
+    let dropped = Instant::now();
+    drop(locks);
+    let took = dropped.elapsed();
+    assert!(took < Duration::from_secs(5), "the drop waited {took:?}");
+    assert!(
+        !holds(&c, "handed"),
+        "released there before the drop returned"
+    );
+    a.kill();
+    let next = build();
+    let guard = next
+        .try_lock("handed")
+        .unwrap()
+        .expect("free on both servers that are up");
+    assert_eq!(guard.release().unwrap(), ReleaseOutcome::Released);
+    proxy.set_latency(Duration::ZERO);
+}
+
 /// Fair mode would need one arrival order across a majority; each server keeps its own queue,
 /// so it is refused with a clear error instead of silently waiting unfairly.
 #[test]

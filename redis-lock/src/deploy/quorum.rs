@@ -633,7 +633,9 @@ impl Quorum {
     pub(crate) fn new(stores: Vec<Store>, bound: Duration, threads: usize) -> Quorum {
         let lanes = stores
             .iter()
-            .map(|s| Lane::new(s.label.clone(), threads))
+            // A late answer is read until its call's deadline, then its handler asks once
+            // more: a dropped client waits that long at most for its late work.
+            .map(|s| Lane::new(s.label.clone(), threads, bound * 2))
             .collect();
         Quorum {
             members: stores

@@ -187,7 +187,7 @@ impl LockClient {
     /// them well below the TTL. A call returns once a majority decided; what a slower server
     /// still owes (say, releasing a lock whose attempt reached it late) is finished in the
     /// background, and dropping the last handle of the client waits for it, at most twice
-    /// `connect_timeout` + `io_timeout`.
+    /// (the longer of `connect_timeout` and `pool_timeout`) + `io_timeout`.
     ///
     /// # Examples
     ///

@@ -184,7 +184,10 @@ impl LockClient {
     /// saw the holder; fair waiting ([`RetryStrategy::fair`](crate::RetryStrategy::fair)) is
     /// refused with [`Error::InvalidInput`], since each server would keep its own queue.
     /// Each server is tried in turn with the client's `connect_timeout` and `io_timeout`: keep
-    /// them well below the TTL.
+    /// them well below the TTL. A call returns once a majority decided; what a slower server
+    /// still owes (say, releasing a lock whose attempt reached it late) is finished in the
+    /// background, and dropping the last handle of the client waits for it, at most twice
+    /// (the longer of `connect_timeout` and `pool_timeout`) + `io_timeout`.
     ///
     /// # Examples
     ///

@@ -380,8 +380,30 @@ fn members_released_while_their_attempts_are_late_are_freed_everywhere() {
         .io_timeout(Duration::from_secs(2))
         .build()
         .unwrap();
+    let held = |s: &RedisServer| -> i64 {
+        redis::cmd("EXISTS")
+            .arg("lock:{a}")
+            .arg("lock:{b}")
+            .query(&mut s.connection())
+            .unwrap()
+    };
+    let fences = || -> Vec<u64> {
+        redis::cmd("MGET")
+            .arg("lock:{a}:fence")
+            .arg("lock:{b}:fence")
+            .query::<Vec<Option<u64>>>(&mut servers[2].connection())
+            .unwrap()
+            .into_iter()
+            .map(Option::unwrap_or_default)
+            .collect()
+    };
+    // Connections (and the script cache) warmed up before the proxy turns slow.
     drop(locks.lock_all(["a", "b"]).unwrap());
+    assert!(wait_until(Duration::from_secs(3), || servers
+        .iter()
+        .all(|s| held(s) == 0)));
     for round in 0..3 {
+        let before = fences();
         // The attempts to the third server are held up in the proxy; the releases are not.
         proxy.set_latency(Duration::from_millis(300));
         let guard = locks
@@ -395,34 +417,19 @@ fn members_released_while_their_attempts_are_late_are_freed_everywhere() {
             "{outcomes:?}"
         );
         // The held-up attempts run on the third server (both fencing counters move)...
-        assert!(wait_until(Duration::from_secs(3), || {
-            let fences: Vec<Option<u64>> = redis::cmd("MGET")
-                .arg("lock:{a}:fence")
-                .arg("lock:{b}:fence")
-                .query(&mut servers[2].connection())
-                .unwrap();
-            fences.iter().all(|f| f.is_some_and(|f| f >= round + 2))
-        }));
-        // ...and each is released there, after its attempt.
         assert!(
-            wait_until(Duration::from_secs(3), || {
-                let n: i64 = redis::cmd("EXISTS")
-                    .arg("lock:{a}")
-                    .arg("lock:{b}")
-                    .query(&mut servers[2].connection())
-                    .unwrap();
-                n == 0
-            }),
+            wait_until(Duration::from_secs(3), || fences()
+                .iter()
+                .zip(&before)
+                .all(|(now, then)| now > then)),
+            "round {round}: the attempts never reached the third server: {before:?}"
+        );
+        // ...and each member is released there, after its attempt.
+        assert!(
+            wait_until(Duration::from_secs(3), || held(&servers[2]) == 0),
             "round {round}: the slow server still holds a released member"
         );
-        for s in &servers[..2] {
-            let n: i64 = redis::cmd("EXISTS")
-                .arg("lock:{a}")
-                .arg("lock:{b}")
-                .query(&mut s.connection())
-                .unwrap();
-            assert_eq!(n, 0, "round {round}");
-        }
+        assert_eq!(held(&servers[0]) + held(&servers[1]), 0, "round {round}");
     }
 }
 

@@ -321,6 +321,51 @@ fn an_attempt_that_lands_after_the_release_is_undone() {
     }
 }
 
+/// A client dropped while its last acquisition's attempt is still in flight on a slow server
+/// finishes that late work first: the attempt's answer releases the lock there (the release
+/// skipped that server). Otherwise the next client, with another server down, found the lock
+/// busy on one of the two servers up, right after the release returned `Released`.
+#[test]
+fn a_dropped_client_finishes_the_release_of_an_attempt_still_in_flight() {
+    let [mut a, b, c] = three();
+    let proxy = TcpProxy::start(c.port()).unwrap();
+    let urls = [a.url(), b.url(), proxy.url()];
+    let build = || {
+        LockClient::redlock_builder(urls.iter().cloned())
+            .connect_timeout(Duration::from_secs(2))
+            .io_timeout(Duration::from_secs(2))
+            .build()
+            .unwrap()
+    };
+    let locks = build();
+    drop(locks.lock("handed").unwrap());
+    assert!(wait_until(Duration::from_secs(3), || !holds(&c, "handed")));
+    // The attempt to the third server is held up in the proxy (each way); the release skips it.
+    proxy.set_latency(Duration::from_millis(300));
+    let guard = locks
+        .options("handed")
+        .ttl(Duration::from_secs(10))
+        .acquire()
+        .unwrap();
+    assert_eq!(guard.release().unwrap(), ReleaseOutcome::Released);
+    let dropped = Instant::now();
+    drop(locks);
+    let took = dropped.elapsed();
+    assert!(took < Duration::from_secs(5), "the drop waited {took:?}");
+    assert!(
+        !holds(&c, "handed"),
+        "released there before the drop returned"
+    );
+    a.kill();
+    let next = build();
+    let guard = next
+        .try_lock("handed")
+        .unwrap()
+        .expect("free on both servers that are up");
+    assert_eq!(guard.release().unwrap(), ReleaseOutcome::Released);
+    proxy.set_latency(Duration::ZERO);
+}
+
 /// Fair mode would need one arrival order across a majority; each server keeps its own queue,
 /// so it is refused with a clear error instead of silently waiting unfairly.
 #[test]
@@ -495,4 +540,76 @@ fn contention_continues_while_a_server_is_killed_and_restarted() {
     );
     let counts = run.finish();
     assert_eq!(counts.violations.load(Ordering::SeqCst), 0, "{counts:?}");
+}
+
+/// The direct path (the calling thread asks every server) must cost the same requests as the
+/// lanes did, also when a server forgot its scripts: `NOSCRIPT` is handed to a lane that loads
+/// the script, and the cache's round trips are not counted.
+#[test]
+fn a_server_that_forgot_its_scripts_is_served_and_counted_as_before() {
+    let [a, b, c] = three();
+    let locks = redlock_client(&[&a, &b, &c]);
+    let on_all = || holds(&a, "flush") && holds(&b, "flush") && holds(&c, "flush");
+    let on_none = || !holds(&a, "flush") && !holds(&b, "flush") && !holds(&c, "flush");
+    for round in 0..3 {
+        if round == 1 {
+            redis::cmd("SCRIPT")
+                .arg("FLUSH")
+                .query::<()>(&mut b.connection())
+                .unwrap();
+        }
+        let before = locks.request_count();
+        let guard = locks.try_lock("flush").unwrap().expect("free");
+        assert!(wait_until(Duration::from_secs(2), on_all), "round {round}");
+        assert_eq!(guard.release().unwrap(), ReleaseOutcome::Released);
+        assert!(wait_until(Duration::from_secs(2), on_none), "round {round}");
+        // Three attempts and three releases, whichever thread sent them.
+        assert!(
+            wait_until(Duration::from_secs(2), || locks.request_count() - before
+                == 6),
+            "round {round}: {} requests",
+            locks.request_count() - before
+        );
+    }
+}
+
+/// A pooled connection the server closed while it was idle fails on the direct path like on
+/// the lanes: that server counts as failed, the majority decides, and the server is used
+/// again once it was skipped for a while.
+#[test]
+fn an_idle_connection_the_server_closed_is_a_failed_server_not_a_failed_call() {
+    let [a, b, c] = three();
+    let locks = redlock_client(&[&a, &b, &c]);
+    let on_all = || holds(&a, "killed") && holds(&b, "killed") && holds(&c, "killed");
+    let guard = locks.try_lock("killed").unwrap().expect("free");
+    assert!(wait_until(Duration::from_secs(2), on_all));
+    assert_eq!(guard.release().unwrap(), ReleaseOutcome::Released);
+    assert!(wait_until(Duration::from_secs(2), || !holds(&a, "killed")));
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("normal")
+        .arg("SKIPME")
+        .arg("yes")
+        .query(&mut a.connection())
+        .unwrap();
+    assert!(killed > 0, "no idle connection of the client to kill");
+    let started = Instant::now();
+    let guard = locks.try_lock("killed").unwrap().expect("free");
+    assert!(
+        started.elapsed() < Duration::from_millis(300),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(holds(&b, "killed") && holds(&c, "killed"));
+    assert_eq!(guard.release().unwrap(), ReleaseOutcome::Released);
+    // Skipped for a while after the failure, then asked again on a new connection.
+    assert!(wait_until(Duration::from_secs(3), || {
+        let Some(g) = locks.try_lock("killed").unwrap() else {
+            return false;
+        };
+        let all = holds(&a, "killed");
+        g.release().unwrap();
+        all
+    }));
 }

@@ -1,13 +1,23 @@
 //! Long-lived threads that talk to one server of a quorum, so that a quorum asks all its
 //! servers at once without an async runtime and without a thread per call.
 //!
+//! The one-request operations (attempt, renewal, release) are asked by the calling thread
+//! itself where it can (`Quorum::fan_out_direct`, `store/direct.rs`); a lane takes what it
+//! cannot: servers without an idle plain connection, a `NOSCRIPT` reply, the replies still to
+//! come once the call decided, and every other operation.
+//!
 //! A `Lane` is a queue of jobs and the threads that run them. It starts one thread when the
 //! first job arrives and adds one whenever a job finds every thread busy, up to `max` (the
 //! store's pool size: more could only wait for a connection); idle threads wait for the next
-//! job and stop when the lane is dropped with its quorum.
+//! job and stop when the lane is dropped with its quorum. Dropping a lane waits (at most its
+//! `drain` time) for the jobs still queued or running: they are a call's late work (the undo or
+//! release of an attempt still in flight), which must not outlive the client by surprise: a
+//! program that drops its client and goes on would otherwise race its own lock's release.
 
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
@@ -25,6 +35,13 @@ struct Queue {
 struct Shared {
     queue: Mutex<Queue>,
     ready: Condvar,
+    /// A thread ended.
+    ended: Condvar,
+}
+
+thread_local! {
+    /// This thread runs a lane: a drop here must not wait for lane threads (itself among them).
+    static ON_LANE: Cell<bool> = const { Cell::new(false) };
 }
 
 /// The threads of one server.
@@ -33,6 +50,8 @@ pub(crate) struct Lane {
     /// Name of the threads (the server's label, without credentials).
     name: String,
     max: usize,
+    /// How long a drop waits for the jobs still queued or running.
+    drain: Duration,
 }
 
 impl std::fmt::Debug for Lane {
@@ -47,14 +66,17 @@ impl std::fmt::Debug for Lane {
 }
 
 impl Lane {
-    pub(crate) fn new(name: String, max: usize) -> Lane {
+    /// `drain`: how long dropping the lane may wait for its jobs to finish.
+    pub(crate) fn new(name: String, max: usize, drain: Duration) -> Lane {
         Lane {
             shared: Arc::new(Shared {
                 queue: Mutex::new(Queue::default()),
                 ready: Condvar::new(),
+                ended: Condvar::new(),
             }),
             name,
             max: max.max(1),
+            drain,
         }
     }
 
@@ -96,13 +118,21 @@ impl Lane {
 
 impl Drop for Lane {
     fn drop(&mut self) {
-        // Queued jobs still run (a late undo must not be lost); then the threads end.
-        self.shared.queue.lock().closed = true;
+        // Queued jobs still run (a late undo must not be lost); then the threads end. The drop
+        // waits for that, bounded by `drain` (not on a lane thread: it would wait for itself).
+        let mut q = self.shared.queue.lock();
+        q.closed = true;
         self.shared.ready.notify_all();
+        if ON_LANE.with(Cell::get) {
+            return;
+        }
+        let until = Instant::now() + self.drain;
+        while q.threads > 0 && !self.shared.ended.wait_until(&mut q, until).timed_out() {}
     }
 }
 
 fn work(shared: &Shared) {
+    ON_LANE.with(|on| on.set(true));
     let mut q = shared.queue.lock();
     loop {
         if let Some(job) = q.jobs.pop_front() {
@@ -116,6 +146,7 @@ fn work(shared: &Shared) {
         if q.closed {
             q.threads -= 1;
             q.idle -= 1;
+            shared.ended.notify_all();
             return;
         }
         shared.ready.wait(&mut q);
@@ -131,7 +162,7 @@ mod tests {
 
     #[test]
     fn jobs_run_in_parallel_up_to_the_limit() {
-        let lane = Lane::new("test".into(), 3);
+        let lane = Lane::new("test".into(), 3, Duration::from_secs(10));
         let running = Arc::new(AtomicUsize::new(0));
         let peak = Arc::new(AtomicUsize::new(0));
         let (tx, rx) = mpsc::channel();
@@ -158,7 +189,7 @@ mod tests {
 
     #[test]
     fn queued_jobs_still_run_after_the_lane_is_dropped() {
-        let lane = Lane::new("test".into(), 1);
+        let lane = Lane::new("test".into(), 1, Duration::from_secs(10));
         let (tx, rx) = mpsc::channel();
         for i in 0..3 {
             let tx = tx.clone();
@@ -170,9 +201,26 @@ mod tests {
             .unwrap();
         }
         drop(lane);
-        let got: Vec<i32> = (0..3)
-            .map(|_| rx.recv_timeout(Duration::from_secs(10)).unwrap())
-            .collect();
+        // The drop waited for them: every one ran before it returned.
+        let got: Vec<i32> = rx.try_iter().collect();
         assert_eq!(got, [0, 1, 2]);
+    }
+
+    #[test]
+    fn a_drop_waits_for_a_stuck_job_no_longer_than_its_drain() {
+        let lane = Lane::new("test".into(), 1, Duration::from_millis(100));
+        let (tx, rx) = mpsc::channel::<()>();
+        lane.submit(Box::new(move || {
+            // Stuck until the test ends (the sender is dropped then).
+            let _ = rx.recv_timeout(Duration::from_secs(10));
+        }))
+        .map_err(|_| "no thread")
+        .unwrap();
+        let start = Instant::now();
+        drop(lane);
+        let took = start.elapsed();
+        drop(tx);
+        assert!(took >= Duration::from_millis(100), "{took:?}");
+        assert!(took < Duration::from_secs(5), "{took:?}");
     }
 }

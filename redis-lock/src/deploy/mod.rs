@@ -358,8 +358,17 @@ fn renew_on(
 
 fn release_on(store: &Store, p: &dyn Primitive, r: &ReleaseArgs<'_>) -> Result<Release> {
     let mut conn = store.conn()?;
+    release_with(&mut conn, p, r)
+}
+
+/// A release on a connection already checked out.
+fn release_with(
+    con: &mut dyn redis::ConnectionLike,
+    p: &dyn Primitive,
+    r: &ReleaseArgs<'_>,
+) -> Result<Release> {
     p.release(
-        &mut conn,
+        con,
         r.keys,
         r.token,
         r.undo,

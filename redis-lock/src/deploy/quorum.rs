@@ -1,7 +1,12 @@
 //! Redlock: one lock over N independent Redis servers, held while a majority holds it.
 //!
-//! Each operation runs the single-server script on every server at once (a few long-lived
-//! threads per server, `lanes.rs`; no thread per call) and combines the answers. A call
+//! Each operation runs the single-server script on every server at once and combines the
+//! answers. An attempt, renewal or release is asked by the calling thread itself on every
+//! server with an idle plain connection: it writes the request to each, then `poll(2)`s the
+//! sockets and decodes each reply as it is whole (`fan_out_direct`, `store/direct.rs`), so an
+//! uncontended call wakes no other thread; the rest goes to a few long-lived threads per
+//! server (`lanes.rs`; no thread per call), which also read the replies still to come once a
+//! call decided. A call
 //! returns as soon as its outcome is decided, and never waits on a server past the server's
 //! own connect and reply timeouts (a server that has not answered by then counts as failed):
 //!
@@ -54,10 +59,15 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use super::lanes::Lane;
+use std::io::{Read, Write};
+
+use redis::ConnectionLike;
+
+use super::lanes::{Job, Lane};
 use super::seam::Primitive;
-use super::{Attempted, ReleaseArgs, attempt_on, leave_on, release_on, renew_on};
+use super::{Attempted, ReleaseArgs, attempt_on, leave_on, release_on, release_with};
 use crate::error::{Error, Result};
+use crate::store::direct::{self, Replay, Sent};
 use crate::store::{Ack, Store, Wake};
 use crate::wire::token::{new_token, random_below};
 use crate::wire::{Attempt, AttemptArgs, Broken, Holder, LockKeys, OwnedTtl, Release, Renewal};
@@ -105,24 +115,37 @@ impl Member {
     }
 
     fn call<T>(&self, f: impl FnOnce(&Store) -> Result<T>) -> Result<T> {
-        if let Some((until, why)) = &*self.down.lock()
-            && Instant::now() < *until
-        {
-            return Err(Error::Redis(redis::RedisError::from((
-                redis::ErrorKind::Io,
-                "skipped: the server failed moments ago",
-                why.clone(),
-            ))));
+        if let Some(e) = self.skip_error() {
+            return Err(e);
         }
         let r = f(&self.store);
-        match &r {
+        self.note(&r);
+        r
+    }
+
+    /// The error a call gets while the server is skipped.
+    fn skip_error(&self) -> Option<Error> {
+        match &*self.down.lock() {
+            Some((until, why)) if Instant::now() < *until => {
+                Some(Error::Redis(redis::RedisError::from((
+                    redis::ErrorKind::Io,
+                    "skipped: the server failed moments ago",
+                    why.clone(),
+                ))))
+            }
+            _ => None,
+        }
+    }
+
+    /// A connection error starts the skipping; an answer ends it.
+    fn note<T>(&self, r: &Result<T>) {
+        match r {
             Err(e) if e.is_connection_error() => {
                 *self.down.lock() = Some((Instant::now() + DOWN_FOR, e.to_string()));
             }
             Ok(_) => *self.down.lock() = None,
             Err(_) => {}
         }
-        r
     }
 }
 
@@ -145,9 +168,32 @@ struct CallState<T> {
     /// Late answers that came before the caller said what to do with them.
     late: Vec<(usize, Result<T>)>,
     handler: Option<Late<T>>,
+    /// A caller that polls its direct servers' sockets also polls the other end of this, so a
+    /// lane thread's answer wakes it (`fan_out_direct`).
+    #[cfg(unix)]
+    wake: Option<std::os::unix::net::UnixStream>,
+    #[cfg(not(unix))]
+    wake: Option<std::convert::Infallible>,
 }
 
 impl<T> Call<T> {
+    fn new(servers: &[usize]) -> Call<T> {
+        Call {
+            state: Mutex::new(CallState {
+                answers: Answers {
+                    ok: Vec::with_capacity(servers.len()),
+                    failed: Vec::new(),
+                },
+                pending: servers.to_vec(),
+                decided: false,
+                late: Vec::new(),
+                handler: None,
+                wake: None,
+            }),
+            arrived: Condvar::new(),
+        }
+    }
+
     /// A server answered.
     fn answer(&self, i: usize, r: Result<T>) {
         let mut st = self.state.lock();
@@ -156,6 +202,10 @@ impl<T> Call<T> {
             match r {
                 Ok(v) => st.answers.ok.push((i, v)),
                 Err(e) => st.answers.failed.push((i, e)),
+            }
+            if let Some(w) = &st.wake {
+                // The caller polls sockets and this: one byte says "look at the answers".
+                let _ = (&mut &*w).write(&[1]);
             }
             drop(st);
             self.arrived.notify_one();
@@ -175,6 +225,49 @@ impl<T> Call<T> {
         }
         st.handler = Some(handler);
     }
+}
+
+/// The caller's end of a call's wake socket (see `CallState::wake`).
+#[cfg(unix)]
+struct WakeReader(std::os::unix::net::UnixStream);
+
+#[cfg(unix)]
+impl WakeReader {
+    /// `None` when the system has no socket to spare: the caller then sees lane answers only
+    /// after its own sockets (bounded by the deadline), never a wrong answer.
+    fn attach<T>(call: &Call<T>) -> Option<WakeReader> {
+        let (r, w) = std::os::unix::net::UnixStream::pair().ok()?;
+        r.set_nonblocking(true).ok()?;
+        w.set_nonblocking(true).ok()?;
+        call.state.lock().wake = Some(w);
+        Some(WakeReader(r))
+    }
+
+    fn fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsRawFd;
+        self.0.as_raw_fd()
+    }
+
+    fn drain(&self) {
+        let mut buf = [0u8; 64];
+        while matches!((&mut &self.0).read(&mut buf), Ok(n) if n > 0) {}
+    }
+}
+
+#[cfg(not(unix))]
+struct WakeReader(std::convert::Infallible);
+
+#[cfg(not(unix))]
+impl WakeReader {
+    fn attach<T>(_: &Call<T>) -> Option<WakeReader> {
+        None
+    }
+
+    fn fd(&self) -> i32 {
+        match self.0 {}
+    }
+
+    fn drain(&self) {}
 }
 
 /// The answers a fanned-out call decided on, and the call, for its late answers.
@@ -306,7 +399,8 @@ pub(crate) struct Quorum {
 /// the attempt take the lock after it: a lock nobody holds, until its TTL. So the release
 /// skips the servers still `pending` and marks the acquisition `released`; the late answer,
 /// seeing the mark, releases its server, after its attempt, as the holder asked (cool-down
-/// included).
+/// included). Kept per owner token and lock name: a multi-lock's members share one token, and
+/// each member's release must skip (and be carried out by) that member's own late attempts.
 #[derive(Debug)]
 struct Unsettled {
     /// Servers whose attempt has not answered yet.
@@ -539,7 +633,9 @@ impl Quorum {
     pub(crate) fn new(stores: Vec<Store>, bound: Duration, threads: usize) -> Quorum {
         let lanes = stores
             .iter()
-            .map(|s| Lane::new(s.label.clone(), threads))
+            // A late answer is read until its call's deadline, then its handler asks once
+            // more: a dropped client waits that long at most for its late work.
+            .map(|s| Lane::new(s.label.clone(), threads, bound * 2))
             .collect();
         Quorum {
             members: stores
@@ -597,19 +693,7 @@ impl Quorum {
         T: Send + 'static,
         F: Fn(&Store) -> Result<T> + Send + Sync + 'static,
     {
-        let call = Arc::new(Call {
-            state: Mutex::new(CallState {
-                answers: Answers {
-                    ok: Vec::with_capacity(servers.len()),
-                    failed: Vec::new(),
-                },
-                pending: servers.to_vec(),
-                decided: false,
-                late: Vec::new(),
-                handler: None,
-            }),
-            arrived: Condvar::new(),
-        });
+        let call = Arc::new(Call::new(servers));
         let f = Arc::new(f);
         for &i in servers {
             let member = Arc::clone(&self.members[i]);
@@ -647,6 +731,202 @@ impl Quorum {
         answers.ok.sort_by_key(|(i, _)| *i);
         answers.failed.sort_by_key(|(i, _)| *i);
         Fanned { answers, call }
+    }
+
+    /// [`fan_out_within`](Self::fan_out_within) for an operation that is one request per
+    /// server, `g` on a checked-out connection. The calling thread sends it to every server
+    /// with an idle plain connection and reads the replies as they arrive (`store/direct.rs`),
+    /// so an uncontended call wakes no other thread; the other servers (no idle connection,
+    /// TLS, Cluster, Sentinel, an application's pool, or a request `g` cannot make alone) go
+    /// to their lanes, whose answers wake the caller through the call's `wake` socket. When
+    /// the call has decided, a lane thread reads each reply still to come, so late answers
+    /// are handled as on the lanes. A reply `NOSCRIPT` (the script is not cached there yet)
+    /// is handed to a lane too: `g` then loads the script, two more round trips.
+    fn fan_out_direct<T, G>(
+        &self,
+        servers: &[usize],
+        g: G,
+        enough: impl Fn(&Answers<T>) -> bool,
+        bound: Duration,
+    ) -> Fanned<T>
+    where
+        T: Send + 'static,
+        G: Fn(&mut dyn ConnectionLike) -> Result<T> + Send + Sync + 'static,
+    {
+        let g = Arc::new(g);
+        let deadline = Instant::now() + bound;
+        let call = Arc::new(Call::new(servers));
+        let packed = direct::capture(|c| {
+            let _ = g(c);
+        });
+        let mut sent: Vec<(usize, Sent)> = Vec::with_capacity(servers.len());
+        // The caller's end of the call's wake socket, made when a lane answers too.
+        let mut woken: Option<WakeReader> = None;
+        for &i in servers {
+            let member = &self.members[i];
+            if let Some(e) = member.skip_error() {
+                call.answer(i, Err(e));
+                continue;
+            }
+            match packed.as_ref().and_then(|p| member.store.send_direct(p)) {
+                Some(Ok(s)) => sent.push((i, s)),
+                Some(Err(e)) => {
+                    let r = Err(Error::Redis(e));
+                    member.note(&r);
+                    call.answer(i, r);
+                }
+                None => {
+                    let g = Arc::clone(&g);
+                    self.to_lane(i, &call, &mut woken, move |s| {
+                        let mut conn = s.conn()?;
+                        g(&mut conn)
+                    });
+                }
+            }
+        }
+        // Once decided, one look that does not wait: replies already in are taken here, so
+        // no lane thread is woken to read them.
+        let mut sweep = false;
+        loop {
+            if !sweep {
+                let st = call.state.lock();
+                if st.pending.is_empty() || enough(&st.answers) {
+                    sweep = true;
+                }
+            } else {
+                break;
+            }
+            if sent.is_empty() || (!sweep && Instant::now() >= deadline) {
+                break;
+            }
+            let ready = {
+                let mut socks: Vec<&mut Sent> = sent.iter_mut().map(|(_, s)| s).collect();
+                let until = if sweep { Instant::now() } else { deadline };
+                direct::readable(&mut socks, woken.as_ref().map(WakeReader::fd), until)
+            };
+            if let Some(w) = &woken {
+                w.drain();
+            }
+            let Ok(mut ready) = ready else {
+                // `poll` itself failed: the lanes read the rest.
+                break;
+            };
+            ready.sort_unstable_by(|a, b| b.cmp(a));
+            for at in ready {
+                let (i, mut s) = sent.swap_remove(at);
+                let member = &self.members[i];
+                match s.read_ready() {
+                    Ok(None) => sent.push((i, s)),
+                    Ok(Some(v)) if direct::is_no_script(&v) => {
+                        let (g, call2) = (Arc::clone(&g), Arc::clone(&call));
+                        let member = Arc::clone(member);
+                        self.spawn_late(i, &call, &mut woken, move || {
+                            let r = g(&mut Replay {
+                                first: Some(v),
+                                conn: &mut s.conn,
+                            });
+                            member.note(&r);
+                            // The connection goes back to the pool first: a late answer's
+                            // handler (an undo) then finds it idle, as on the lanes.
+                            drop(s);
+                            call2.answer(i, r);
+                        });
+                    }
+                    Ok(Some(v)) => {
+                        let r = g(&mut Replay {
+                            first: Some(v),
+                            conn: &mut s.conn,
+                        });
+                        member.note(&r);
+                        call.answer(i, r);
+                    }
+                    Err(e) => {
+                        let r = Err(Error::Redis(e));
+                        member.note(&r);
+                        call.answer(i, r);
+                    }
+                }
+            }
+        }
+        let mut st = call.state.lock();
+        if sent.is_empty() {
+            // Lane answers only from here on (or none still to come).
+            while !st.pending.is_empty()
+                && !enough(&st.answers)
+                && !call.arrived.wait_until(&mut st, deadline).timed_out()
+            {}
+        }
+        st.decided = true;
+        st.wake = None;
+        let mut answers = std::mem::replace(
+            &mut st.answers,
+            Answers {
+                ok: Vec::new(),
+                failed: Vec::new(),
+            },
+        );
+        if !enough(&answers) {
+            for &i in &st.pending {
+                answers.failed.push((i, self.timed_out(i)));
+            }
+        }
+        drop(st);
+        // Replies still to come: a lane thread reads each (until the deadline) and hands it to
+        // the call's late handler.
+        for (i, mut s) in sent {
+            let (g, call2) = (Arc::clone(&g), Arc::clone(&call));
+            let member = Arc::clone(&self.members[i]);
+            let job: Job = Box::new(move || {
+                let r = match s.finish(deadline) {
+                    Ok(v) => g(&mut Replay {
+                        first: Some(v),
+                        conn: &mut s.conn,
+                    }),
+                    Err(e) => Err(Error::Redis(e)),
+                };
+                member.note(&r);
+                // Back to the pool before the late handler runs (it may release here).
+                drop(s);
+                call2.answer(i, r);
+            });
+            if let Err(job) = self.lanes[i].submit(job) {
+                job();
+            }
+        }
+        answers.ok.sort_by_key(|(i, _)| *i);
+        answers.failed.sort_by_key(|(i, _)| *i);
+        Fanned { answers, call }
+    }
+
+    /// Asks server `i` on its lane, for a caller that polls: its answer wakes the caller.
+    fn to_lane<T, F>(&self, i: usize, call: &Arc<Call<T>>, woken: &mut Option<WakeReader>, f: F)
+    where
+        T: Send + 'static,
+        F: FnOnce(&Store) -> Result<T> + Send + 'static,
+    {
+        let member = Arc::clone(&self.members[i]);
+        let call2 = Arc::clone(call);
+        self.spawn_late(i, call, woken, move || {
+            let r = member.call(f);
+            call2.answer(i, r);
+        });
+    }
+
+    /// Runs `job` (which answers for server `i`) on its lane, making sure its answer wakes a
+    /// caller that polls.
+    fn spawn_late<T>(
+        &self,
+        i: usize,
+        call: &Arc<Call<T>>,
+        woken: &mut Option<WakeReader>,
+        job: impl FnOnce() + Send + 'static,
+    ) {
+        if woken.is_none() {
+            *woken = WakeReader::attach(call);
+        }
+        if let Err(job) = self.lanes[i].submit(Box::new(job)) {
+            job();
+        }
     }
 
     /// Every server, every answer (within `bound`).
@@ -715,12 +995,23 @@ impl Quorum {
             // Decided early only when a majority has it (see the module comment).
             // Waiting for replicas' acknowledgement takes up to its own timeout on top.
             let bound = self.bound + ack.map_or(Duration::ZERO, |a| a.timeout);
-            self.fan_out_within(
-                &self.all(),
-                move |s| attempt_on(s, &*p, &sent.args(), ack),
-                move |a| tally(&a.ok).acquired.len() >= q,
-                bound,
-            )
+            let enough = move |a: &Answers<Attempt>| tally(&a.ok).acquired.len() >= q;
+            if ack.is_some() {
+                // Two requests per server (the script, then `WAIT`): on the lanes.
+                self.fan_out_within(
+                    &self.all(),
+                    move |s| attempt_on(s, &*p, &sent.args(), ack),
+                    enough,
+                    bound,
+                )
+            } else {
+                self.fan_out_direct(
+                    &self.all(),
+                    move |c| p.attempt(c, &sent.args()),
+                    enough,
+                    bound,
+                )
+            }
         };
         let answers = fanned.answers;
         let mut t = tally(&answers.ok);
@@ -828,8 +1119,13 @@ impl Quorum {
             .collect();
         if !undo.is_empty() {
             let (p, sent) = (Arc::clone(p), Arc::clone(&sent));
-            self.fan_out(&undo, move |s| release_on(s, &*p, &sent.undo()), |_| false)
-                .ignore_late();
+            self.fan_out_direct(
+                &undo,
+                move |c| release_with(c, &*p, &sent.undo()),
+                |_| false,
+                self.bound,
+            )
+            .ignore_late();
         }
         if answers.has_hard_error() || answers.ok.len() < q {
             // An error ends the acquisition: leave the servers that registered us.
@@ -902,10 +1198,11 @@ impl Quorum {
         let q = majority(self.total());
         let answers = {
             let (p, k, token) = (Arc::clone(p), keys.clone(), token.to_owned());
-            self.fan_out(
+            self.fan_out_direct(
                 &self.all(),
-                move |s| renew_on(s, &*p, &k, &token, ttl),
+                move |c| p.renew(c, &k, &token, ttl),
                 move |a| a.ok.iter().filter(|(_, r)| *r == Renewal::Renewed).count() >= q,
+                self.bound,
             )
             .ignore_late()
         };
@@ -929,15 +1226,16 @@ impl Quorum {
         };
         let answers = {
             let p = Arc::clone(p);
-            self.fan_out(
+            self.fan_out_direct(
                 &servers,
-                move |s| release_on(s, &*p, &sent.args()),
+                move |c| release_with(c, &*p, &sent.args()),
                 move |a| {
                     a.ok.iter()
                         .filter(|(_, r)| matches!(r, Release::Released | Release::Kept))
                         .count()
                         >= q
                 },
+                self.bound,
             )
             .ignore_late()
         };

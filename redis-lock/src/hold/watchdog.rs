@@ -160,6 +160,9 @@ fn run(worker: &Arc<Worker>) {
                 finish(worker, &mut slot, &lease);
             }
             Next::Sleep(until) => {
+                // Not kept while asleep: a released lease (and its client) must be free to go
+                // at once, on the thread that lets go of it last (see `Slot::job`).
+                drop(lease);
                 slot.mode = Mode::Sleeping(until);
                 worker.cond.wait_until(&mut slot, until);
             }

@@ -270,7 +270,7 @@ pub(crate) enum Pool {
 /// counted in the client's request counter: the one place requests are counted.
 pub(crate) struct PooledConn {
     conn: Checkout,
-    requests: Arc<AtomicU64>,
+    pub(super) requests: Arc<AtomicU64>,
 }
 
 enum Checkout {
@@ -294,6 +294,18 @@ impl Pool {
         })
     }
 
+    /// An idle connection, or `None` at once (none idle, or none open yet).
+    pub(crate) fn try_get(&self, requests: &Arc<AtomicU64>) -> Option<PooledConn> {
+        let conn = match self {
+            Pool::Managed(p) => Checkout::Managed(p.try_get()?),
+            Pool::External(p) => Checkout::External(p.try_get()?),
+        };
+        Some(PooledConn {
+            conn,
+            requests: Arc::clone(requests),
+        })
+    }
+
     pub(crate) fn state(&self) -> r2d2::State {
         match self {
             Pool::Managed(p) => p.state(),
@@ -311,6 +323,17 @@ impl PooledConn {
         PooledConn {
             conn: Checkout::Managed(conn),
             requests: Arc::clone(requests),
+        }
+    }
+
+    /// Our own plain connection under this checkout, if it is one (`direct.rs`).
+    pub(super) fn plain(&mut self) -> Option<&mut Plain> {
+        match &mut self.conn {
+            Checkout::Managed(c) => match &mut c.inner {
+                Link::Plain(p) => Some(p),
+                _ => None,
+            },
+            Checkout::External(_) => None,
         }
     }
 

@@ -3,7 +3,8 @@
 //! blocking waits on wake-up lists. Knows nothing of quorums or held locks.
 
 pub(crate) mod connection;
-mod plain;
+pub(crate) mod direct;
+pub(crate) mod plain;
 pub(crate) mod sentinel;
 
 use std::sync::Arc;

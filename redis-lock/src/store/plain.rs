@@ -253,6 +253,71 @@ impl Plain {
     }
 }
 
+/// The direct path (`direct.rs`): a request written now, its reply read when the socket is
+/// readable, so the calling thread can wait on several servers at once with `poll(2)`.
+impl Plain {
+    #[cfg(unix)]
+    pub(crate) fn fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsRawFd;
+        match &self.socket {
+            Socket::Tcp(s) => s.as_raw_fd(),
+            Socket::Unix(s) => s.as_raw_fd(),
+        }
+    }
+
+    /// A reply is overdue: the stream is out of step, never reuse the connection.
+    pub(crate) fn abandon(&mut self) {
+        self.open = false;
+    }
+
+    /// Writes `packed` (a whole request); its reply is read with [`read_ready`](Self::read_ready).
+    pub(crate) fn send(&mut self, packed: &[u8]) -> RedisResult<()> {
+        let r = (&mut &self.socket).write_all(packed);
+        if r.is_err() {
+            self.open = false;
+        }
+        Ok(r?)
+    }
+
+    /// Reads what the socket has (call it when `poll` says it is readable: the read does not
+    /// block then) into `buf`, and returns the reply once `buf` holds all of it. The
+    /// connection's own parser is bypassed: it holds nothing between replies, since a reply
+    /// is read only after its request and nothing else comes (RESP2, no pushes).
+    pub(crate) fn read_ready(&mut self, buf: &mut Vec<u8>) -> RedisResult<Option<Value>> {
+        let r = self.read_ready_inner(buf);
+        if r.is_err() {
+            self.open = false;
+        }
+        r
+    }
+
+    fn read_ready_inner(&mut self, buf: &mut Vec<u8>) -> RedisResult<Option<Value>> {
+        let mut chunk = [0u8; 4096];
+        let n = loop {
+            match (&mut &self.socket).read(&mut chunk) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                other => break other?,
+            }
+        };
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the server closed the connection",
+            )
+            .into());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        match crate::wire::resp::complete(buf) {
+            Ok(None) => Ok(None),
+            Ok(Some(len)) if len == buf.len() => redis::parse_redis_value(buf).map(Some),
+            Ok(Some(_)) | Err(()) => Err(RedisError::from((
+                redis::ErrorKind::Parse,
+                "unexpected bytes from the server",
+            ))),
+        }
+    }
+}
+
 impl ConnectionLike for Plain {
     fn req_packed_command(&mut self, cmd: &[u8]) -> RedisResult<Value> {
         let mut replies = self.exchange(cmd, 1, self.io_timeout)?;

@@ -14,6 +14,7 @@ mod lua;
 pub(crate) mod cancel;
 pub(crate) mod multi;
 pub(crate) mod mutex;
+pub(crate) mod resp;
 pub(crate) mod rwlock;
 pub(crate) mod semaphore;
 pub(crate) mod token;

@@ -216,3 +216,32 @@ impl Contention {
         self.counts
     }
 }
+
+/// The commands redis-lock sends for locks, for the minimal ACL rule (SAFETY.md): `EVALSHA`
+/// (and `SCRIPT LOAD` when the script cache is cold), `BLPOP` to wait, `WAIT` for replica
+/// acknowledgement, `PING` for `LockClient::ping`; and the commands its scripts run (scripts
+/// run with the caller's permissions). One list for every suite that checks the rule.
+pub const LOCK_ACL_COMMANDS: &[&str] = &[
+    "evalsha",
+    "script|load",
+    "blpop",
+    "wait",
+    "ping",
+    "type",
+    "time",
+    "incr",
+    "hset",
+    "hget",
+    "hmget",
+    "pexpire",
+    "pttl",
+    "del",
+    "llen",
+    "rpush",
+    "exists",
+    "zadd",
+    "zrem",
+    "zrange",
+    "zrangebyscore",
+    "zscore",
+];

@@ -95,33 +95,8 @@ fn a_client_with_a_stale_token_cannot_renew_or_release_the_current_lock() {
 
 // --- ACL --------------------------------------------------------------------------------------
 
-/// The commands redis-lock sends: `EVALSHA` (and `SCRIPT LOAD` when the script cache is
-/// cold), `BLPOP` to wait, `WAIT` for replica acknowledgement, `PING` for `LockClient::ping`;
-/// and the commands its scripts run (scripts run with the caller's permissions).
-const COMMANDS: &[&str] = &[
-    "evalsha",
-    "script|load",
-    "blpop",
-    "wait",
-    "ping",
-    "type",
-    "time",
-    "incr",
-    "hset",
-    "hget",
-    "hmget",
-    "pexpire",
-    "pttl",
-    "del",
-    "llen",
-    "rpush",
-    "exists",
-    "zadd",
-    "zrem",
-    "zrange",
-    "zrangebyscore",
-    "zscore",
-];
+/// The minimal rule's commands (one list, in the test library).
+const COMMANDS: &[&str] = redis_lock_tests::LOCK_ACL_COMMANDS;
 
 fn acl_rule(commands: &[&str]) -> Vec<String> {
     let mut rule: Vec<String> = [

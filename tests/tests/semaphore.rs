@@ -721,30 +721,7 @@ fn force_release_breaks_every_permit_and_wakes_a_waiter() {
 // --- the minimal ACL rule ------------------------------------------------------------------
 
 /// The locks' minimal rule (SAFETY.md) ...
-const LOCK_COMMANDS: &[&str] = &[
-    "evalsha",
-    "script|load",
-    "blpop",
-    "wait",
-    "ping",
-    "type",
-    "time",
-    "incr",
-    "hset",
-    "hget",
-    "hmget",
-    "pexpire",
-    "pttl",
-    "del",
-    "llen",
-    "rpush",
-    "exists",
-    "zadd",
-    "zrem",
-    "zrange",
-    "zrangebyscore",
-    "zscore",
-];
+const LOCK_COMMANDS: &[&str] = redis_lock_tests::LOCK_ACL_COMMANDS;
 
 /// ... and what semaphores add to it (SAFETY.md, "The semaphore").
 const SEMAPHORE_COMMANDS: &[&str] = &["zcard", "zrank", "hdel", "lrange", "get", "set"];

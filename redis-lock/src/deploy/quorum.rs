@@ -1214,8 +1214,14 @@ impl Quorum {
         let q = majority(self.total());
         // Servers whose attempt is still in flight are released by its answer (`Unsettled`).
         let sent = Arc::new(OwnedRelease::of(r));
-        let at = (r.token.to_owned(), r.keys.name().to_owned());
-        let servers = match self.unsettled.lock().get_mut(&at) {
+        let mut unsettled = self.unsettled.lock();
+        // Nothing in flight is the common case: no key to build.
+        let found = if unsettled.is_empty() {
+            None
+        } else {
+            unsettled.get_mut(&(r.token.to_owned(), r.keys.name().to_owned()))
+        };
+        let servers = match found {
             Some(u) => {
                 u.released = Some(Arc::clone(&sent));
                 (0..self.total())
@@ -1224,6 +1230,7 @@ impl Quorum {
             }
             None => self.all(),
         };
+        drop(unsettled);
         let answers = {
             let p = Arc::clone(p);
             self.fan_out_direct(

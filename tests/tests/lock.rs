@@ -90,6 +90,64 @@ fn watchdog_keeps_a_short_ttl_lock_alive() {
     assert_eq!(guard.release().unwrap(), ReleaseOutcome::Released);
 }
 
+/// Renewals that fall due together go out as one pipeline on one connection, so thousands of
+/// held locks cannot queue for the pool (store/combine.rs). The server is paused while 64
+/// renewals fall due: each renewal taking a pooled connection of its own would open the
+/// whole pool (16) against the paused server; combined, they wait behind one request.
+#[test]
+fn renewals_falling_due_together_share_one_connection() {
+    const LOCKS: usize = 64;
+    let server = RedisServer::start();
+    let locks = redis_lock::LockClient::builder(&server.url())
+        .io_timeout(Duration::from_secs(3))
+        .build()
+        .unwrap();
+    let mut probe = server.connection();
+    let guards: Vec<_> = (0..LOCKS)
+        .map(|i| {
+            locks
+                .options(&format!("batch-{i}"))
+                .ttl(Duration::from_millis(1500))
+                .acquire()
+                .unwrap()
+        })
+        .collect();
+    let connections = |probe: &mut redis::Connection| -> u64 {
+        let info: String = redis::cmd("INFO").arg("stats").query(probe).unwrap();
+        info.lines()
+            .find_map(|l| l.strip_prefix("total_connections_received:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap()
+    };
+    let before = connections(&mut probe);
+    server.pause();
+    // The renewals fall due a third of the TTL after each acquisition (within a few ms of
+    // each other): keep the server paused past that, then let it answer.
+    std::thread::sleep(Duration::from_millis(800));
+    server.resume();
+    // Unrenewed since the pause, a key has at most 700 ms left; renewed every 500 ms, at
+    // least 1000 ms.
+    let renewed = wait_until(Duration::from_secs(3), || {
+        (0..LOCKS).all(|i| {
+            redis::cmd("PTTL")
+                .arg(format!("lock:{{batch-{i}}}"))
+                .query::<i64>(&mut probe)
+                .unwrap()
+                > 900
+        })
+    });
+    assert!(renewed, "every lock renewed once the server answered");
+    let opened = connections(&mut probe) - before;
+    assert!(
+        opened <= 2,
+        "{LOCKS} renewals falling due together opened {opened} connections"
+    );
+    for g in guards {
+        assert!(!g.is_lost());
+        assert_eq!(g.release().unwrap(), ReleaseOutcome::Released);
+    }
+}
+
 #[test]
 fn without_watchdog_the_lock_expires() {
     let server = RedisServer::start();

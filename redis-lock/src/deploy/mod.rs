@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::store::connection::PooledConn;
-use crate::store::{Ack, Store, Wake};
+use crate::store::{Ack, Store, Wake, combine, direct};
 use crate::wire::multi::AllAttempt;
 use crate::wire::token::new_token;
 use crate::wire::{
@@ -352,6 +352,20 @@ fn renew_on(
     token: &str,
     ttl: Duration,
 ) -> Result<Renewal> {
+    // Renewals of many held locks go out together (store/combine.rs); a script the server
+    // has not cached, a request the typed call cannot send alone, and Cluster (pipelines
+    // would have to be split by slot) take the usual path.
+    if !store.cluster {
+        let packed = direct::capture(|c| {
+            let _ = p.renew(c, keys, token, ttl);
+        });
+        if let Some(packed) = packed {
+            let reply = store.combined(packed)?;
+            if !direct::is_no_script(&reply) {
+                return p.renew(&mut combine::Answer(Some(reply)), keys, token, ttl);
+            }
+        }
+    }
     let mut conn = store.conn()?;
     p.renew(&mut conn, keys, token, ttl)
 }

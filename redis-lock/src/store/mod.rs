@@ -2,6 +2,7 @@
 //! the r2d2 manager, sentinel discovery, the request counter, replica acknowledgement and
 //! blocking waits on wake-up lists. Knows nothing of quorums or held locks.
 
+pub(crate) mod combine;
 pub(crate) mod connection;
 pub(crate) mod direct;
 pub(crate) mod plain;
@@ -64,10 +65,12 @@ pub(crate) struct Store {
     pub(crate) requests: Arc<AtomicU64>,
     waitaof: AtomicU8,
     /// A Redis Cluster: one script may only name keys of one slot.
-    cluster: bool,
+    pub(crate) cluster: bool,
     /// The client's housekeeping thread, which also wakes the server when a blocking wait
     /// should end (see `wake_at`).
     timer: Arc<ScheduledThreadPool>,
+    /// The watchdogs' renewals, sent together (see `combine.rs`).
+    combiner: combine::Combiner,
 }
 
 impl std::fmt::Debug for Store {
@@ -110,6 +113,7 @@ impl Store {
             requests,
             waitaof: AtomicU8::new(WAITAOF_UNKNOWN),
             timer,
+            combiner: combine::Combiner::default(),
         }
     }
 

@@ -1,0 +1,219 @@
+//! Combining: many threads' independent one-request calls to one server (the watchdogs'
+//! renewals) sent as one pipeline on one pooled connection, by whichever of those threads
+//! gets there first (flat combining: no thread of its own).
+//!
+//! Why: every held lock has its own renewal thread, and each renewal used to take a pooled
+//! connection for its round trip. With thousands of locks held on a busy machine, a thread
+//! that got a connection was often descheduled before it could give it back, so the pool
+//! (16 connections by default) served far fewer renewals per second than were due, renewals
+//! queued for the pool for seconds, and locks ran out while their holders were alive
+//! (BENCHMARKS.md, "10,000 held locks on a loaded machine"). Combined, a renewal waits for at
+//! most the round trip in flight plus its own: the batch grows with the load instead of the
+//! queue, and renewals take one connection, not the pool that acquisitions need.
+//!
+//! A request is queued, then its thread tries to become the combiner. The combiner takes
+//! everything queued, sends it as one pipeline, hands every caller its reply, and lets go;
+//! if more was queued meanwhile, it wakes the first of those callers to combine next (so no
+//! thread serves others for longer than one round trip past its own). A caller that is not the
+//! combiner sleeps until its reply is there or it is asked to combine.
+
+use std::sync::Arc;
+
+use parking_lot::{Condvar, Mutex};
+use redis::{ConnectionLike, RedisError, Value};
+
+use super::Store;
+use crate::error::{Error, Result};
+
+/// The queue of one store's combined requests.
+#[derive(Default)]
+pub(crate) struct Combiner {
+    queue: Mutex<Vec<Arc<Pending>>>,
+    /// Held by the thread that is sending a batch.
+    sending: Mutex<()>,
+}
+
+impl std::fmt::Debug for Combiner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Combiner")
+            .field("queued", &self.queue.lock().len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// One caller's request, and its reply once there.
+struct Pending {
+    packed: Vec<u8>,
+    state: Mutex<Slot>,
+    cond: Condvar,
+}
+
+#[derive(Default)]
+struct Slot {
+    reply: Option<Result<Value>>,
+    /// Asked to combine the next batch.
+    turn: bool,
+}
+
+impl Store {
+    /// Sends one packed request, combined with other threads' requests to this server into one
+    /// pipeline, and returns its reply (a server error is a `Value::ServerError`, as on a
+    /// connection). Not for Cluster stores, whose pipelines would have to be split by slot.
+    pub(crate) fn combined(&self, packed: Vec<u8>) -> Result<Value> {
+        debug_assert!(!self.cluster);
+        let me = Arc::new(Pending {
+            packed,
+            state: Mutex::new(Slot::default()),
+            cond: Condvar::new(),
+        });
+        self.combiner.queue.lock().push(Arc::clone(&me));
+        loop {
+            if let Some(sending) = self.combiner.sending.try_lock() {
+                let batch = std::mem::take(&mut *self.combiner.queue.lock());
+                if !batch.is_empty() {
+                    self.send_batch(&batch);
+                }
+                drop(sending);
+                // Queued while we sent (their callers found us sending): the first of them
+                // combines next. Its own request is in the queue, so it finds work.
+                let next = self.combiner.queue.lock().first().cloned();
+                if let Some(next) = next {
+                    next.state.lock().turn = true;
+                    next.cond.notify_one();
+                }
+            }
+            let mut slot = me.state.lock();
+            loop {
+                if let Some(reply) = slot.reply.take() {
+                    return reply;
+                }
+                if std::mem::take(&mut slot.turn) {
+                    break;
+                }
+                me.cond.wait(&mut slot);
+            }
+        }
+    }
+
+    /// Sends `batch` as one pipeline and hands out the replies; on failure every caller gets
+    /// the error (the connection is dropped, as after any failed request).
+    fn send_batch(&self, batch: &[Arc<Pending>]) {
+        // Should anything below panic, the other callers get an error instead of sleeping
+        // forever.
+        let unanswered = Unanswered(batch);
+        let mut replies: Vec<Result<Value>> = match self.conn() {
+            Ok(mut conn) => {
+                let result = if let [one] = batch {
+                    conn.req_packed_command(&one.packed).map(|v| vec![v])
+                } else {
+                    let packed = batch.iter().flat_map(|p| p.packed.iter().copied());
+                    conn.req_packed_commands(&packed.collect::<Vec<u8>>(), 0, batch.len())
+                };
+                match result {
+                    Ok(values) if values.len() == batch.len() => {
+                        values.into_iter().map(Ok).collect()
+                    }
+                    Ok(values) => (0..batch.len())
+                        .map(|_| Err(short_reply(values.len(), batch.len())))
+                        .collect(),
+                    Err(e) => (0..batch.len()).map(|_| Err(copy(&e))).collect(),
+                }
+            }
+            Err(e) => {
+                let first = copy_error(&e);
+                std::iter::once(Err(e))
+                    .chain((1..batch.len()).map(|_| Err(copy_error(&first))))
+                    .collect()
+            }
+        };
+        for (pending, reply) in batch.iter().zip(replies.drain(..)) {
+            pending.state.lock().reply = Some(reply);
+            pending.cond.notify_one();
+        }
+        std::mem::forget(unanswered);
+    }
+}
+
+/// Answers every caller of a batch whose combiner panicked.
+struct Unanswered<'a>(&'a [Arc<Pending>]);
+
+impl Drop for Unanswered<'_> {
+    fn drop(&mut self) {
+        for pending in self.0 {
+            let mut slot = pending.state.lock();
+            if slot.reply.is_none() {
+                slot.reply = Some(Err(Error::Redis(RedisError::from((
+                    redis::ErrorKind::Client,
+                    "the combined request was abandoned",
+                )))));
+            }
+            drop(slot);
+            pending.cond.notify_one();
+        }
+    }
+}
+
+fn short_reply(got: usize, sent: usize) -> Error {
+    Error::Redis(RedisError::from((
+        redis::ErrorKind::Client,
+        "a combined request got fewer replies than it sent",
+        format!("{got} of {sent}"),
+    )))
+}
+
+/// The same failure for another caller of the batch (`RedisError` is not `Clone`).
+fn copy(e: &RedisError) -> Error {
+    Error::Redis(RedisError::from((
+        e.kind(),
+        "the combined request failed",
+        e.to_string(),
+    )))
+}
+
+fn copy_error(e: &Error) -> Error {
+    match e {
+        Error::Redis(r) => copy(r),
+        other => Error::Redis(RedisError::from((
+            redis::ErrorKind::Io,
+            "no connection for the combined request",
+            other.to_string(),
+        ))),
+    }
+}
+
+/// Hands a typed call of `wire/` the reply its request got through [`Store::combined`], so
+/// decoding stays in `wire/`. A further request (a script the server had not cached) fails:
+/// the caller then takes the usual path.
+pub(crate) struct Answer(pub(crate) Option<Value>);
+
+impl ConnectionLike for Answer {
+    fn req_packed_command(&mut self, _: &[u8]) -> redis::RedisResult<Value> {
+        self.0
+            .take()
+            .ok_or_else(|| RedisError::from((redis::ErrorKind::Client, "one reply only: not sent")))
+    }
+
+    fn req_packed_commands(
+        &mut self,
+        _: &[u8],
+        _: usize,
+        _: usize,
+    ) -> redis::RedisResult<Vec<Value>> {
+        Err(RedisError::from((
+            redis::ErrorKind::Client,
+            "one reply only: not sent",
+        )))
+    }
+
+    fn get_db(&self) -> i64 {
+        0
+    }
+
+    fn check_connection(&mut self) -> bool {
+        false
+    }
+
+    fn is_open(&self) -> bool {
+        false
+    }
+}

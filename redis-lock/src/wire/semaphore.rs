@@ -141,8 +141,39 @@ macro_rules! permits_lua {
 /// another type (a mutex of that name, say), `{-3, …}` the fence key, `{-4, …}` the wake-up
 /// list, `{-5, …}` the holders key, `{-6, …}` the limit key. Types are checked before
 /// anything is written.
+///
+/// **Fast path** (first in the script, before any function is defined): a caller that has
+/// not registered before finds no permit held, no fair queue and no pending wake-up (one
+/// `EXISTS` of the permits, holders, queue and shared wake-up keys) and a limit of at least
+/// one (or none stored: it stores its own). It takes a permit with `INCR`, `TIME`, `ZADD`,
+/// `HSET` and one `PEXPIRE` per key, and gets the fencing token back as a single integer.
+/// Nothing can be owed to anyone then: a granted permit is an entry of the permits key, a
+/// pending wake-up is the list, fair waiters are the queue; non-fair waiters without a
+/// pending wake-up never stop a newcomer on the full path either. No expired-permit prune
+/// and no fair-queue work: with no permit held there is nothing to prune. `TIME` stays: a
+/// permit's expiry is compared with the server clock by every other caller, and a
+/// caller's clock running behind would make its permit look expired early, letting one
+/// more holder in. Absent keys cannot hold another type; a limit key of another type (or
+/// not a count) sends the caller to the full path, which reports it; a fence key of another
+/// type is reported before anything is written.
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
+        // Fast path, before any function is defined: see the doc comment.
+        "if (ARGV[7] == '' or ARGV[7] == 'f') and redis.call('EXISTS', KEYS[1], KEYS[4], KEYS[5], KEYS[7]) == 0 then\n",
+        "  local stored = redis.pcall('GET', KEYS[8])\n",
+        "  if not stored or (type(stored) == 'string' and (tonumber(stored) or 0) >= 1) then\n",
+        "    local fence = redis.pcall('INCR', KEYS[2])\n",
+        "    if type(fence) == 'table' then return {-3, 0, 0, 0, 0} end\n",
+        "    if not stored then redis.call('SET', KEYS[8], ARGV[8]) end\n",
+        "    local t = redis.call('TIME')\n",
+        "    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n",
+        "    redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])\n",
+        "    redis.call('HSET', KEYS[7], ARGV[1], fence .. '\\n' .. ARGV[3] .. now .. '\\n' .. ARGV[4])\n",
+        "    redis.call('PEXPIRE', KEYS[1], ARGV[2])\n",
+        "    redis.call('PEXPIRE', KEYS[7], ARGV[2])\n",
+        "    return fence\n",
+        "  end\n",
+        "end\n",
         clock!(),
         prune!(),
         permits_lua!(),
@@ -281,14 +312,29 @@ static RENEW: LazyLock<Script> = LazyLock::new(|| {
 /// token, the releaser's own waiter id to forget (or "").
 /// Returns `1` released, `0` late (the permit had expired or was broken), `-1` the permits
 /// key holds another type, `-4` the signal key does (nothing was changed).
+///
+/// **Fast path** (before any function is defined): the permit is there, the releaser has no
+/// registration to forget and no waiter is registered (one `EXISTS`): `HDEL`, `ZREM`, and
+/// `TIME` to tell a late release. With nobody registered the full path would grant nothing
+/// either; no expired-permit prune (the next acquisition that finds the set full does it);
+/// no `ZREM` of the grants key: only a permit taken from a shared grant is listed there,
+/// and its holder releases with its registration to forget, so on the full path.
 static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
-        clock!(),
-        prune!(),
-        permits_lua!(),
         "local s = redis.pcall('ZSCORE', KEYS[1], ARGV[1])\n",
         "if type(s) == 'table' then return -1 end\n",
         "if not s then return 0 end\n",
+        // Fast path, before any function is defined: see the doc comment.
+        "if ARGV[3] == '' and redis.call('EXISTS', KEYS[4]) == 0 then\n",
+        "  if type(redis.pcall('HDEL', KEYS[6], ARGV[1])) == 'table' then return -1 end\n",
+        "  redis.call('ZREM', KEYS[1], ARGV[1])\n",
+        "  local t = redis.call('TIME')\n",
+        "  if tonumber(s) <= tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) then return 0 end\n",
+        "  return 1\n",
+        "end\n",
+        clock!(),
+        prune!(),
+        permits_lua!(),
         "if redis.call('EXISTS', KEYS[4]) == 1 and wrong(KEYS[3], 'list') then return -4 end\n",
         // The holder's entry goes first: a holders key of another type fails here, unwritten.
         "if type(redis.pcall('HDEL', KEYS[6], ARGV[1])) == 'table' then return -1 end\n",
@@ -508,7 +554,7 @@ pub(crate) fn acquire(
     limit: u32,
 ) -> Result<Attempt> {
     let keys = a.keys;
-    let reply: (i64, i64, i64, i64, i64) = ACQUIRE
+    let reply: Value = ACQUIRE
         .key(&keys.lock)
         .key(&keys.fence)
         .key(&keys.waiters)
@@ -538,9 +584,25 @@ fn flags(fair: bool, registered: bool) -> &'static str {
     }
 }
 
-fn decode_acquire(keys: &LockKeys, reply: (i64, i64, i64, i64, i64)) -> Result<Attempt> {
+/// The fast path answers with the fencing token alone; the full path with five integers.
+fn decode_acquire(keys: &LockKeys, reply: Value) -> Result<Attempt> {
+    let five = match reply {
+        Value::Int(fence) if fence > 0 => {
+            return Ok(Attempt::Acquired {
+                fence: fence.unsigned_abs(),
+            });
+        }
+        Value::Array(v) => match v.as_slice() {
+            [a, b, c, d, e] => match (int(a), int(b), int(c), int(d), int(e)) {
+                (Some(a), Some(b), Some(c), Some(d), Some(e)) => (a, b, c, d, e),
+                _ => return Err(unexpected("unexpected semaphore acquire reply")),
+            },
+            _ => return Err(unexpected("unexpected semaphore acquire reply")),
+        },
+        _ => return Err(unexpected("unexpected semaphore acquire reply")),
+    };
     decode_attempt(
-        reply,
+        five,
         |code| match code {
             -2 => Some(keys.lock.clone()),
             -3 => Some(keys.fence.clone()),
@@ -796,15 +858,30 @@ mod tests {
         Value::BulkString(s.as_bytes().to_vec())
     }
 
+    fn five(a: i64, b: i64, c: i64, d: i64, e: i64) -> Value {
+        Value::Array([a, b, c, d, e].into_iter().map(Value::Int).collect())
+    }
+
     #[test]
     fn acquire_replies_decode() {
         let k = keys();
+        // The fast path's reply: the fencing token alone.
         assert_eq!(
-            decode_acquire(&k, (1, 9, 0, 0, 0)).unwrap(),
+            decode_acquire(&k, Value::Int(12)).unwrap(),
+            Attempt::Acquired { fence: 12 }
+        );
+        // Not a fencing token, nor a reply of five integers.
+        assert!(decode_acquire(&k, Value::Int(0)).is_err());
+        assert!(decode_acquire(&k, Value::Int(-3)).is_err());
+        assert!(decode_acquire(&k, Value::Array(vec![Value::Int(1)])).is_err());
+        assert!(decode_acquire(&k, Value::Array(vec![bulk("x"); 5])).is_err());
+        assert!(decode_acquire(&k, bulk("1")).is_err());
+        assert_eq!(
+            decode_acquire(&k, five(1, 9, 0, 0, 0)).unwrap(),
             Attempt::Acquired { fence: 9 }
         );
         assert_eq!(
-            decode_acquire(&k, (0, 40, 41, 0, 7)).unwrap(),
+            decode_acquire(&k, five(0, 40, 41, 0, 7)).unwrap(),
             Attempt::Busy {
                 holder_ttl: Some(Duration::from_millis(40)),
                 block: Some(Duration::from_millis(41)),
@@ -819,12 +896,12 @@ mod tests {
             (-5, k.holders()),
             (-6, k.limit()),
         ] {
-            match decode_acquire(&k, (code, 0, 0, 0, 0)) {
+            match decode_acquire(&k, five(code, 0, 0, 0, 0)) {
                 Err(Error::WrongType { redis_key }) => assert_eq!(redis_key, key),
                 other => panic!("{code}: {other:?}"),
             }
         }
-        assert!(decode_acquire(&k, (5, 0, 0, 0, 0)).is_err());
+        assert!(decode_acquire(&k, five(5, 0, 0, 0, 0)).is_err());
         assert_eq!(flags(true, false), "f");
         assert_eq!(flags(false, true), "w");
     }

@@ -69,8 +69,7 @@ macro_rules! permits_lua {
                return t ~= 'none' and t ~= want\n\
              end\n\
              local function hand_permit(permits, holders, fence, signal, waiters, queue, grants, grant)\n\
-               if redis.call('EXISTS', waiters) == 0 then return false end\n\
-               prune(waiters, queue)\n\
+               local forgot = prune(waiters, queue)\n\
                local now = clock()\n\
                local head = redis.call('ZRANGE', queue, 0, 0)[1]\n\
                local wake = signal\n\
@@ -80,10 +79,15 @@ macro_rules! permits_lua {
             not_local!(),
             ") end\n\
                else\n\
-                 local old = redis.call('ZRANGEBYSCORE', grants, '-inf', now, 'LIMIT', 0, 100)\n\
+                 local waiting = 0\n\
+                 if forgot < 100 then waiting = redis.call('ZCARD', waiters)\n\
+                 else waiting = #redis.call('ZRANGEBYSCORE', waiters, '(' .. now, '+inf') end\n\
+                 local all = redis.call('ZRANGE', grants, 0, -1, 'WITHSCORES')\n\
+                 local old, granted = {}, 0\n\
+                 for i = 1, #all, 2 do\n\
+                   if tonumber(all[i + 1]) > now then granted = granted + 1 else old[#old + 1] = all[i] end\n\
+                 end\n\
                  if #old > 0 then redis.call('ZREM', grants, unpack(old)) end\n\
-                 local waiting = #redis.call('ZRANGEBYSCORE', waiters, '(' .. now, '+inf')\n\
-                 local granted = #redis.call('ZRANGEBYSCORE', grants, '(' .. now, '+inf')\n\
                  if waiting <= granted then return false end\n\
                end\n\
                local f = redis.pcall('INCR', fence)\n\
@@ -96,11 +100,9 @@ macro_rules! permits_lua {
                  redis.call('ZADD', grants, now + ",
             handoff_grace_ms!(),
             ", grant)\n\
-                 if redis.call('PTTL', grants) < ",
+                 redis.call('PEXPIRE', grants, ",
             handoff_grace_ms!(),
-            " then redis.call('PEXPIRE', grants, ",
-            handoff_grace_ms!(),
-            ") end\n\
+            ")\n\
                end\n\
                redis.call('ZADD', permits, now + ",
             handoff_grace_ms!(),
@@ -193,7 +195,12 @@ static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
         "local id = ARGV[5]\n",
         "local fair = string.find(ARGV[7], 'f', 1, true) ~= nil\n",
         "local waited = string.find(ARGV[7], 'w', 1, true) ~= nil\n",
-        "expire_permits(KEYS[1], KEYS[7])\n",
+        // The earliest expiry says whether there is anything to prune (and is the wait below).
+        "local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')\n",
+        "if first[2] and tonumber(first[2]) <= clock() then\n",
+        "  expire_permits(KEYS[1], KEYS[7])\n",
+        "  first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')\n",
+        "end\n",
         "local free = limit - redis.call('ZCARD', KEYS[1])\n",
         "local can = free > 0\n",
         "local head = nil\n",
@@ -227,7 +234,6 @@ static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
         "local _ = pending\n",
         "local pttl = -2\n",
         "if free <= 0 then\n",
-        "  local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')\n",
         "  pttl = math.max(0, (tonumber(first[2]) or now) - now)\n",
         "end\n",
         "local cap = tonumber(ARGV[6])\n",
@@ -324,8 +330,9 @@ static RELEASE: LazyLock<Script> = LazyLock::new(|| {
         "local s = redis.pcall('ZSCORE', KEYS[1], ARGV[1])\n",
         "if type(s) == 'table' then return -1 end\n",
         "if not s then return 0 end\n",
+        "local waiting = redis.call('EXISTS', KEYS[4]) == 1\n",
         // Fast path, before any function is defined: see the doc comment.
-        "if ARGV[3] == '' and redis.call('EXISTS', KEYS[4]) == 0 then\n",
+        "if ARGV[3] == '' and not waiting then\n",
         "  if type(redis.pcall('HDEL', KEYS[6], ARGV[1])) == 'table' then return -1 end\n",
         "  redis.call('ZREM', KEYS[1], ARGV[1])\n",
         "  local t = redis.call('TIME')\n",
@@ -335,16 +342,28 @@ static RELEASE: LazyLock<Script> = LazyLock::new(|| {
         clock!(),
         prune!(),
         permits_lua!(),
-        "if redis.call('EXISTS', KEYS[4]) == 1 and wrong(KEYS[3], 'list') then return -4 end\n",
+        "if waiting and wrong(KEYS[3], 'list') then return -4 end\n",
         // The holder's entry goes first: a holders key of another type fails here, unwritten.
         "if type(redis.pcall('HDEL', KEYS[6], ARGV[1])) == 'table' then return -1 end\n",
-        "if ARGV[3] ~= '' then redis.call('ZREM', KEYS[4], ARGV[3]) end\n",
         "redis.call('ZREM', KEYS[1], ARGV[1])\n",
-        "redis.call('ZREM', KEYS[8], ARGV[1])\n",
-        "expire_permits(KEYS[1], KEYS[6])\n",
-        "local limit = tonumber(redis.pcall('GET', KEYS[7])) or 0\n",
-        "if redis.call('ZCARD', KEYS[1]) < limit then\n",
-        "  hand_permit(KEYS[1], KEYS[6], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[8], ARGV[2])\n",
+        // Only a permit popped from a shared grant is listed in the grants key, and its holder
+        // has a registration to forget.
+        "if ARGV[3] ~= '' then\n",
+        "  redis.call('ZREM', KEYS[4], ARGV[3])\n",
+        "  redis.call('ZREM', KEYS[8], ARGV[1])\n",
+        "end\n",
+        // With waiters registered, grant the freed permit if there is room under the limit;
+        // expired permits only matter when the set looks full.
+        "if waiting then\n",
+        "  local limit = tonumber(redis.pcall('GET', KEYS[7])) or 0\n",
+        "  local held = redis.call('ZCARD', KEYS[1])\n",
+        "  if held >= limit then\n",
+        "    expire_permits(KEYS[1], KEYS[6])\n",
+        "    held = redis.call('ZCARD', KEYS[1])\n",
+        "  end\n",
+        "  if held < limit then\n",
+        "    hand_permit(KEYS[1], KEYS[6], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[8], ARGV[2])\n",
+        "  end\n",
         "end\n",
         "if tonumber(s) <= clock() then return 0 end\n",
         "return 1\n",
@@ -376,7 +395,7 @@ static LEAVE: LazyLock<Script> = LazyLock::new(|| {
         "if freed then\n",
         "  expire_permits(KEYS[1], KEYS[7])\n",
         "  local limit = tonumber(redis.pcall('GET', KEYS[8])) or 0\n",
-        "  if redis.call('ZCARD', KEYS[1]) < limit then\n",
+        "  if redis.call('ZCARD', KEYS[1]) < limit and redis.call('EXISTS', KEYS[4]) == 1 then\n",
         "    hand_permit(KEYS[1], KEYS[7], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[9], ARGV[2])\n",
         "  end\n",
         "elseif redis.call('EXISTS', KEYS[4]) == 0 then\n",

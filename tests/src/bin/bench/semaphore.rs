@@ -114,9 +114,25 @@ pub(crate) fn contended(
     let per_acq = (client.request_count() - requests) as f64 / all.len().max(1) as f64;
     // Redis's command execution per acquisition over the whole run, likewise: what the
     // single-threaded server spends between a release and the next acquisition.
-    let exec_per_acq =
-        RedisCounters::read(&mut probe).usec_since(&counters) as f64 / all.len().max(1) as f64;
-    analyze(
+    let after = RedisCounters::read(&mut probe);
+    let n = all.len().max(1) as f64;
+    let exec_per_acq = after.usec_since(&counters) as f64 / n;
+    // Per command: calls and µs per acquisition (script-internal commands under their names).
+    let commands = Json::Obj(
+        after
+            .calls_since(&counters)
+            .into_iter()
+            .map(|(name, calls)| {
+                let usec = after.usec.get(&name).copied().unwrap_or(0)
+                    - counters.usec.get(&name).copied().unwrap_or(0);
+                let entry = Json::obj()
+                    .with("calls", calls as f64 / n)
+                    .with("usec", usec as f64 / n);
+                (name, entry)
+            })
+            .collect(),
+    );
+    let mut c = analyze(
         &all,
         fair,
         workers,
@@ -124,7 +140,9 @@ pub(crate) fn contended(
         to,
         rtt_us,
         (per_acq, exec_per_acq),
-    )
+    );
+    c.json = c.json.with("redis_commands_per_acquisition", commands);
+    c
 }
 
 fn nanos(d: Duration) -> u64 {

@@ -11,11 +11,14 @@
 //! | `ns{name}:limit`   | string, no TTL     | the number of permits, stored by the first acquirer or `set_permits` |
 //! | `ns{name}:fence`, `:waiters`, `:queue`, `:signal`, `:signal:<id>` | | as for the mutex (`mutex.rs`) |
 //!
-//! A permit whose expiry has passed is no longer held: every script that counts permits drops
-//! expired ones first (`expire_permits`, at most 100 per call) and never counts one whose
-//! score is in the past. The two keys' TTL is only raised (to the latest expiry), and always
-//! together (every permit has its entry in both), so a key never disappears before a permit
-//! in it has expired.
+//! A permit whose expiry has passed is no longer held: a script that must know how many are
+//! free drops expired ones (`expire_permits`, at most 100 per call) whenever the set looks
+//! full (an acquisition: when the earliest expiry has passed; a release granting to a
+//! waiter: when no room is left without it). Counting an expired entry can only make a
+//! script admit fewer, never more, so pruning is skipped when the count already admits.
+//! The two keys' TTL is only raised (to the latest expiry), and always together (every
+//! permit has its entry in both), so a key never disappears before a permit in it has
+//! expired.
 //!
 //! A release that frees a permit while waiters are registered does not free it: it *grants*
 //! it (a new permit under the grant token with the handoff grace as its expiry, empty holder
@@ -40,6 +43,14 @@ pub const MAX_PERMITS: u32 = 10_000;
 
 /// Lua shared by the semaphore's scripts: dropping expired permits, raising the keys' TTL,
 /// and granting a freed permit to a waiter. Needs `clock!()` and `prune!()` before it.
+///
+/// `hand_permit` is called only with waiters registered (the caller has checked). Every
+/// `redis.call` costs the script machinery about a microsecond whatever the command, and a
+/// release's grant is on the path from one holder to the next, so it counts its calls: the
+/// registered waiters are a `ZCARD` when the prune left only live ones (fewer than its 100),
+/// the outstanding grants one `ZRANGE … WITHSCORES` that also finds the lapsed ones, and the
+/// grants key's TTL is set outright (every grant lives for the same grace, so the newest
+/// one's is the longest).
 macro_rules! permits_lua {
     () => {
         concat!(

@@ -45,8 +45,8 @@ pub const MAX_PERMITS: u32 = 10_000;
 /// and granting a freed permit to a waiter. Needs `clock!()` and `prune!()` before it.
 ///
 /// `hand_permit` is called only with waiters registered (the caller has checked). Every
-/// `redis.call` costs the script machinery about a microsecond whatever the command, and a
-/// release's grant is on the path from one holder to the next, so it counts its calls: the
+/// `redis.call` costs about a microsecond in these scripts beyond the command's own time
+/// (ARCHITECTURE.md, "The semaphore's fast path and handoff"), and a release's grant is on the path from one holder to the next, so it counts its calls: the
 /// registered waiters are a `ZCARD` when the prune left only live ones (fewer than its 100),
 /// the outstanding grants one `ZRANGE … WITHSCORES` that also finds the lapsed ones, and the
 /// grants key's TTL is set outright (every grant lives for the same grace, so the newest

@@ -854,3 +854,71 @@ fn the_semaphore_needs_the_lock_rule_plus_its_own_commands_and_every_one_of_them
         );
     }
 }
+
+/// Per-command call counts since the last `CONFIG RESETSTAT`, without the probes themselves.
+fn command_calls(redis: &mut redis::Connection) -> std::collections::BTreeMap<String, u64> {
+    let info: String = redis::cmd("INFO").arg("commandstats").query(redis).unwrap();
+    info.lines()
+        .filter_map(|line| {
+            let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = stats.split(',').find_map(|kv| kv.strip_prefix("calls="))?;
+            Some((name.to_owned(), calls.parse().ok()?))
+        })
+        .filter(|(name, _)| name != "info" && !name.starts_with("config"))
+        .collect()
+}
+
+/// With no permit held, nobody queued and no wake-up pending, a permit cycle takes the fast
+/// paths of both scripts: no prune, no waiter or queue work, no type probe; one `TIME` each
+/// (the expiry and the late check are on the server clock). A second holder's acquisition
+/// finds a permit held and takes the full path, which still counts the first.
+#[test]
+fn an_uncontended_permit_cycle_takes_the_fast_paths() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let semaphore = locks.semaphore("fast", 2).unwrap();
+    // Scripts loaded (the first EVALSHA of each answers NOSCRIPT), the limit stored.
+    drop(semaphore.acquire().unwrap());
+    let mut probe = server.connection();
+    redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query::<()>(&mut probe)
+        .unwrap();
+    let mut last = 0;
+    for _ in 0..10 {
+        let permit = semaphore.acquire().unwrap();
+        assert!(permit.fencing_token() > last, "fencing tokens increase");
+        last = permit.fencing_token();
+        assert_eq!(permit.release().unwrap(), ReleaseOutcome::Released);
+    }
+    let calls = command_calls(&mut probe);
+    let get = |name: &str| calls.get(name).copied().unwrap_or(0);
+    assert_eq!(get("evalsha"), 20, "{calls:?}");
+    for full_path_only in ["zrangebyscore", "zrange", "zcard", "type", "llen", "pttl"] {
+        assert_eq!(get(full_path_only), 0, "{full_path_only}: {calls:?}");
+    }
+    assert_eq!(get("time"), 20, "one TIME per script: {calls:?}");
+    assert_eq!((get("zadd"), get("zrem")), (10, 10), "{calls:?}");
+    // No key outlives the cycle but the limit and the fencing counter.
+    assert_eq!(keys_of(&server), ["lock:{fast}:fence", "lock:{fast}:limit"]);
+
+    // A permit held: the next acquisition takes the full path and counts it.
+    let first = semaphore.acquire().unwrap();
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg("lock:{fast}")
+        .query(&mut probe)
+        .unwrap();
+    assert!(ttl > 0, "the fast path set the permits key's TTL: {ttl}");
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg("lock:{fast}:holders")
+        .query(&mut probe)
+        .unwrap();
+    assert!(ttl > 0, "and the holders key's: {ttl}");
+    let other = client(&server);
+    let second = other.semaphore("fast", 2).unwrap().try_acquire().unwrap();
+    assert!(second.is_some(), "two permits");
+    assert!(get("zcard") < command_calls(&mut probe).get("zcard").copied().unwrap_or(0));
+    let third = client(&server).semaphore("fast", 2).unwrap().try_acquire();
+    assert!(matches!(third, Ok(None)), "both permits held: {third:?}");
+    drop((first, second));
+}

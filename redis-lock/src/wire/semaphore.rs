@@ -11,11 +11,14 @@
 //! | `ns{name}:limit`   | string, no TTL     | the number of permits, stored by the first acquirer or `set_permits` |
 //! | `ns{name}:fence`, `:waiters`, `:queue`, `:signal`, `:signal:<id>` | | as for the mutex (`mutex.rs`) |
 //!
-//! A permit whose expiry has passed is no longer held: every script that counts permits drops
-//! expired ones first (`expire_permits`, at most 100 per call) and never counts one whose
-//! score is in the past. The two keys' TTL is only raised (to the latest expiry), and always
-//! together (every permit has its entry in both), so a key never disappears before a permit
-//! in it has expired.
+//! A permit whose expiry has passed is no longer held: a script that must know how many are
+//! free drops expired ones (`expire_permits`, at most 100 per call) whenever the set looks
+//! full (an acquisition: when the earliest expiry has passed; a release granting to a
+//! waiter: when no room is left without it). Counting an expired entry can only make a
+//! script admit fewer, never more, so pruning is skipped when the count already admits.
+//! The two keys' TTL is only raised (to the latest expiry), and always together (every
+//! permit has its entry in both), so a key never disappears before a permit in it has
+//! expired.
 //!
 //! A release that frees a permit while waiters are registered does not free it: it *grants*
 //! it (a new permit under the grant token with the handoff grace as its expiry, empty holder
@@ -40,6 +43,14 @@ pub const MAX_PERMITS: u32 = 10_000;
 
 /// Lua shared by the semaphore's scripts: dropping expired permits, raising the keys' TTL,
 /// and granting a freed permit to a waiter. Needs `clock!()` and `prune!()` before it.
+///
+/// `hand_permit` is called only with waiters registered (the caller has checked). Every
+/// `redis.call` costs about a microsecond in these scripts beyond the command's own time
+/// (ARCHITECTURE.md, "The semaphore's fast path and handoff"), and a release's grant is on the path from one holder to the next, so it counts its calls: the
+/// registered waiters are a `ZCARD` when the prune left only live ones (fewer than its 100),
+/// the outstanding grants one `ZRANGE … WITHSCORES` that also finds the lapsed ones, and the
+/// grants key's TTL is set outright (every grant lives for the same grace, so the newest
+/// one's is the longest).
 macro_rules! permits_lua {
     () => {
         concat!(
@@ -69,8 +80,7 @@ macro_rules! permits_lua {
                return t ~= 'none' and t ~= want\n\
              end\n\
              local function hand_permit(permits, holders, fence, signal, waiters, queue, grants, grant)\n\
-               if redis.call('EXISTS', waiters) == 0 then return false end\n\
-               prune(waiters, queue)\n\
+               local forgot = prune(waiters, queue)\n\
                local now = clock()\n\
                local head = redis.call('ZRANGE', queue, 0, 0)[1]\n\
                local wake = signal\n\
@@ -80,10 +90,15 @@ macro_rules! permits_lua {
             not_local!(),
             ") end\n\
                else\n\
-                 local old = redis.call('ZRANGEBYSCORE', grants, '-inf', now, 'LIMIT', 0, 100)\n\
+                 local waiting = 0\n\
+                 if forgot < 100 then waiting = redis.call('ZCARD', waiters)\n\
+                 else waiting = #redis.call('ZRANGEBYSCORE', waiters, '(' .. now, '+inf') end\n\
+                 local all = redis.call('ZRANGE', grants, 0, -1, 'WITHSCORES')\n\
+                 local old, granted = {}, 0\n\
+                 for i = 1, #all, 2 do\n\
+                   if tonumber(all[i + 1]) > now then granted = granted + 1 else old[#old + 1] = all[i] end\n\
+                 end\n\
                  if #old > 0 then redis.call('ZREM', grants, unpack(old)) end\n\
-                 local waiting = #redis.call('ZRANGEBYSCORE', waiters, '(' .. now, '+inf')\n\
-                 local granted = #redis.call('ZRANGEBYSCORE', grants, '(' .. now, '+inf')\n\
                  if waiting <= granted then return false end\n\
                end\n\
                local f = redis.pcall('INCR', fence)\n\
@@ -96,11 +111,9 @@ macro_rules! permits_lua {
                  redis.call('ZADD', grants, now + ",
             handoff_grace_ms!(),
             ", grant)\n\
-                 if redis.call('PTTL', grants) < ",
+                 redis.call('PEXPIRE', grants, ",
             handoff_grace_ms!(),
-            " then redis.call('PEXPIRE', grants, ",
-            handoff_grace_ms!(),
-            ") end\n\
+            ")\n\
                end\n\
                redis.call('ZADD', permits, now + ",
             handoff_grace_ms!(),
@@ -141,8 +154,39 @@ macro_rules! permits_lua {
 /// another type (a mutex of that name, say), `{-3, …}` the fence key, `{-4, …}` the wake-up
 /// list, `{-5, …}` the holders key, `{-6, …}` the limit key. Types are checked before
 /// anything is written.
+///
+/// **Fast path** (first in the script, before any function is defined): a caller that has
+/// not registered before finds no permit held, no fair queue and no pending wake-up (one
+/// `EXISTS` of the permits, holders, queue and shared wake-up keys) and a limit of at least
+/// one (or none stored: it stores its own). It takes a permit with `INCR`, `TIME`, `ZADD`,
+/// `HSET` and one `PEXPIRE` per key, and gets the fencing token back as a single integer.
+/// Nothing can be owed to anyone then: a granted permit is an entry of the permits key, a
+/// pending wake-up is the list, fair waiters are the queue; non-fair waiters without a
+/// pending wake-up never stop a newcomer on the full path either. No expired-permit prune
+/// and no fair-queue work: with no permit held there is nothing to prune. `TIME` stays: a
+/// permit's expiry is compared with the server clock by every other caller, and a
+/// caller's clock running behind would make its permit look expired early, letting one
+/// more holder in. Absent keys cannot hold another type; a limit key of another type (or
+/// not a count) sends the caller to the full path, which reports it; a fence key of another
+/// type is reported before anything is written.
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
+        // Fast path, before any function is defined: see the doc comment.
+        "if (ARGV[7] == '' or ARGV[7] == 'f') and redis.call('EXISTS', KEYS[1], KEYS[4], KEYS[5], KEYS[7]) == 0 then\n",
+        "  local stored = redis.pcall('GET', KEYS[8])\n",
+        "  if not stored or (type(stored) == 'string' and (tonumber(stored) or 0) >= 1) then\n",
+        "    local fence = redis.pcall('INCR', KEYS[2])\n",
+        "    if type(fence) == 'table' then return {-3, 0, 0, 0, 0} end\n",
+        "    if not stored then redis.call('SET', KEYS[8], ARGV[8]) end\n",
+        "    local t = redis.call('TIME')\n",
+        "    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n",
+        "    redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])\n",
+        "    redis.call('HSET', KEYS[7], ARGV[1], fence .. '\\n' .. ARGV[3] .. now .. '\\n' .. ARGV[4])\n",
+        "    redis.call('PEXPIRE', KEYS[1], ARGV[2])\n",
+        "    redis.call('PEXPIRE', KEYS[7], ARGV[2])\n",
+        "    return fence\n",
+        "  end\n",
+        "end\n",
         clock!(),
         prune!(),
         permits_lua!(),
@@ -162,7 +206,12 @@ static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
         "local id = ARGV[5]\n",
         "local fair = string.find(ARGV[7], 'f', 1, true) ~= nil\n",
         "local waited = string.find(ARGV[7], 'w', 1, true) ~= nil\n",
-        "expire_permits(KEYS[1], KEYS[7])\n",
+        // The earliest expiry says whether there is anything to prune (and is the wait below).
+        "local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')\n",
+        "if first[2] and tonumber(first[2]) <= clock() then\n",
+        "  expire_permits(KEYS[1], KEYS[7])\n",
+        "  first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')\n",
+        "end\n",
         "local free = limit - redis.call('ZCARD', KEYS[1])\n",
         "local can = free > 0\n",
         "local head = nil\n",
@@ -196,7 +245,6 @@ static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
         "local _ = pending\n",
         "local pttl = -2\n",
         "if free <= 0 then\n",
-        "  local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')\n",
         "  pttl = math.max(0, (tonumber(first[2]) or now) - now)\n",
         "end\n",
         "local cap = tonumber(ARGV[6])\n",
@@ -281,24 +329,52 @@ static RENEW: LazyLock<Script> = LazyLock::new(|| {
 /// token, the releaser's own waiter id to forget (or "").
 /// Returns `1` released, `0` late (the permit had expired or was broken), `-1` the permits
 /// key holds another type, `-4` the signal key does (nothing was changed).
+///
+/// **Fast path** (before any function is defined): the permit is there, the releaser has no
+/// registration to forget and no waiter is registered (one `EXISTS`): `HDEL`, `ZREM`, and
+/// `TIME` to tell a late release. With nobody registered the full path would grant nothing
+/// either; no expired-permit prune (the next acquisition that finds the set full does it);
+/// no `ZREM` of the grants key: only a permit taken from a shared grant is listed there,
+/// and its holder releases with its registration to forget, so on the full path.
 static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
-        clock!(),
-        prune!(),
-        permits_lua!(),
         "local s = redis.pcall('ZSCORE', KEYS[1], ARGV[1])\n",
         "if type(s) == 'table' then return -1 end\n",
         "if not s then return 0 end\n",
-        "if redis.call('EXISTS', KEYS[4]) == 1 and wrong(KEYS[3], 'list') then return -4 end\n",
+        "local waiting = redis.call('EXISTS', KEYS[4]) == 1\n",
+        // Fast path, before any function is defined: see the doc comment.
+        "if ARGV[3] == '' and not waiting then\n",
+        "  if type(redis.pcall('HDEL', KEYS[6], ARGV[1])) == 'table' then return -1 end\n",
+        "  redis.call('ZREM', KEYS[1], ARGV[1])\n",
+        "  local t = redis.call('TIME')\n",
+        "  if tonumber(s) <= tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) then return 0 end\n",
+        "  return 1\n",
+        "end\n",
+        clock!(),
+        prune!(),
+        permits_lua!(),
+        "if waiting and wrong(KEYS[3], 'list') then return -4 end\n",
         // The holder's entry goes first: a holders key of another type fails here, unwritten.
         "if type(redis.pcall('HDEL', KEYS[6], ARGV[1])) == 'table' then return -1 end\n",
-        "if ARGV[3] ~= '' then redis.call('ZREM', KEYS[4], ARGV[3]) end\n",
         "redis.call('ZREM', KEYS[1], ARGV[1])\n",
-        "redis.call('ZREM', KEYS[8], ARGV[1])\n",
-        "expire_permits(KEYS[1], KEYS[6])\n",
-        "local limit = tonumber(redis.pcall('GET', KEYS[7])) or 0\n",
-        "if redis.call('ZCARD', KEYS[1]) < limit then\n",
-        "  hand_permit(KEYS[1], KEYS[6], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[8], ARGV[2])\n",
+        // Only a permit popped from a shared grant is listed in the grants key, and its holder
+        // has a registration to forget.
+        "if ARGV[3] ~= '' then\n",
+        "  redis.call('ZREM', KEYS[4], ARGV[3])\n",
+        "  redis.call('ZREM', KEYS[8], ARGV[1])\n",
+        "end\n",
+        // With waiters registered, grant the freed permit if there is room under the limit;
+        // expired permits only matter when the set looks full.
+        "if waiting then\n",
+        "  local limit = tonumber(redis.pcall('GET', KEYS[7])) or 0\n",
+        "  local held = redis.call('ZCARD', KEYS[1])\n",
+        "  if held >= limit then\n",
+        "    expire_permits(KEYS[1], KEYS[6])\n",
+        "    held = redis.call('ZCARD', KEYS[1])\n",
+        "  end\n",
+        "  if held < limit then\n",
+        "    hand_permit(KEYS[1], KEYS[6], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[8], ARGV[2])\n",
+        "  end\n",
         "end\n",
         "if tonumber(s) <= clock() then return 0 end\n",
         "return 1\n",
@@ -330,7 +406,7 @@ static LEAVE: LazyLock<Script> = LazyLock::new(|| {
         "if freed then\n",
         "  expire_permits(KEYS[1], KEYS[7])\n",
         "  local limit = tonumber(redis.pcall('GET', KEYS[8])) or 0\n",
-        "  if redis.call('ZCARD', KEYS[1]) < limit then\n",
+        "  if redis.call('ZCARD', KEYS[1]) < limit and redis.call('EXISTS', KEYS[4]) == 1 then\n",
         "    hand_permit(KEYS[1], KEYS[7], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[9], ARGV[2])\n",
         "  end\n",
         "elseif redis.call('EXISTS', KEYS[4]) == 0 then\n",
@@ -508,7 +584,7 @@ pub(crate) fn acquire(
     limit: u32,
 ) -> Result<Attempt> {
     let keys = a.keys;
-    let reply: (i64, i64, i64, i64, i64) = ACQUIRE
+    let reply: Value = ACQUIRE
         .key(&keys.lock)
         .key(&keys.fence)
         .key(&keys.waiters)
@@ -538,9 +614,25 @@ fn flags(fair: bool, registered: bool) -> &'static str {
     }
 }
 
-fn decode_acquire(keys: &LockKeys, reply: (i64, i64, i64, i64, i64)) -> Result<Attempt> {
+/// The fast path answers with the fencing token alone; the full path with five integers.
+fn decode_acquire(keys: &LockKeys, reply: Value) -> Result<Attempt> {
+    let five = match reply {
+        Value::Int(fence) if fence > 0 => {
+            return Ok(Attempt::Acquired {
+                fence: fence.unsigned_abs(),
+            });
+        }
+        Value::Array(v) => match v.as_slice() {
+            [a, b, c, d, e] => match (int(a), int(b), int(c), int(d), int(e)) {
+                (Some(a), Some(b), Some(c), Some(d), Some(e)) => (a, b, c, d, e),
+                _ => return Err(unexpected("unexpected semaphore acquire reply")),
+            },
+            _ => return Err(unexpected("unexpected semaphore acquire reply")),
+        },
+        _ => return Err(unexpected("unexpected semaphore acquire reply")),
+    };
     decode_attempt(
-        reply,
+        five,
         |code| match code {
             -2 => Some(keys.lock.clone()),
             -3 => Some(keys.fence.clone()),
@@ -796,15 +888,30 @@ mod tests {
         Value::BulkString(s.as_bytes().to_vec())
     }
 
+    fn five(a: i64, b: i64, c: i64, d: i64, e: i64) -> Value {
+        Value::Array([a, b, c, d, e].into_iter().map(Value::Int).collect())
+    }
+
     #[test]
     fn acquire_replies_decode() {
         let k = keys();
+        // The fast path's reply: the fencing token alone.
         assert_eq!(
-            decode_acquire(&k, (1, 9, 0, 0, 0)).unwrap(),
+            decode_acquire(&k, Value::Int(12)).unwrap(),
+            Attempt::Acquired { fence: 12 }
+        );
+        // Not a fencing token, nor a reply of five integers.
+        assert!(decode_acquire(&k, Value::Int(0)).is_err());
+        assert!(decode_acquire(&k, Value::Int(-3)).is_err());
+        assert!(decode_acquire(&k, Value::Array(vec![Value::Int(1)])).is_err());
+        assert!(decode_acquire(&k, Value::Array(vec![bulk("x"); 5])).is_err());
+        assert!(decode_acquire(&k, bulk("1")).is_err());
+        assert_eq!(
+            decode_acquire(&k, five(1, 9, 0, 0, 0)).unwrap(),
             Attempt::Acquired { fence: 9 }
         );
         assert_eq!(
-            decode_acquire(&k, (0, 40, 41, 0, 7)).unwrap(),
+            decode_acquire(&k, five(0, 40, 41, 0, 7)).unwrap(),
             Attempt::Busy {
                 holder_ttl: Some(Duration::from_millis(40)),
                 block: Some(Duration::from_millis(41)),
@@ -819,12 +926,12 @@ mod tests {
             (-5, k.holders()),
             (-6, k.limit()),
         ] {
-            match decode_acquire(&k, (code, 0, 0, 0, 0)) {
+            match decode_acquire(&k, five(code, 0, 0, 0, 0)) {
                 Err(Error::WrongType { redis_key }) => assert_eq!(redis_key, key),
                 other => panic!("{code}: {other:?}"),
             }
         }
-        assert!(decode_acquire(&k, (5, 0, 0, 0, 0)).is_err());
+        assert!(decode_acquire(&k, five(5, 0, 0, 0, 0)).is_err());
         assert_eq!(flags(true, false), "f");
         assert_eq!(flags(false, true), "w");
     }

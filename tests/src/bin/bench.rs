@@ -198,6 +198,7 @@ fn main() {
         let client = contended::bench_client(&url);
         let on = uncontended::cycles(&url, &client, true, short);
         let off = uncontended::cycles(&url, &client, false, short);
+        let permit = uncontended::permit_cycles(&url, &client, semaphore::PERMITS, short);
         // The same cycle once a metrics recorder is installed (it stays installed: last).
         #[cfg(feature = "metrics")]
         let recorded = {
@@ -236,6 +237,7 @@ fn main() {
             ("raw SET NX PX + EVALSHA del", &raw),
             ("lock + release, watchdog on", &on),
             ("lock + release, watchdog off", &off),
+            ("permit + release (of 3), watchdog on", &permit),
         ];
         #[cfg(feature = "metrics")]
         rows.push(("lock + release, metrics recorder", &recorded));
@@ -270,6 +272,13 @@ fn main() {
                     uncontended::json(&off).with(
                         "ratio_to_baseline",
                         uncontended::per_second(&off) / raw_rate,
+                    ),
+                )
+                .with(
+                    "permit",
+                    uncontended::json(&permit).with(
+                        "ratio_to_baseline",
+                        uncontended::per_second(&permit) / raw_rate,
                     ),
                 ),
         );

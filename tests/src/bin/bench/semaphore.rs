@@ -10,7 +10,7 @@ use std::time::Duration;
 use redis_lock::{LockClient, LockOptions, RetryStrategy};
 
 use crate::report::{Json, Table, f};
-use crate::stats::{now_ns, summarize};
+use crate::stats::{RedisCounters, now_ns, summarize};
 
 /// Permits of the benchmark's semaphore.
 pub(crate) const PERMITS: u32 = 3;
@@ -37,6 +37,7 @@ pub(crate) const HEADER: &[&str] = &[
     "handoff p50 us (RT)",
     "handoff p99 us (RT)",
     "req/acq",
+    "redis exec us/acq",
     "min/max per worker",
     "most at once",
     "violations",
@@ -99,6 +100,8 @@ pub(crate) fn contended(
         })
         .collect();
     let requests = client.request_count();
+    let mut probe = redis::Client::open(url).unwrap().get_connection().unwrap();
+    let counters = RedisCounters::read(&mut probe);
     let go = now_ns();
     let (from, to) = (go + warm_up, go + warm_up + nanos(time));
     *start.lock().unwrap() = (from, to);
@@ -109,7 +112,37 @@ pub(crate) fn contended(
     }
     // Requests per acquisition over the whole run (warm-up included).
     let per_acq = (client.request_count() - requests) as f64 / all.len().max(1) as f64;
-    analyze(&all, fair, workers, from, to, rtt_us, per_acq)
+    // Redis's command execution per acquisition over the whole run, likewise: what the
+    // single-threaded server spends between a release and the next acquisition.
+    let after = RedisCounters::read(&mut probe);
+    let n = all.len().max(1) as f64;
+    let exec_per_acq = after.usec_since(&counters) as f64 / n;
+    // Per command: calls and µs per acquisition (script-internal commands under their names).
+    let commands = Json::Obj(
+        after
+            .calls_since(&counters)
+            .into_iter()
+            .map(|(name, calls)| {
+                let usec = after.usec.get(&name).copied().unwrap_or(0)
+                    - counters.usec.get(&name).copied().unwrap_or(0);
+                let entry = Json::obj()
+                    .with("calls", calls as f64 / n)
+                    .with("usec", usec as f64 / n);
+                (name, entry)
+            })
+            .collect(),
+    );
+    let mut c = analyze(
+        &all,
+        fair,
+        workers,
+        from,
+        to,
+        rtt_us,
+        (per_acq, exec_per_acq),
+    );
+    c.json = c.json.with("redis_commands_per_acquisition", commands);
+    c
 }
 
 fn nanos(d: Duration) -> u64 {
@@ -123,7 +156,7 @@ fn analyze(
     from: u64,
     to: u64,
     rtt_us: f64,
-    per_acq: f64,
+    (per_acq, exec_per_acq): (f64, f64),
 ) -> Contended {
     // Permits in use over the window: the held time of every permit inside it, over its length.
     let window = (to - from) as f64;
@@ -176,6 +209,7 @@ fn analyze(
         format!("{} ({})", f(hs.p50, 0), f(hs.p50 / rtt_us, 1)),
         format!("{} ({})", f(hs.p99, 0), f(hs.p99 / rtt_us, 1)),
         f(per_acq, 2),
+        f(exec_per_acq, 1),
         format!("{min}/{max}"),
         most.to_string(),
         violations.to_string(),
@@ -191,6 +225,7 @@ fn analyze(
         .with("handoff_p99_rt", hs.p99 / rtt_us)
         .with("handoffs", hs.count)
         .with("requests_per_acquisition", per_acq)
+        .with("redis_exec_us_per_acquisition", exec_per_acq)
         .with("min_per_worker", min as f64)
         .with("max_per_worker", max as f64)
         .with("most_at_once", f64::from(most))

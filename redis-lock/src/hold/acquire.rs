@@ -750,15 +750,13 @@ mod server_tests {
     }
 
     /// Every command Redis has run (`INFO commandstats`, commands inside scripts included),
-    /// but `INFO` itself and `LPOP` (the waiter's pop, standing in for `BLPOP` here).
-    fn commands(server: &RedisServer) -> u64 {
-        let text: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .query(&mut server.connection())
-            .unwrap();
+    /// but `INFO` itself, `LPOP` (the waiter's pop, standing in for `BLPOP` here) and what a
+    /// new connection sends (`CLIENT SETINFO` on Valkey).
+    fn commands(probe: &mut redis::Connection) -> u64 {
+        let text: String = redis::cmd("INFO").arg("commandstats").query(probe).unwrap();
         text.lines()
             .filter_map(|l| l.strip_prefix("cmdstat_")?.split_once(':'))
-            .filter(|(name, _)| !matches!(*name, "info" | "lpop"))
+            .filter(|(name, _)| !matches!(*name, "info" | "lpop") && !name.starts_with("client"))
             .filter_map(|(_, stats)| stats.split(',').find_map(|f| f.strip_prefix("calls=")))
             .map(|n| n.parse::<u64>().unwrap())
             .sum()
@@ -811,27 +809,28 @@ mod server_tests {
                 )
                 .unwrap()
         };
-        let pop = || -> String {
-            redis::cmd("LPOP")
-                .arg(&keys.signal)
-                .query(&mut server.connection())
-                .unwrap()
+        let mut probe = server.connection();
+        let pop = |probe: &mut redis::Connection| -> String {
+            redis::cmd("LPOP").arg(&keys.signal).query(probe).unwrap()
         };
         // Scripts loaded, and a lock held with `b` waiting.
         assert!(matches!(attempt(&a), Attempt::Acquired { .. }));
         assert!(matches!(attempt(&b), Attempt::Busy { block: Some(_), .. }));
 
-        let before = commands(&server);
+        let before = commands(&mut probe);
         assert!(matches!(attempt(&c), Attempt::Busy { block: Some(_), .. }));
-        let registering = commands(&server) - before;
+        let registering = commands(&mut probe) - before;
         // `a` grants the lock to whoever pops: `b`.
         assert_eq!(release(&a.token, &a.grant, ""), Release::Released);
-        assert!(pop().starts_with(&format!("{} ", a.grant)));
-        let before = commands(&server);
+        assert!(pop(&mut probe).starts_with(&format!("{} ", a.grant)));
+        let before = commands(&mut probe);
         // `b` holds it under `a`'s grant, and grants it on to `c`.
         assert_eq!(release(&a.grant, &b.grant, &b.waiter), Release::Released);
-        let granting = commands(&server) - before;
-        assert!(pop().starts_with(&format!("{} ", b.grant)), "c's turn");
+        let granting = commands(&mut probe) - before;
+        assert!(
+            pop(&mut probe).starts_with(&format!("{} ", b.grant)),
+            "c's turn"
+        );
         assert_eq!(
             (registering, granting),
             (7, 11),

@@ -142,9 +142,9 @@ fn denied(server: &RedisServer) -> HashSet<String> {
 }
 
 /// Every operation of the library once: ping, acquire, extend, remaining TTL, inspect, a
-/// waiter woken by the release (BLPOP; a fair waiter, which runs every command a non-fair one
-/// does and `ZSCORE` too) and an attempt on the lock handed to it, release, replica
-/// acknowledgement (WAIT), force release.
+/// waiter woken by the release (BLPOP; a fair waiter) and an attempt on the lock handed to
+/// it, a grant left to a dead waiter and attempts that find it (`LLEN`; a fair one behind the
+/// dead head: `ZSCORE`), release, replica acknowledgement (WAIT), force release.
 fn workload(server: &RedisServer, url: &str) -> redis_lock::Result<()> {
     let locks = client_for(url);
     locks.ping()?;
@@ -179,6 +179,35 @@ fn workload(server: &RedisServer, url: &str) -> redis_lock::Result<()> {
     guard.release()?;
     if !waiter.join().unwrap()? {
         return Err(Error::Busy { key: "acl".into() });
+    }
+    // A waiter registered but not blocked (its process died): the release grants the lock
+    // on the shared wake-up list, where the grant stays; an attempt then finds it pending
+    // (the list exists, so it reads its length: LLEN) and, not having waited, stays out. With
+    // the dead waiter queued first too, a fair caller bounds its wait by the dead head's
+    // registration (ZSCORE); once it has waited, it may take the grant left on the list.
+    let deserted = locks
+        .options("acl-d")
+        .ttl(Duration::from_secs(5))
+        .wait(Duration::ZERO)
+        .acquire()?;
+    admin(
+        server,
+        &["ZADD", "lock:{acl-d}:waiters", "4000000000000", "gone"],
+    );
+    deserted.release()?;
+    if locks.try_lock("acl-d")?.is_some() {
+        return Err(Error::Busy {
+            key: "acl-d".into(),
+        });
+    }
+    admin(server, &["ZADD", "lock:{acl-d}:queue", "1", "gone"]);
+    let behind = locks
+        .options("acl-d")
+        .wait(Duration::from_millis(50))
+        .retry(redis_lock::RetryStrategy::fair())
+        .try_acquire()?;
+    if let Some(guard) = behind {
+        guard.release()?;
     }
     match locks
         .options("acked")

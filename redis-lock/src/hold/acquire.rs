@@ -688,6 +688,7 @@ mod server_tests {
     use crate::deploy::Deployment;
     use crate::testing::RedisServer;
     use crate::wire::Release;
+    use crate::wire::token::Ids;
 
     /// The cluster client resends a script after a reply timeout; when the first copy took the
     /// lock, the second must answer "acquired" with the same fencing token, not "busy".
@@ -746,6 +747,95 @@ mod server_tests {
             )
             .unwrap();
         assert_eq!(released, Release::Released);
+    }
+
+    /// Every command Redis has run (`INFO commandstats`, commands inside scripts included),
+    /// but `INFO` itself, `LPOP` (the waiter's pop, standing in for `BLPOP` here) and what a
+    /// new connection sends (`CLIENT SETINFO` on Valkey).
+    fn commands(probe: &mut redis::Connection) -> u64 {
+        let text: String = redis::cmd("INFO").arg("commandstats").query(probe).unwrap();
+        text.lines()
+            .filter_map(|l| l.strip_prefix("cmdstat_")?.split_once(':'))
+            .filter(|(name, _)| !matches!(*name, "info" | "lpop") && !name.starts_with("client"))
+            .filter_map(|(_, stats)| stats.split(',').find_map(|f| f.strip_prefix("calls=")))
+            .map(|n| n.parse::<u64>().unwrap())
+            .sum()
+    }
+
+    /// What one contended acquisition costs Redis, in commands, on the path the benchmark's
+    /// contended rows take (issue 12): a waiter's attempt that finds the lock busy and
+    /// registers, and the release that grants the lock to a waiter by a holder that took it
+    /// from a grant (its registration left to forget). 7 and 11 (with `BLPOP`, the waiter's
+    /// wait: 19), against 8 and 15 before the counts of `EXISTS` were used and the registry was
+    /// only pruned when its first registration had lapsed.
+    #[test]
+    fn a_contended_acquisition_costs_redis_nineteen_commands() {
+        let server = RedisServer::start();
+        let client = crate::LockClient::open(&server.url()).unwrap();
+        let inner = &client.inner;
+        let Deployment::Single(store) = &inner.deployment else {
+            panic!("one server is a single store");
+        };
+        let keys = inner.keys("costly").unwrap();
+        let ttl = Duration::from_secs(30);
+        let (a, b, c) = (new_ids().unwrap(), new_ids().unwrap(), new_ids().unwrap());
+        let attempt = |ids: &Ids| {
+            let args = AttemptArgs {
+                keys: &keys,
+                token: &ids.token,
+                ttl,
+                holder: &inner.holder,
+                meta: "",
+                min_hold: Duration::ZERO,
+                waiter: &ids.waiter,
+                register: ttl,
+                fair: false,
+                registered: false,
+            };
+            crate::deploy::attempt_on(store, &*inner.mutex, &args, None).unwrap()
+        };
+        let release = |token: &str, grant: &str, registration: &str| {
+            let mut conn = store.conn().unwrap();
+            inner
+                .mutex
+                .release(
+                    &mut conn,
+                    &keys,
+                    token,
+                    false,
+                    Duration::ZERO,
+                    grant,
+                    registration,
+                )
+                .unwrap()
+        };
+        let mut probe = server.connection();
+        let pop = |probe: &mut redis::Connection| -> String {
+            redis::cmd("LPOP").arg(&keys.signal).query(probe).unwrap()
+        };
+        // Scripts loaded, and a lock held with `b` waiting.
+        assert!(matches!(attempt(&a), Attempt::Acquired { .. }));
+        assert!(matches!(attempt(&b), Attempt::Busy { block: Some(_), .. }));
+
+        let before = commands(&mut probe);
+        assert!(matches!(attempt(&c), Attempt::Busy { block: Some(_), .. }));
+        let registering = commands(&mut probe) - before;
+        // `a` grants the lock to whoever pops: `b`.
+        assert_eq!(release(&a.token, &a.grant, ""), Release::Released);
+        assert!(pop(&mut probe).starts_with(&format!("{} ", a.grant)));
+        let before = commands(&mut probe);
+        // `b` holds it under `a`'s grant, and grants it on to `c`.
+        assert_eq!(release(&a.grant, &b.grant, &b.waiter), Release::Released);
+        let granting = commands(&mut probe) - before;
+        assert!(
+            pop(&mut probe).starts_with(&format!("{} ", b.grant)),
+            "c's turn"
+        );
+        assert_eq!(
+            (registering, granting),
+            (7, 11),
+            "commands of the registering attempt and of the granting release"
+        );
     }
 
     /// A claim of a grant that expired before it was claimed says so (`Gone`), rather than

@@ -82,30 +82,42 @@ macro_rules! prune {
     };
 }
 
-/// `hand_over(lock, fence, signal, waiters, queue, grant)`: called when the lock is being given
-/// up. With live waiters registered, the lock is *granted*: it gets the owner token `grant`
-/// (made by the releasing client), a new fencing token, the field `handoff` naming whom it is
-/// for, and the handoff grace as its TTL; and `grant fence time` (time: server Unix ms) is
-/// pushed to one wake-up list. For
-/// the head of the fair queue that is its own list (`handoff` = its id; it leaves the queue
-/// now); otherwise the shared list (`handoff` = ""), from which Redis hands the element to the
-/// waiter that has blocked longest. Whoever pops the element owns the lock under `grant`. A
-/// grant nobody takes lapses with the grace. Returns `true` when it granted the lock; with no
-/// live waiter it touches nothing and returns `false`.
+/// `hand_over(lock, fence, signal, waiters, queue, grant, known)`: called when the lock is being
+/// given up. With live waiters registered, the lock is *granted*: it gets the owner token
+/// `grant` (made by the releasing client), a new fencing token, the field `handoff` naming whom
+/// it is for, and the handoff grace as its TTL; and `grant fence time` (time: server Unix ms) is
+/// pushed to one wake-up list. For the head of the fair queue that is its own list (`handoff` =
+/// its id; it leaves the queue now); otherwise the shared list (`handoff` = ""), from which
+/// Redis hands the element to the waiter that has blocked longest. Whoever pops the element
+/// owns the lock under `grant`. A grant nobody takes lapses with the grace. Returns `true` when
+/// it granted the lock; with no live waiter it touches nothing and returns `false`.
+///
+/// Whether live waiters are registered is read from the registration that lapses first
+/// (`ZRANGE waiters 0 0 WITHSCORES`): when it is live, all are, and nothing is pruned; only
+/// when it has lapsed does `prune` run. `known` (optional) is what the caller has found out
+/// already, so that it is not looked up again: `waiters`, `signal`, `queue` (does the key
+/// exist; `false` skips reading it) and `clean` (the lock hash holds only `token`, `fence`,
+/// `info` and `handoff`, so the grant overwrites it in place, `info` emptied, instead of `DEL`
+/// and `HSET`). Without it, everything is looked up.
 ///
 /// The per-waiter list `<signal>:<id>` is the one key a script builds itself instead of
 /// receiving it in `KEYS`: the releaser cannot know who heads the queue. It starts with the
 /// lock's hash tag, so it is in the same cluster slot as the declared keys (Redis allows
 /// undeclared keys of the script's own slot). While that slot migrates, the list may be on the
-/// other node, which Redis refuses; `hand_over` touches it before writing anything and raises
-/// `TRYAGAIN` (see `not_local`) instead of leaving a half-made grant.
+/// other node, which Redis refuses; `hand_over` touches it (the `DEL` of an old element) before
+/// writing anything else and raises `TRYAGAIN` (see `not_local`) instead of leaving a half-made
+/// grant.
 macro_rules! hand_over {
     () => {
         concat!(
-            "local function hand_over(lock, fence, signal, waiters, queue, grant)\n\
-               if redis.call('EXISTS', waiters) == 0 then return false end\n\
-               local forgot = prune(waiters, queue)\n\
-               local head = redis.call('ZRANGE', queue, 0, 0)[1]\n\
+            "local function hand_over(lock, fence, signal, waiters, queue, grant, known)\n\
+               if known and not known.waiters then return false end\n\
+               local first = redis.call('ZRANGE', waiters, 0, 0, 'WITHSCORES')\n\
+               if not first[1] then return false end\n\
+               local forgot = 0\n\
+               if tonumber(first[2]) <= clock() then forgot = prune(waiters, queue) end\n\
+               local head = nil\n\
+               if not known or known.queue then head = redis.call('ZRANGE', queue, 0, 0)[1] end\n\
                if not head and forgot > 0 and redis.call('EXISTS', waiters) == 0 then\n\
                  return false\n\
                end\n\
@@ -114,7 +126,7 @@ macro_rules! hand_over {
                if head then\n\
                  target = head\n\
                  wake = signal .. ':' .. head\n\
-                 if type(redis.pcall('EXISTS', wake)) == 'table' then error(",
+                 if type(redis.pcall('DEL', wake)) == 'table' then error(",
             not_local!(),
             ") end\n\
                end\n\
@@ -124,12 +136,16 @@ macro_rules! hand_over {
                  redis.call('ZREM', queue, head)\n\
                  redis.call('ZREM', waiters, head)\n\
                end\n\
-               redis.call('DEL', lock)\n\
-               redis.call('HSET', lock, 'token', grant, 'fence', f, 'handoff', target)\n\
+               if known and known.clean then\n\
+                 redis.call('HSET', lock, 'token', grant, 'fence', f, 'handoff', target, 'info', '')\n\
+               else\n\
+                 redis.call('DEL', lock)\n\
+                 redis.call('HSET', lock, 'token', grant, 'fence', f, 'handoff', target)\n\
+               end\n\
                redis.call('PEXPIRE', lock, ",
             handoff_grace_ms!(),
             ")\n\
-               redis.call('DEL', wake)\n\
+               if not head and (not known or known.signal) then redis.call('DEL', wake) end\n\
                redis.call('RPUSH', wake, grant .. ' ' .. f .. ' ' .. clock())\n\
                redis.call('PEXPIRE', wake, ",
             handoff_grace_ms!(),

@@ -60,12 +60,21 @@ use crate::error::{Error, Result};
 ///
 /// **Fast path** (first in the script, before any function is defined): a caller that is not
 /// fair, has not registered, asks for no minimum hold, and finds the lock, the fair queue and
-/// the shared wake-up list all absent (one `EXISTS` of three keys) takes the lock with `INCR`,
-/// `HSET`, `PEXPIRE` and gets the fencing token back as a single integer. Every state owed to a
-/// waiter keeps one of those keys present (a grant or a kept lock is the lock key itself; a
-/// pending wake-up is the list; fair waiters are the queue), so the fast path never takes a
-/// lock from a waiter, and a wake-up list of another type sends the caller to the full path,
-/// which reports it.
+/// the shared wake-up list all absent (one `EXISTS` naming the lock, the queue, and the list
+/// twice) takes the lock with `INCR`, `HSET`, `PEXPIRE` and gets the fencing token back as a
+/// single integer. Every state owed to a waiter keeps one of those keys present (a grant or a
+/// kept lock is the lock key itself; a pending wake-up is the list; fair waiters are the
+/// queue), so the fast path never takes a lock from a waiter, and a wake-up list of another
+/// type sends the caller to the full path, which reports it.
+///
+/// **Full path.** That `EXISTS` counts the lock 1, the queue 1 and the shared list 2; once
+/// `HMGET` has said whether the lock is there, the count says which of the queue and the list
+/// exist. So the list's type is checked (`TYPE`) and its length read (`LLEN`, a pending shared
+/// grant) only when it exists, and the queue is only read when it exists. A grant made for
+/// another fair waiter is not looked up (`LLEN` of its list): it is not the caller's whether
+/// it is pending or not. A caller that has not registered in this acquisition is in no queue
+/// (its waiter id is new), so only a registered fair caller looks itself up (`ZSCORE`); the
+/// ticket is added with `ZADD NX`, so a resent first attempt keeps the first copy's ticket.
 ///
 /// Returns the fencing token alone (an integer) when the fast path acquired; `{1, fence, 0, 0,
 /// 0}` when the full path acquired; `{0, pttl, block, fresh, now}` when not (`pttl`: the
@@ -78,7 +87,10 @@ use crate::error::{Error, Result};
 /// are checked before anything is written: a script that fails half-way keeps what it wrote.
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
-        "if ARGV[8] == '' and ARGV[5] == '0' and redis.call('EXISTS', KEYS[1], KEYS[4], KEYS[5]) == 0 then\n",
+        // Lock 1, queue 1, wake-up list 2: with the lock's presence (from `HMGET` below), the
+        // count says which of the queue and the list exist, so neither is looked at again.
+        "local m = redis.call('EXISTS', KEYS[1], KEYS[4], KEYS[5], KEYS[5])\n",
+        "if m == 0 and ARGV[8] == '' and ARGV[5] == '0' then\n",
         "  local fence = redis.pcall('INCR', KEYS[2])\n",
         "  if type(fence) == 'table' then return {-3, 0, 0, 0, 0} end\n",
         "  redis.call('HSET', KEYS[1], 'token', ARGV[1], 'fence', fence, 'info', ARGV[3] .. ARGV[4])\n",
@@ -87,33 +99,50 @@ static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
         "end\n",
         clock!(),
         prune!(),
-        "local sk = redis.call('TYPE', KEYS[5])['ok']\n",
-        "if sk ~= 'none' and sk ~= 'list' then return {-4, 0, 0, 0, 0} end\n",
         "local id = ARGV[6]\n",
         "local fair = string.find(ARGV[8], 'f', 1, true) ~= nil\n",
         "local waited = string.find(ARGV[8], 'w', 1, true) ~= nil\n",
         "local h = redis.pcall('HMGET', KEYS[1], 'token', 'handoff', 'fence')\n",
+        "local lockp = 0\n",
+        "if h['err'] then lockp = 1 elseif h[1] ~= false then lockp = 1\n",
+        // A key without an owner token (not ours, see below) or of another type: present.
+        "elseif m > 0 and redis.call('EXISTS', KEYS[1]) == 1 then lockp = 1 end\n",
+        "local queued = (m - lockp) % 2 == 1\n",
+        "local signalled = m - lockp >= 2\n",
+        "if signalled then\n",
+        "  local sk = redis.call('TYPE', KEYS[5])['ok']\n",
+        "  if sk ~= 'list' then return {-4, 0, 0, 0, 0} end\n",
+        "end\n",
         "if h['err'] then return {-2, 0, 0, 0, 0} end\n",
         // Already ours: a resent request (the cluster client resends after a reply timeout)
         // whose first copy took the lock.
         "if h[1] == ARGV[1] then return {1, tonumber(h[3]) or 0, 0, 0, 0} end\n",
         // A hash without an owner token was not written by redis-lock: never write into it.
-        "if h[1] == false and redis.call('EXISTS', KEYS[1]) == 1 then return {-2, 0, 0, 0, 0} end\n",
+        "if h[1] == false and lockp == 1 then return {-2, 0, 0, 0, 0} end\n",
         "local exists = h[1] ~= false\n",
+        // A grant still on its wake-up list. Only looked for where it decides something: on
+        // the shared list (when it exists), or on the caller's own; a grant for another fair
+        // waiter is not the caller's either way.
         "local pending = nil\n",
         "if exists and h[2] then\n",
-        "  local list = KEYS[5]\n",
-        "  if h[2] ~= '' then list = KEYS[5] .. ':' .. h[2] end\n",
-        "  local n = redis.pcall('LLEN', list)\n",
-        "  if type(n) == 'table' then return ",
+        "  local list = nil\n",
+        "  if h[2] == '' then\n",
+        "    if signalled then list = KEYS[5] end\n",
+        "  elseif h[2] == id then\n",
+        "    list = KEYS[5] .. ':' .. h[2]\n",
+        "  end\n",
+        "  if list then\n",
+        "    local n = redis.pcall('LLEN', list)\n",
+        "    if type(n) == 'table' then return ",
         not_local!(),
         " end\n",
-        "  if n > 0 then pending = list end\n",
+        "    if n > 0 then pending = list end\n",
+        "  end\n",
         "end\n",
         "local head = nil\n",
         "local mine = false\n",
         "if not exists then\n",
-        "  if redis.call('EXISTS', KEYS[4]) == 1 then\n",
+        "  if queued then\n",
         "    prune(KEYS[3], KEYS[4])\n",
         "    head = redis.call('ZRANGE', KEYS[4], 0, 0)[1]\n",
         "  end\n",
@@ -134,11 +163,10 @@ static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
         "      redis.call('DEL', KEYS[6])\n",
         "    end\n",
         "  end\n",
-        "  local now = clock()\n",
         "  local info = ARGV[3] .. ARGV[4]\n",
         "  local hold = tonumber(ARGV[5])\n",
         "  if hold > 0 then\n",
-        "    redis.call('HSET', KEYS[1], 'token', ARGV[1], 'fence', fence, 'info', info, 'hold_until', now + hold)\n",
+        "    redis.call('HSET', KEYS[1], 'token', ARGV[1], 'fence', fence, 'info', info, 'hold_until', clock() + hold)\n",
         "  else\n",
         "    redis.call('HSET', KEYS[1], 'token', ARGV[1], 'fence', fence, 'info', info)\n",
         "  end\n",
@@ -157,7 +185,9 @@ static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
         "local wait = cap\n",
         "if pttl >= 0 then wait = pttl + 1 end\n",
         "local ticket = nil\n",
-        "if fair and not redis.call('ZSCORE', KEYS[4], id) then\n",
+        // A caller that has not registered in this acquisition is in no queue (its waiter id
+        // is new); `ZADD NX` below keeps the first ticket of a resent first attempt.
+        "if fair and not (waited and redis.call('ZSCORE', KEYS[4], id)) then\n",
         "  local tail = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')\n",
         "  ticket = (tonumber(tail[2]) or 0) + 1\n",
         "  if not head then head = redis.call('ZRANGE', KEYS[4], 0, 0)[1] end\n",
@@ -173,9 +203,13 @@ static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
         waiter_margin_ms!(),
         "\n",
         "redis.call('ZADD', KEYS[3], now + life, id)\n",
-        "if ticket then redis.call('ZADD', KEYS[4], ticket, id) end\n",
+        "if ticket then redis.call('ZADD', KEYS[4], 'NX', ticket, id) end\n",
         "if redis.call('PTTL', KEYS[3]) < life then redis.call('PEXPIRE', KEYS[3], life) end\n",
-        "if fair and redis.call('PTTL', KEYS[4]) < life then redis.call('PEXPIRE', KEYS[4], life) end\n",
+        // A queue that did not exist was made by this `ZADD`: it has no TTL yet.
+        "if fair then\n",
+        "  if not queued then redis.call('PEXPIRE', KEYS[4], life)\n",
+        "  elseif redis.call('PTTL', KEYS[4]) < life then redis.call('PEXPIRE', KEYS[4], life) end\n",
+        "end\n",
         "return {0, pttl, block, fresh, now}\n",
     ))
 });
@@ -264,9 +298,12 @@ static RENEW: LazyLock<Script> = LazyLock::new(|| {
 /// acknowledge it was never held) or `0`, grant token for `hand_over`, the releaser's own
 /// waiter id to forget (a lock taken by popping a grant leaves its registration behind) or
 /// "", cool-down in ms (`0`: none).
-/// Fast path (first in the script): ours, no minimum hold, no cool-down, nothing to forget,
-/// and neither a registered waiter nor a pending wake-up (one `EXISTS` of two keys): `DEL`.
-/// A wake-up list of another type sends the release to the full path, which reports it.
+/// Fast path (first once the token matched): no minimum hold, no cool-down, nothing to
+/// forget, and neither a registered waiter nor a pending wake-up: `DEL`. One `EXISTS` naming
+/// the waiters once, the wake-up list twice and the queue four times says which of the three
+/// exist; the full path uses that instead of looking again (the list's `TYPE` only when it
+/// exists, `hand_over` skips what is absent). A wake-up list of another type sends the
+/// release to the full path, which reports it.
 /// Returns `1` released, `2` released but kept until the minimum hold or cool-down has passed, `0` late
 /// (the key was already gone), `-1` lost (another owner, or another type, is there now), `-4`
 /// the signal key holds another type (nothing was changed).
@@ -274,27 +311,30 @@ static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         "local h = redis.pcall('HMGET', KEYS[1], 'token', 'hold_until')\n",
         "if h['err'] then return -1 end\n",
-        // Fast path: ours, no minimum hold, no cool-down, no leftover registration, and
-        // nobody registered nor a wake-up pending: delete, before any function is defined.
-        "if h[1] == ARGV[1] and not h[2] and ARGV[4] == '' and ARGV[5] == '0' and redis.call('EXISTS', KEYS[4], KEYS[3]) == 0 then\n",
+        "if h[1] ~= ARGV[1] then\n",
+        "  if h[1] == false and redis.call('EXISTS', KEYS[1]) == 0 then return 0 end\n",
+        "  return -1\n",
+        "end\n",
+        // Waiters 1, wake-up list 2, queue 4: which of them exist, in one command.
+        "local m = redis.call('EXISTS', KEYS[4], KEYS[3], KEYS[3], KEYS[5], KEYS[5], KEYS[5], KEYS[5])\n",
+        // Fast path: no minimum hold, no cool-down, no leftover registration, and nobody
+        // registered nor a wake-up pending: delete, before any function is defined.
+        "if m % 4 == 0 and not h[2] and ARGV[4] == '' and ARGV[5] == '0' then\n",
         "  redis.call('DEL', KEYS[1])\n",
         "  return 1\n",
         "end\n",
         clock!(),
         prune!(),
         hand_over!(),
-        "if h[1] == false then\n",
-        "  if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end\n",
-        "  return -1\n",
-        "end\n",
-        "if h[1] ~= ARGV[1] then return -1 end\n",
-        "local sk = redis.call('TYPE', KEYS[3])['ok']\n",
-        "if sk ~= 'none' and sk ~= 'list' then return -4 end\n",
-        "if ARGV[4] ~= '' then redis.call('ZREM', KEYS[4], ARGV[4]) end\n",
-        "if ARGV[2] ~= '1' then\n",
+        // `clean`: the hash holds no field but `token`, `fence`, `info`, `handoff` (a lock we
+        // hold never has `cool_until`), so a grant may overwrite it in place.
+        "local known = {waiters = m % 2 == 1, signal = m % 4 >= 2, queue = m >= 4, clean = not h[2]}\n",
+        "if known.signal and redis.call('TYPE', KEYS[3])['ok'] ~= 'list' then return -4 end\n",
+        "if ARGV[4] ~= '' and known.waiters then redis.call('ZREM', KEYS[4], ARGV[4]) end\n",
+        "local cool = tonumber(ARGV[5]) or 0\n",
+        "if ARGV[2] ~= '1' and (h[2] or cool > 0) then\n",
         "  local now = clock()\n",
         "  local free_at = tonumber(h[2]) or 0\n",
-        "  local cool = tonumber(ARGV[5]) or 0\n",
         "  if cool > 0 then free_at = math.max(free_at, now + cool) end\n",
         "  if free_at > now then\n",
         // Waiters blocked on the holder's TTL would sleep past the new, shorter one: wake the
@@ -329,7 +369,7 @@ static RELEASE: LazyLock<Script> = LazyLock::new(|| {
         "    return 2\n",
         "  end\n",
         "end\n",
-        "if not hand_over(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[3]) then redis.call('DEL', KEYS[1]) end\n",
+        "if not hand_over(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[3], known) then redis.call('DEL', KEYS[1]) end\n",
         "return 1\n",
     ))
 });

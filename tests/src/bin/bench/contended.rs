@@ -480,6 +480,7 @@ pub(crate) const HEADER: &[&str] = &[
     "same %",
     "req/acq",
     "cmds/acq",
+    "exec us/acq",
     "cpu us/acq",
     "min/max",
     "wait p99.9 ms",
@@ -569,6 +570,8 @@ pub(crate) fn analyze(o: &Outcome, rtt_us: f64) -> Analysis {
     let calls = o.after.calls_since(&o.before);
     let all_calls: u64 = calls.values().sum();
     let cpu_us = (o.after.cpu_s - o.before.cpu_s) * 1e6;
+    // Command execution (top-level commands only: a script's own commands are in its time).
+    let exec_us = o.after.usec_since(&o.before) as f64;
     let per_acq = |n: f64| if total > 0 { n / total as f64 } else { 0.0 };
     let same_share = if same_n + other_n > 0 {
         100.0 * same_n as f64 / (same_n + other_n) as f64
@@ -614,6 +617,20 @@ pub(crate) fn analyze(o: &Outcome, rtt_us: f64) -> Analysis {
                     .collect(),
             ),
         )
+        .with("redis_exec_us_per_acquisition", per_acq(exec_us))
+        .with(
+            "redis_commandstats_usec",
+            Json::Obj(
+                o.after
+                    .usec
+                    .iter()
+                    .filter(|(name, _)| name.as_str() != "info")
+                    .map(|(k, v)| (k, v - o.before.usec.get(k).copied().unwrap_or(0)))
+                    .filter(|(_, v)| *v > 0)
+                    .map(|(k, v)| (k.clone(), Json::from(v)))
+                    .collect(),
+            ),
+        )
         .with("redis_cpu_us_per_acquisition", per_acq(cpu_us))
         .with("fairness_min_over_max", fairness)
         .with("acquisitions_min_worker", min)
@@ -643,6 +660,7 @@ pub(crate) fn analyze(o: &Outcome, rtt_us: f64) -> Analysis {
         f(same_share, 1),
         f(per_acq(o.requests as f64), 2),
         f(per_acq(all_calls as f64), 1),
+        f(per_acq(exec_us), 1),
         f(per_acq(cpu_us), 1),
         format!("{min}/{max}={}", f(fairness, 2)),
         f(waits.p999, 1),

@@ -360,10 +360,19 @@ fn renew_on(
             let _ = p.renew(c, keys, token, ttl);
         });
         if let Some(packed) = packed {
-            let reply = store.combined(packed)?;
-            if !direct::is_no_script(&reply) {
-                return p.renew(&mut combine::Answer(Some(reply)), keys, token, ttl);
+            let mut reply = store.combined(packed.clone())?;
+            if direct::is_no_script(&reply) {
+                // The server does not have the script (never asked, or restarted): one
+                // renewing thread loads it on the usual path while the others wait, then
+                // they send theirs combined again, instead of every one taking a connection.
+                let _loading = store.script_loading();
+                reply = store.combined(packed)?;
+                if direct::is_no_script(&reply) {
+                    let mut conn = store.conn()?;
+                    return p.renew(&mut conn, keys, token, ttl);
+                }
             }
+            return p.renew(&mut combine::Answer(Some(reply)), keys, token, ttl);
         }
     }
     let mut conn = store.conn()?;

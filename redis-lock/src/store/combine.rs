@@ -31,6 +31,9 @@ pub(crate) struct Combiner {
     queue: Mutex<Vec<Arc<Pending>>>,
     /// Held by the thread that is sending a batch.
     sending: Mutex<()>,
+    /// Held by the thread that loads a script the server did not have (see
+    /// [`Store::script_loading`]).
+    loading: Mutex<()>,
 }
 
 impl std::fmt::Debug for Combiner {
@@ -93,6 +96,13 @@ impl Store {
                 me.cond.wait(&mut slot);
             }
         }
+    }
+
+    /// Taken by a caller whose combined request found the script missing on the server: it
+    /// sends again, and loads the script if it is still missing, while the callers that
+    /// found the same wait here and then find it loaded.
+    pub(crate) fn script_loading(&self) -> parking_lot::MutexGuard<'_, ()> {
+        self.combiner.loading.lock()
     }
 
     /// Sends `batch` as one pipeline and hands out the replies; on failure every caller gets

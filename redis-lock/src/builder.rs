@@ -450,11 +450,15 @@ impl Builder {
         let mut stores = Vec::with_capacity(targets.len());
         let requests = Arc::new(AtomicU64::new(0));
         for (target, label) in targets {
-            if let Target::Sentinel(sentinel) = &target {
+            let every = self
+                .sentinel_check_interval
+                .unwrap_or(Duration::from_secs(1));
+            let sentinel = match &target {
+                Target::Sentinel(sentinel) => Some(Arc::clone(sentinel)),
+                _ => None,
+            };
+            if let Some(sentinel) = &sentinel {
                 let sentinel = Arc::downgrade(sentinel);
-                let every = self
-                    .sentinel_check_interval
-                    .unwrap_or(Duration::from_secs(1));
                 // The job ends with the thread pool, which ends with the client's pools.
                 let _job = housekeeping.execute_at_fixed_rate(every, every, move || {
                     if let Some(sentinel) = sentinel.upgrade() {
@@ -477,21 +481,23 @@ impl Builder {
                     pool_builder(self.pool_size, &connect_error).build_unchecked(manager),
                 ),
             };
-            stores.push(
-                Store::new(
-                    pool,
-                    waiters,
-                    label,
-                    connect_error,
-                    Timeouts {
-                        connect: self.connect_timeout,
-                        pool: self.pool_timeout,
-                    },
-                    Arc::clone(&requests),
-                    Arc::clone(&housekeeping),
-                )
-                .cluster(cluster),
-            );
+            let store = Store::new(
+                pool,
+                waiters,
+                label,
+                connect_error,
+                Timeouts {
+                    connect: self.connect_timeout,
+                    pool: self.pool_timeout,
+                },
+                Arc::clone(&requests),
+                Arc::clone(&housekeeping),
+            )
+            .cluster(cluster);
+            stores.push(match sentinel {
+                Some(sentinel) => store.sentinel(sentinel, every),
+                None => store,
+            });
         }
         // One server's worst case: a connection (or a pooled one), then the reply.
         let per_server = self.connect_timeout.max(self.pool_timeout) + self.io_timeout;

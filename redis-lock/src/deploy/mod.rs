@@ -258,6 +258,29 @@ impl Deployment {
 }
 
 impl Deployment {
+    /// The sentinel epoch of a sentinel-managed master (how often it was seen to move);
+    /// `None` for every other deployment.
+    pub(crate) fn epoch(&self) -> Option<u64> {
+        match self {
+            Deployment::Single(store) => store.epoch(),
+            Deployment::Quorum(_) => None,
+        }
+    }
+
+    /// Runs `job` once the sentinels name another master than in `epoch`, unless `until` has
+    /// passed. `false` where masters do not move that way (no sentinels): nothing is kept.
+    pub(crate) fn after_move(
+        &self,
+        epoch: Option<u64>,
+        until: std::time::Instant,
+        job: crate::store::sentinel::MoveJob,
+    ) -> bool {
+        match self {
+            Deployment::Single(store) => store.after_move(epoch, until, job),
+            Deployment::Quorum(_) => false,
+        }
+    }
+
     /// The one store of a single-store deployment (a server, Sentinel, Cluster); `None` under
     /// Redlock. For primitives that are only sound on one store (the semaphore) and their
     /// calls outside the seam.
@@ -345,6 +368,34 @@ fn acknowledged(
     Err(error)
 }
 
+/// Whether `e` is what a failover looks like from a client: the connection broke or could
+/// not be made, or the server answered that it is a replica now (`READONLY`) or has lost its
+/// master (`MASTERDOWN`).
+pub(crate) fn is_failover_error(e: &Error) -> bool {
+    use redis::{ErrorKind, ServerErrorKind};
+    e.is_connection_error()
+        || matches!(e, Error::Redis(r) if matches!(
+            r.kind(),
+            ErrorKind::Server(ServerErrorKind::ReadOnly | ServerErrorKind::MasterDown)
+        ))
+}
+
+/// Runs `op` on a pooled connection of `store`; on a sentinel-managed master, when it failed as
+/// a failover would make it fail and the sentinels now name another master, once more on the
+/// new master. Only for token-checked operations (renew, release), which are safe to resend:
+/// the first may have been done by the old master, and the second finds the lock in the state
+/// the new one has.
+fn on_master<T>(store: &Store, mut op: impl FnMut(&mut PooledConn) -> Result<T>) -> Result<T> {
+    let epoch = store.epoch();
+    match store.conn().and_then(|mut conn| op(&mut conn)) {
+        Err(e) if is_failover_error(&e) && store.relocate(epoch) => {
+            tracing::debug!(target: "redis_lock", error = %e, "the master moved; sending again to the new one");
+            store.conn().and_then(|mut conn| op(&mut conn))
+        }
+        done => done,
+    }
+}
+
 fn renew_on(
     store: &Store,
     p: &dyn Primitive,
@@ -352,13 +403,11 @@ fn renew_on(
     token: &str,
     ttl: Duration,
 ) -> Result<Renewal> {
-    let mut conn = store.conn()?;
-    p.renew(&mut conn, keys, token, ttl)
+    on_master(store, |conn| p.renew(conn, keys, token, ttl))
 }
 
 fn release_on(store: &Store, p: &dyn Primitive, r: &ReleaseArgs<'_>) -> Result<Release> {
-    let mut conn = store.conn()?;
-    release_with(&mut conn, p, r)
+    on_master(store, |conn| release_with(conn, p, r))
 }
 
 /// A release on a connection already checked out.

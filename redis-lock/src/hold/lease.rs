@@ -471,6 +471,7 @@ impl Lease {
             st.release = Releasing::InFlight;
         }
         super::watchdog::detach(self);
+        let epoch = self.inner.deployment.epoch();
         let result = self
             .inner
             .deployment
@@ -506,6 +507,9 @@ impl Lease {
             Ok(outcome) => {
                 tracing::warn!(target: "redis_lock", key = %self.name, ?outcome, ?held_for, "lock released late")
             }
+            Err(error) if self.resend_after_move(epoch, cooldown, error) => {
+                tracing::warn!(target: "redis_lock", key = %self.name, %error, "releasing lock failed; sent again if the sentinels name a new master before it expires")
+            }
             Err(error) => {
                 tracing::warn!(target: "redis_lock", key = %self.name, %error, "releasing lock failed; it expires with its ttl")
             }
@@ -522,6 +526,31 @@ impl Lease {
             self.inner.registry.forget(self);
         }
         result
+    }
+
+    /// A release that failed as a failover makes it fail (the master died or was demoted, and
+    /// the sentinels may not name the new one yet), made while the sentinels named the master
+    /// of `epoch`: the release is sent again, from another thread, once they name another
+    /// master, unless the lock has expired by then. The new master may hold the lock (it was
+    /// replicated there) and would otherwise keep it for its whole TTL. Safe to resend: the
+    /// script compares the owner token, so a lock taken by somebody else since is left
+    /// alone. `true` when it is scheduled (a sentinel master, a failover's error, time left).
+    fn resend_after_move(&self, epoch: Option<u64>, cooldown: Duration, error: &Error) -> bool {
+        let until = self.state.lock().expires_at;
+        if epoch.is_none() || !crate::deploy::is_failover_error(error) || Instant::now() >= until {
+            return false;
+        }
+        Resend {
+            inner: Arc::downgrade(&self.inner),
+            primitive: Arc::clone(&self.primitive),
+            keys: self.keys.clone(),
+            token: self.token.clone(),
+            grant: self.grant.clone(),
+            registration: self.registration.clone(),
+            cooldown,
+            until,
+        }
+        .schedule(&self.inner, epoch)
     }
 
     /// The primitive's kind (`mutex`, `read`, `write`, ...).
@@ -570,6 +599,65 @@ impl Lease {
     /// Drops one hold; `true` when it was the last one.
     pub(crate) fn drop_hold(&self) -> bool {
         self.holds.fetch_sub(1, Ordering::AcqRel) == 1
+    }
+}
+
+/// A release to send again to the master the sentinels name next (see
+/// `Lease::resend_after_move`). Holds the client weakly: a dropped client sends nothing.
+struct Resend {
+    inner: std::sync::Weak<Inner>,
+    primitive: Arc<dyn Primitive>,
+    keys: LockKeys,
+    token: String,
+    grant: String,
+    registration: String,
+    cooldown: Duration,
+    /// The lease's local expiry: after it the lock is gone on every master.
+    until: Instant,
+}
+
+impl Resend {
+    fn schedule(self, inner: &Inner, epoch: Option<u64>) -> bool {
+        let until = self.until;
+        inner
+            .deployment
+            .after_move(epoch, until, Box::new(move || self.run()))
+    }
+
+    /// Sends the release to the current master; when that fails too (the new master is not
+    /// reachable yet), waits for the next move, until the lock would have expired.
+    fn run(self) {
+        let Some(inner) = self.inner.upgrade() else {
+            return;
+        };
+        if Instant::now() >= self.until {
+            return;
+        }
+        let epoch = inner.deployment.epoch();
+        let result = inner.deployment.release(
+            &self.primitive,
+            &ReleaseArgs {
+                keys: &self.keys,
+                token: &self.token,
+                cooldown: self.cooldown,
+                grant: &self.grant,
+                registration: &self.registration,
+                undo: false,
+            },
+        );
+        let key = self.keys.name().to_owned();
+        match result {
+            Ok(answer) => {
+                tracing::info!(target: "redis_lock", %key, ?answer, "release sent again to the new master")
+            }
+            Err(error) if crate::deploy::is_failover_error(&error) => {
+                tracing::debug!(target: "redis_lock", %key, %error, "the new master did not take the release either; waiting for the next move");
+                self.schedule(&inner, epoch);
+            }
+            Err(error) => {
+                tracing::warn!(target: "redis_lock", %key, %error, "sending a release again to the new master failed; the lock expires with its ttl")
+            }
+        }
     }
 }
 

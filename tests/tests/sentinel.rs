@@ -313,3 +313,47 @@ fn a_release_the_dead_master_missed_reaches_the_new_master() {
     );
     thread.join().unwrap();
 }
+
+/// `SENTINEL FAILOVER` leaves the old master up and writable for seconds: a release sent there
+/// after the promotion is answered "released" while the new master keeps the replicated lock.
+/// A lock taken with replica acknowledgement is released with it too; unacknowledged, the
+/// release is sent again once the sentinels name the new master, so the lock is gone there
+/// long before its TTL (30 s).
+#[test]
+fn an_unacknowledged_release_is_sent_again_to_the_promoted_replica() {
+    let group = SentinelGroup::start();
+    let holder = sentinel_client(&group);
+    let ttl = Duration::from_secs(30);
+    let guard = holder
+        .options("moved")
+        .ttl(ttl)
+        .replicas(1, Duration::from_secs(1))
+        .acquire()
+        .unwrap();
+    let old = group.master_port();
+    let replica = group.replica();
+    assert!(holds(replica, "moved"));
+
+    redis::cmd("SENTINEL")
+        .arg("FAILOVER")
+        .arg(SentinelGroup::MASTER_NAME)
+        .query::<()>(&mut group.sentinels()[0].connection())
+        .unwrap();
+    // Promoted; the sentinels (and so the client) still name the old master for a while.
+    assert!(wait_until(Duration::from_secs(20), || {
+        redis::cmd("ROLE")
+            .query::<Vec<redis::Value>>(&mut replica.connection())
+            .is_ok_and(|r| r.first() == Some(&redis::Value::BulkString(b"master".to_vec())))
+    }));
+    assert_eq!(
+        guard.release().unwrap(),
+        ReleaseOutcome::Released,
+        "the old master took it"
+    );
+    let new = group.wait_for_new_master(old);
+    assert_eq!(new, replica.port());
+    assert!(
+        wait_until(Duration::from_secs(5), || !holds(replica, "moved")),
+        "the release reached the new master within 5 s of the failover, not after the ttl"
+    );
+}

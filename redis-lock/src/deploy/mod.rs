@@ -155,6 +155,30 @@ impl Deployment {
         }
     }
 
+    /// [`release`](Self::release) on a sentinel-managed master, followed by `WAIT` for the
+    /// replica acknowledgement `ack` on the same connection: `true` with the answer when
+    /// enough replicas have the release, so it survives a failover. `false` when they do not
+    /// (or the wait failed): the master that answered may have been failed over already (it
+    /// keeps serving for seconds), and the new one may still hold the lock. Elsewhere a plain
+    /// release, `true`.
+    pub(crate) fn release_acked(
+        &self,
+        p: &Arc<dyn Primitive>,
+        r: &ReleaseArgs<'_>,
+        ack: Ack,
+    ) -> Result<(Release, bool)> {
+        match self {
+            Deployment::Single(store) if store.epoch().is_some() => on_master(store, |conn| {
+                let release = release_with(conn, p.as_ref(), r)?;
+                let acked = store
+                    .await_replicas(conn, ack)
+                    .is_ok_and(|acked| acked >= ack.count);
+                Ok((release, acked))
+            }),
+            _ => self.release(p, r).map(|release| (release, true)),
+        }
+    }
+
     pub(crate) fn owned_ttl(
         &self,
         p: &Arc<dyn Primitive>,

@@ -23,6 +23,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
+
+use super::connection::Link;
 use redis::{ConnectionAddr, ConnectionInfo, ErrorKind, RedisError, RedisResult};
 
 /// The master of one sentinel-monitored group, as last seen.
@@ -199,18 +201,22 @@ impl SentinelTarget {
         }
     }
 
-    /// A connection to the current master, and the epoch it belongs to.
-    pub(crate) fn connect_master(&self) -> RedisResult<(redis::Connection, u64)> {
+    /// A connection to the current master (made by `open` from the master's address and the
+    /// client's credentials), and the epoch it belongs to.
+    pub(super) fn connect_master(
+        &self,
+        open: impl FnOnce(&ConnectionInfo) -> RedisResult<Link>,
+    ) -> RedisResult<(Link, u64)> {
         let addr = self.locate()?;
         let epoch = self.note(&addr);
         let info = self
             .master_template
             .clone()
             .set_addr(ConnectionAddr::Tcp(addr.0.clone(), addr.1));
-        let mut con = self.connect(info)?;
+        let mut con = open(&info)?;
         // A sentinel may name a server that is not (or no longer) the master, during a
         // failover: locks written there would not count.
-        let role: Vec<redis::Value> = redis::cmd("ROLE").query(&mut con)?;
+        let role: Vec<redis::Value> = redis::cmd("ROLE").query(con.con())?;
         match role.first() {
             Some(redis::Value::BulkString(b)) if b == b"master" => Ok((con, epoch)),
             other => Err(error(

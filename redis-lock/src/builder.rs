@@ -263,7 +263,24 @@ impl Builder {
     /// Sentinel clients only: how often the pool's housekeeping thread asks the sentinels
     /// where the master is. When it has moved, pooled connections to the old master are
     /// dropped at their next checkout (the old master may keep accepting writes for a few
-    /// seconds after a failover). New connections always ask. Defaults to 1 s.
+    /// seconds after a failover), releases the old master missed (or took without the
+    /// replicas' acknowledgement, for a lock taken with
+    /// [`replicas`](crate::LockOptions::replicas)) are sent again to the new one, and waiters
+    /// blocked on the old master attempt again: a waiter blocks in slices of this interval.
+    /// New connections always ask. Defaults to 1 s.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    ///
+    /// let client = redis_lock::LockClient::sentinel_builder(
+    ///     "mymaster",
+    ///     ["redis://10.0.0.1:26379/", "redis://10.0.0.2:26379/"],
+    /// )
+    /// .sentinel_check_interval(Duration::from_millis(250))
+    /// .build()?;
+    /// # let _ = client;
+    /// # Ok::<(), redis_lock::Error>(())
+    /// ```
     pub fn sentinel_check_interval(mut self, interval: Duration) -> Builder {
         self.sentinel_check_interval = Some(interval);
         self

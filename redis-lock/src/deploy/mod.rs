@@ -460,3 +460,38 @@ fn leave_on(store: &Store, p: &dyn Primitive, keys: &LockKeys, waiter: &str) {
         tracing::debug!(target: "redis_lock", %error, "leaving the waiter registry failed");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::is_failover_error;
+    use crate::error::Error;
+    use redis::{ErrorKind, RedisError, ServerErrorKind};
+
+    fn redis(kind: ErrorKind) -> Error {
+        Error::Redis(RedisError::from((kind, "test")))
+    }
+
+    #[test]
+    fn failover_errors_are_broken_connections_and_demoted_or_masterless_servers() {
+        assert!(is_failover_error(&redis(ErrorKind::Server(
+            ServerErrorKind::ReadOnly
+        ))));
+        assert!(is_failover_error(&redis(ErrorKind::Server(
+            ServerErrorKind::MasterDown
+        ))));
+        assert!(is_failover_error(&Error::Redis(RedisError::from(
+            std::io::Error::from(std::io::ErrorKind::ConnectionReset)
+        ))));
+        assert!(is_failover_error(&Error::Redis(RedisError::from(
+            std::io::Error::from(std::io::ErrorKind::ConnectionRefused)
+        ))));
+        // Answers that another master would give too: not resent.
+        assert!(!is_failover_error(&redis(ErrorKind::Server(
+            ServerErrorKind::NoScript
+        ))));
+        assert!(!is_failover_error(&redis(ErrorKind::Server(
+            ServerErrorKind::NoPerm
+        ))));
+        assert!(!is_failover_error(&Error::invalid("name", "bad")));
+    }
+}

@@ -628,6 +628,7 @@ impl Lease {
 
 /// A release to send again to the master the sentinels name next (see
 /// `Lease::resend_after_move`). Holds the client weakly: a dropped client sends nothing.
+/// `Debug` shows the lock's name, never the owner token or grant.
 struct Resend {
     inner: std::sync::Weak<Inner>,
     primitive: Arc<dyn Primitive>,
@@ -638,6 +639,15 @@ struct Resend {
     cooldown: Duration,
     /// The lease's local expiry: after it the lock is gone on every master.
     until: Instant,
+}
+
+impl std::fmt::Debug for Resend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Resend")
+            .field("name", &self.keys.name())
+            .field("until", &self.until)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Resend {

@@ -49,12 +49,22 @@ pub(crate) type MoveJob = Box<dyn FnOnce() + Send>;
 /// were not acknowledged, so a full queue means a long outage.
 const MAX_AFTER_MOVE: usize = 10_000;
 
+/// No `Debug` derive: the job is a closure (it may hold an owner token, which is not shown).
 struct AfterMove {
     /// Run once the epoch is past this one.
     epoch: u64,
     /// Not run from this instant on (the lock it concerns has expired by then).
     until: Instant,
     job: MoveJob,
+}
+
+impl std::fmt::Debug for AfterMove {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AfterMove")
+            .field("epoch", &self.epoch)
+            .field("until", &self.until)
+            .finish_non_exhaustive()
+    }
 }
 
 impl std::fmt::Debug for SentinelTarget {

@@ -263,7 +263,24 @@ impl Builder {
     /// Sentinel clients only: how often the pool's housekeeping thread asks the sentinels
     /// where the master is. When it has moved, pooled connections to the old master are
     /// dropped at their next checkout (the old master may keep accepting writes for a few
-    /// seconds after a failover). New connections always ask. Defaults to 1 s.
+    /// seconds after a failover), releases the old master missed (or took without the
+    /// replicas' acknowledgement, for a lock taken with
+    /// [`replicas`](crate::LockOptions::replicas)) are sent again to the new one, and waiters
+    /// blocked on the old master attempt again: a waiter blocks in slices of this interval.
+    /// New connections always ask. Defaults to 1 s.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    ///
+    /// let client = redis_lock::LockClient::sentinel_builder(
+    ///     "mymaster",
+    ///     ["redis://10.0.0.1:26379/", "redis://10.0.0.2:26379/"],
+    /// )
+    /// .sentinel_check_interval(Duration::from_millis(250))
+    /// .build()?;
+    /// # let _ = client;
+    /// # Ok::<(), redis_lock::Error>(())
+    /// ```
     pub fn sentinel_check_interval(mut self, interval: Duration) -> Builder {
         self.sentinel_check_interval = Some(interval);
         self
@@ -450,11 +467,15 @@ impl Builder {
         let mut stores = Vec::with_capacity(targets.len());
         let requests = Arc::new(AtomicU64::new(0));
         for (target, label) in targets {
-            if let Target::Sentinel(sentinel) = &target {
+            let every = self
+                .sentinel_check_interval
+                .unwrap_or(Duration::from_secs(1));
+            let sentinel = match &target {
+                Target::Sentinel(sentinel) => Some(Arc::clone(sentinel)),
+                _ => None,
+            };
+            if let Some(sentinel) = &sentinel {
                 let sentinel = Arc::downgrade(sentinel);
-                let every = self
-                    .sentinel_check_interval
-                    .unwrap_or(Duration::from_secs(1));
                 // The job ends with the thread pool, which ends with the client's pools.
                 let _job = housekeeping.execute_at_fixed_rate(every, every, move || {
                     if let Some(sentinel) = sentinel.upgrade() {
@@ -477,21 +498,23 @@ impl Builder {
                     pool_builder(self.pool_size, &connect_error).build_unchecked(manager),
                 ),
             };
-            stores.push(
-                Store::new(
-                    pool,
-                    waiters,
-                    label,
-                    connect_error,
-                    Timeouts {
-                        connect: self.connect_timeout,
-                        pool: self.pool_timeout,
-                    },
-                    Arc::clone(&requests),
-                    Arc::clone(&housekeeping),
-                )
-                .cluster(cluster),
-            );
+            let store = Store::new(
+                pool,
+                waiters,
+                label,
+                connect_error,
+                Timeouts {
+                    connect: self.connect_timeout,
+                    pool: self.pool_timeout,
+                },
+                Arc::clone(&requests),
+                Arc::clone(&housekeeping),
+            )
+            .cluster(cluster);
+            stores.push(match sentinel {
+                Some(sentinel) => store.sentinel(sentinel, every),
+                None => store,
+            });
         }
         // One server's worst case: a connection (or a pooled one), then the reply.
         let per_server = self.connect_timeout.max(self.pool_timeout) + self.io_timeout;

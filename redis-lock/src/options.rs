@@ -276,6 +276,11 @@ impl LockOptions {
     /// with [`Error::ReplicaAck`](crate::Error::ReplicaAck). `timeout` is at most
     /// [`MAX_TTL`]. Zero replicas turns the option off. Defaults to no acknowledgement.
     ///
+    /// On a Sentinel client the release waits for the same acknowledgement (at most `timeout`
+    /// more); a release the replicas did not acknowledge (the old master may take it after a
+    /// failover while the new one keeps the lock) is sent again once the sentinels name a new
+    /// master, until the lock would have expired.
+    ///
     /// This narrows the failover window; it does not close it: Redis replication stays
     /// asynchronous, and a replica that acknowledged can still lose the lock if it restarts
     /// without persistence. See `SAFETY.md`.

@@ -229,3 +229,140 @@ fn contention_continues_through_a_failover_without_overlap() {
     let counts = run.finish();
     assert_eq!(counts.violations.load(SeqCst), 0, "{counts:?}");
 }
+
+/// A release that the dead master cannot take is sent again to the new master as soon as the
+/// sentinels name it: the replicated lock does not stay there for its TTL (30 s), and a waiter
+/// of another client gets it within seconds of the failover. Without the resend both wait
+/// out the TTL.
+#[test]
+fn a_release_the_dead_master_missed_reaches_the_new_master() {
+    let mut group = SentinelGroup::start();
+    let holder = sentinel_client(&group);
+    let ttl = Duration::from_secs(30);
+    let take = |name: &str| {
+        holder
+            .options(name)
+            .ttl(ttl)
+            .replicas(1, Duration::from_secs(2))
+            .acquire()
+            .unwrap()
+    };
+    let alone = take("alone");
+    let contended = take("contended");
+
+    // Another client waits for "contended" (without replica acknowledgement: once the master
+    // is killed the new one has no replica), retrying through the outage.
+    let waiter = sentinel_client(&group);
+    let got = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let thread = {
+        let got = std::sync::Arc::clone(&got);
+        std::thread::spawn(move || {
+            let start = std::time::Instant::now();
+            while start.elapsed() < Duration::from_secs(90) {
+                match waiter
+                    .options("contended")
+                    .ttl(Duration::from_secs(5))
+                    .wait(Duration::from_secs(60))
+                    .acquire()
+                {
+                    Ok(guard) => {
+                        *got.lock().unwrap() = Some(std::time::Instant::now());
+                        drop(guard);
+                        return;
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(50)),
+                }
+            }
+        })
+    };
+    // The waiter is registered on the master (and so on the replica) before it dies.
+    assert!(wait_until(Duration::from_secs(5), || {
+        redis::cmd("ZCARD")
+            .arg("lock:{contended}:waiters")
+            .query::<i64>(&mut group.replica().connection())
+            .is_ok_and(|n| n == 1)
+    }));
+
+    let killed_at = std::time::Instant::now();
+    let old = group.kill_master();
+    let alone_release = alone.release();
+    let contended_release = contended.release();
+    assert!(
+        alone_release
+            .as_ref()
+            .is_err_and(Error::is_connection_error),
+        "the dead master cannot answer: {alone_release:?}"
+    );
+    assert!(contended_release.is_err(), "{contended_release:?}");
+    group.wait_for_new_master(old);
+    let failed_over = std::time::Instant::now();
+
+    assert!(
+        wait_until(Duration::from_secs(5), || !holds(group.master(), "alone")),
+        "the release reached the new master within 5 s of the failover"
+    );
+    assert!(
+        wait_until(Duration::from_secs(5), || got.lock().unwrap().is_some()),
+        "the waiter got the lock within 5 s of the failover"
+    );
+    let waited = got.lock().unwrap().unwrap() - killed_at;
+    assert!(
+        waited < failed_over - killed_at + Duration::from_secs(5) && waited < ttl / 2,
+        "waited {waited:?}, failover took {:?}",
+        failed_over - killed_at
+    );
+    thread.join().unwrap();
+}
+
+/// `SENTINEL FAILOVER` leaves the old master up and writable for seconds: a release sent there
+/// after the promotion is answered "released" while the new master keeps the replicated lock.
+/// A lock taken with replica acknowledgement is released with it too; unacknowledged, the
+/// release is sent again once the sentinels name the new master, so the lock is gone there
+/// long before its TTL (30 s).
+#[test]
+fn an_unacknowledged_release_is_sent_again_to_the_promoted_replica() {
+    let group = SentinelGroup::start();
+    let holder = sentinel_client(&group);
+    let ttl = Duration::from_secs(30);
+    let guard = holder
+        .options("moved")
+        .ttl(ttl)
+        .replicas(1, Duration::from_secs(1))
+        .acquire()
+        .unwrap();
+    let old = group.master_port();
+    let replica = group.replica();
+    assert!(holds(replica, "moved"));
+
+    redis::cmd("SENTINEL")
+        .arg("FAILOVER")
+        .arg(SentinelGroup::MASTER_NAME)
+        .query::<()>(&mut group.sentinels()[0].connection())
+        .unwrap();
+    // Promoted; the sentinels (and so the client) still name the old master for a while. (The
+    // promotion kills the replica's normal clients: a connection may be reset, so ask anew.)
+    let ask = |cmd: &redis::Cmd| -> Option<redis::Value> {
+        let mut con = replica
+            .client()
+            .get_connection_with_timeout(Duration::from_secs(1))
+            .ok()?;
+        cmd.query(&mut con).ok()
+    };
+    assert!(wait_until(Duration::from_secs(20), || {
+        matches!(ask(&redis::cmd("ROLE")), Some(redis::Value::Array(r))
+            if r.first() == Some(&redis::Value::BulkString(b"master".to_vec())))
+    }));
+    assert_eq!(
+        guard.release().unwrap(),
+        ReleaseOutcome::Released,
+        "the old master took it"
+    );
+    let new = group.wait_for_new_master(old);
+    assert_eq!(new, replica.port());
+    let exists = redis::cmd("EXISTS").arg("lock:{moved}").to_owned();
+    assert!(
+        wait_until(Duration::from_secs(5), || ask(&exists)
+            == Some(redis::Value::Int(0))),
+        "the release reached the new master within 5 s of the failover, not after the ttl"
+    );
+}

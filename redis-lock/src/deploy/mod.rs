@@ -155,6 +155,30 @@ impl Deployment {
         }
     }
 
+    /// [`release`](Self::release) on a sentinel-managed master, followed by `WAIT` for the
+    /// replica acknowledgement `ack` on the same connection: `true` with the answer when
+    /// enough replicas have the release, so it survives a failover. `false` when they do not
+    /// (or the wait failed): the master that answered may have been failed over already (it
+    /// keeps serving for seconds), and the new one may still hold the lock. Elsewhere a plain
+    /// release, `true`.
+    pub(crate) fn release_acked(
+        &self,
+        p: &Arc<dyn Primitive>,
+        r: &ReleaseArgs<'_>,
+        ack: Ack,
+    ) -> Result<(Release, bool)> {
+        match self {
+            Deployment::Single(store) if store.epoch().is_some() => on_master(store, |conn| {
+                let release = release_with(conn, p.as_ref(), r)?;
+                let acked = store
+                    .await_replicas(conn, ack)
+                    .is_ok_and(|acked| acked >= ack.count);
+                Ok((release, acked))
+            }),
+            _ => self.release(p, r).map(|release| (release, true)),
+        }
+    }
+
     pub(crate) fn owned_ttl(
         &self,
         p: &Arc<dyn Primitive>,
@@ -258,6 +282,29 @@ impl Deployment {
 }
 
 impl Deployment {
+    /// The sentinel epoch of a sentinel-managed master (how often it was seen to move);
+    /// `None` for every other deployment.
+    pub(crate) fn epoch(&self) -> Option<u64> {
+        match self {
+            Deployment::Single(store) => store.epoch(),
+            Deployment::Quorum(_) => None,
+        }
+    }
+
+    /// Runs `job` once the sentinels name another master than in `epoch`, unless `until` has
+    /// passed. `false` where masters do not move that way (no sentinels): nothing is kept.
+    pub(crate) fn after_move(
+        &self,
+        epoch: Option<u64>,
+        until: std::time::Instant,
+        job: crate::store::sentinel::MoveJob,
+    ) -> bool {
+        match self {
+            Deployment::Single(store) => store.after_move(epoch, until, job),
+            Deployment::Quorum(_) => false,
+        }
+    }
+
     /// The one store of a single-store deployment (a server, Sentinel, Cluster); `None` under
     /// Redlock. For primitives that are only sound on one store (the semaphore) and their
     /// calls outside the seam.
@@ -345,7 +392,53 @@ fn acknowledged(
     Err(error)
 }
 
+/// Whether `e` is what a failover looks like from a client: the connection broke or could
+/// not be made, or the server answered that it is a replica now (`READONLY`) or has lost its
+/// master (`MASTERDOWN`).
+pub(crate) fn is_failover_error(e: &Error) -> bool {
+    use redis::{ErrorKind, ServerErrorKind};
+    e.is_connection_error()
+        || matches!(e, Error::Redis(r) if matches!(
+            r.kind(),
+            ErrorKind::Server(ServerErrorKind::ReadOnly | ServerErrorKind::MasterDown)
+        ))
+}
+
+/// Runs `op` on a pooled connection of `store`; on a sentinel-managed master, when it failed as
+/// a failover would make it fail and the sentinels now name another master, once more on the
+/// new master. Only for token-checked operations (renew, release), which are safe to resend:
+/// the first may have been done by the old master, and the second finds the lock in the state
+/// the new one has.
+fn on_master<T>(store: &Store, mut op: impl FnMut(&mut PooledConn) -> Result<T>) -> Result<T> {
+    let epoch = store.epoch();
+    match store.conn().and_then(|mut conn| op(&mut conn)) {
+        Err(e) if is_failover_error(&e) && store.relocate(epoch) => {
+            tracing::debug!(target: "redis_lock", error = %e, "the master moved; sending again to the new one");
+            store.conn().and_then(|mut conn| op(&mut conn))
+        }
+        done => done,
+    }
+}
+
 fn renew_on(
+    store: &Store,
+    p: &dyn Primitive,
+    keys: &LockKeys,
+    token: &str,
+    ttl: Duration,
+) -> Result<Renewal> {
+    let epoch = store.epoch();
+    match renew_once(store, p, keys, token, ttl) {
+        Err(e) if is_failover_error(&e) && store.relocate(epoch) => {
+            tracing::debug!(target: "redis_lock", error = %e, "the master moved; renewing again on the new one");
+            renew_once(store, p, keys, token, ttl)
+        }
+        done => done,
+    }
+}
+
+/// One renewal on the store's current master.
+fn renew_once(
     store: &Store,
     p: &dyn Primitive,
     keys: &LockKeys,
@@ -380,8 +473,7 @@ fn renew_on(
 }
 
 fn release_on(store: &Store, p: &dyn Primitive, r: &ReleaseArgs<'_>) -> Result<Release> {
-    let mut conn = store.conn()?;
-    release_with(&mut conn, p, r)
+    on_master(store, |conn| release_with(conn, p, r))
 }
 
 /// A release on a connection already checked out.
@@ -408,5 +500,40 @@ fn leave_on(store: &Store, p: &dyn Primitive, keys: &LockKeys, waiter: &str) {
     if let Err(error) = r {
         // The registration lapses by itself within the waiter margin.
         tracing::debug!(target: "redis_lock", %error, "leaving the waiter registry failed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_failover_error;
+    use crate::error::Error;
+    use redis::{ErrorKind, RedisError, ServerErrorKind};
+
+    fn redis(kind: ErrorKind) -> Error {
+        Error::Redis(RedisError::from((kind, "test")))
+    }
+
+    #[test]
+    fn failover_errors_are_broken_connections_and_demoted_or_masterless_servers() {
+        assert!(is_failover_error(&redis(ErrorKind::Server(
+            ServerErrorKind::ReadOnly
+        ))));
+        assert!(is_failover_error(&redis(ErrorKind::Server(
+            ServerErrorKind::MasterDown
+        ))));
+        assert!(is_failover_error(&Error::Redis(RedisError::from(
+            std::io::Error::from(std::io::ErrorKind::ConnectionReset)
+        ))));
+        assert!(is_failover_error(&Error::Redis(RedisError::from(
+            std::io::Error::from(std::io::ErrorKind::ConnectionRefused)
+        ))));
+        // Answers that another master would give too: not resent.
+        assert!(!is_failover_error(&redis(ErrorKind::Server(
+            ServerErrorKind::NoScript
+        ))));
+        assert!(!is_failover_error(&redis(ErrorKind::Server(
+            ServerErrorKind::NoPerm
+        ))));
+        assert!(!is_failover_error(&Error::invalid("name", "bad")));
     }
 }

@@ -557,6 +557,7 @@ impl Acquisition<'_> {
                 max_hold: self.opts.max_hold,
                 cooldown: self.opts.cooldown.unwrap_or_default(),
                 on_lost: self.on_lost(),
+                ack: self.ack,
             })?;
             observe::handoff(self.labels);
             tracing::debug!(target: "redis_lock", key = self.name, fence = grant.fence, waited = ?deadline.started.elapsed(), "lock handed over");
@@ -601,6 +602,7 @@ impl Acquisition<'_> {
             max_hold: self.opts.max_hold,
             cooldown: self.opts.cooldown.unwrap_or_default(),
             on_lost: self.on_lost(),
+            ack: self.ack,
         }
     }
 

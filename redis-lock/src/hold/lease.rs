@@ -17,6 +17,7 @@ use crate::deploy::seam::Primitive;
 use crate::deploy::{ClaimArgs, ReleaseArgs};
 use crate::error::{Error, LostReason, Result};
 use crate::options::{LostCallback, LostEvent};
+use crate::store::Ack;
 use crate::wire::{Claim, LockKeys, OwnedTtl, Release, Renewal};
 
 /// What happened when a lock was given back.
@@ -101,6 +102,9 @@ pub(crate) struct Start {
     /// How long every release keeps the lock ownerless (zero: none).
     pub(crate) cooldown: Duration,
     pub(crate) on_lost: Option<LostCallback>,
+    /// The replica acknowledgement the acquisition asked for: on a sentinel master the release
+    /// asks for it too (see `Lease::release_after`).
+    pub(crate) ack: Option<Ack>,
 }
 
 /// Where a release stands; concurrent releases of one lease wait for the one in flight.
@@ -191,6 +195,7 @@ pub(crate) struct Lease {
     grant: String,
     registration: String,
     cooldown: Duration,
+    ack: Option<Ack>,
     pub(crate) acquired_at: Instant,
     /// Guards alive for this acquisition (more than one only through reentrancy).
     holds: AtomicUsize,
@@ -246,6 +251,7 @@ impl Lease {
             grant: start.grant,
             registration: start.registration,
             cooldown: start.cooldown,
+            ack: start.ack,
             acquired_at: start.acquired,
             holds: AtomicUsize::new(1),
             state: Mutex::new(state),
@@ -471,21 +477,30 @@ impl Lease {
             st.release = Releasing::InFlight;
         }
         super::watchdog::detach(self);
-        let result = self
-            .inner
-            .deployment
-            .release(
-                &self.primitive,
-                &ReleaseArgs {
-                    keys: &self.keys,
-                    token: &self.token,
-                    cooldown,
-                    grant: &self.grant,
-                    registration: &self.registration,
-                    undo: false,
-                },
-            )
-            .map(ReleaseOutcome::from);
+        let epoch = self.inner.deployment.epoch();
+        let args = ReleaseArgs {
+            keys: &self.keys,
+            token: &self.token,
+            cooldown,
+            grant: &self.grant,
+            registration: &self.registration,
+            undo: false,
+        };
+        let deployment = &self.inner.deployment;
+        let result = match self.ack {
+            // Acknowledged like the acquisition, or sent again if the master moves: a release
+            // the old master took after the failover would not reach the new one.
+            Some(ack) => deployment
+                .release_acked(&self.primitive, &args, ack)
+                .map(|(answer, acked)| {
+                    if !acked && self.resend_after_move(epoch, cooldown, None) {
+                        tracing::debug!(target: "redis_lock", key = %self.name, "release not acknowledged by the replicas; sent again if the sentinels name a new master before it expires");
+                    }
+                    answer
+                }),
+            None => deployment.release(&self.primitive, &args),
+        }
+        .map(ReleaseOutcome::from);
         let held_for = self.acquired_at.elapsed();
         if let Ok(outcome) = &result {
             let (ended, reason) = match outcome {
@@ -506,6 +521,9 @@ impl Lease {
             Ok(outcome) => {
                 tracing::warn!(target: "redis_lock", key = %self.name, ?outcome, ?held_for, "lock released late")
             }
+            Err(error) if self.resend_after_move(epoch, cooldown, Some(error)) => {
+                tracing::warn!(target: "redis_lock", key = %self.name, %error, "releasing lock failed; sent again if the sentinels name a new master before it expires")
+            }
             Err(error) => {
                 tracing::warn!(target: "redis_lock", key = %self.name, %error, "releasing lock failed; it expires with its ttl")
             }
@@ -522,6 +540,41 @@ impl Lease {
             self.inner.registry.forget(self);
         }
         result
+    }
+
+    /// A release that failed as a failover makes it fail (`error`: the master died or was
+    /// demoted, and the sentinels may not name the new one yet), or that the replicas did not
+    /// acknowledge (`None`: the master that took it may have been failed over already), made
+    /// while the sentinels named the master of `epoch`: the release is sent again, from
+    /// another thread, once they name another master, unless the lock has expired by then.
+    /// The new master may hold the lock (it was replicated there) and would otherwise keep it
+    /// for its whole TTL. Safe to resend: the script compares the owner token, so a lock
+    /// taken by somebody else since is left alone. `true` when it is scheduled (a sentinel
+    /// master, a failover's error or no acknowledgement, time left).
+    fn resend_after_move(
+        &self,
+        epoch: Option<u64>,
+        cooldown: Duration,
+        error: Option<&Error>,
+    ) -> bool {
+        let until = self.state.lock().expires_at;
+        if epoch.is_none()
+            || error.is_some_and(|e| !crate::deploy::is_failover_error(e))
+            || Instant::now() >= until
+        {
+            return false;
+        }
+        Resend {
+            inner: Arc::downgrade(&self.inner),
+            primitive: Arc::clone(&self.primitive),
+            keys: self.keys.clone(),
+            token: self.token.clone(),
+            grant: self.grant.clone(),
+            registration: self.registration.clone(),
+            cooldown,
+            until,
+        }
+        .schedule(&self.inner, epoch)
     }
 
     /// The primitive's kind (`mutex`, `read`, `write`, ...).
@@ -570,6 +623,75 @@ impl Lease {
     /// Drops one hold; `true` when it was the last one.
     pub(crate) fn drop_hold(&self) -> bool {
         self.holds.fetch_sub(1, Ordering::AcqRel) == 1
+    }
+}
+
+/// A release to send again to the master the sentinels name next (see
+/// `Lease::resend_after_move`). Holds the client weakly: a dropped client sends nothing.
+/// `Debug` shows the lock's name, never the owner token or grant.
+struct Resend {
+    inner: std::sync::Weak<Inner>,
+    primitive: Arc<dyn Primitive>,
+    keys: LockKeys,
+    token: String,
+    grant: String,
+    registration: String,
+    cooldown: Duration,
+    /// The lease's local expiry: after it the lock is gone on every master.
+    until: Instant,
+}
+
+impl std::fmt::Debug for Resend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Resend")
+            .field("name", &self.keys.name())
+            .field("until", &self.until)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Resend {
+    fn schedule(self, inner: &Inner, epoch: Option<u64>) -> bool {
+        let until = self.until;
+        inner
+            .deployment
+            .after_move(epoch, until, Box::new(move || self.run()))
+    }
+
+    /// Sends the release to the current master; when that fails too (the new master is not
+    /// reachable yet), waits for the next move, until the lock would have expired.
+    fn run(self) {
+        let Some(inner) = self.inner.upgrade() else {
+            return;
+        };
+        if Instant::now() >= self.until {
+            return;
+        }
+        let epoch = inner.deployment.epoch();
+        let result = inner.deployment.release(
+            &self.primitive,
+            &ReleaseArgs {
+                keys: &self.keys,
+                token: &self.token,
+                cooldown: self.cooldown,
+                grant: &self.grant,
+                registration: &self.registration,
+                undo: false,
+            },
+        );
+        let key = self.keys.name().to_owned();
+        match result {
+            Ok(answer) => {
+                tracing::info!(target: "redis_lock", %key, ?answer, "release sent again to the new master")
+            }
+            Err(error) if crate::deploy::is_failover_error(&error) => {
+                tracing::debug!(target: "redis_lock", %key, %error, "the new master did not take the release either; waiting for the next move");
+                self.schedule(&inner, epoch);
+            }
+            Err(error) => {
+                tracing::warn!(target: "redis_lock", %key, %error, "sending a release again to the new master failed; the lock expires with its ttl")
+            }
+        }
     }
 }
 

@@ -412,6 +412,7 @@ impl AllAcquisition<'_> {
                     .on_lost
                     .clone()
                     .or_else(|| inner.config.default_on_lost.clone()),
+                ack: None,
             };
             match start_lease(
                 inner,

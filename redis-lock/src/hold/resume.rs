@@ -65,6 +65,8 @@ impl Inner {
             max_hold: None,
             cooldown: Duration::ZERO,
             on_lost: self.config.default_on_lost.clone(),
+            // A handle does not carry the acquisition's options.
+            ack: None,
         };
         let labels = Labels {
             label: std::borrow::Cow::Borrowed(observe::OTHER),

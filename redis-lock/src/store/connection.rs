@@ -52,7 +52,7 @@ pub(crate) struct Manager {
 }
 
 /// The connection inside a [`Conn`].
-enum Link {
+pub(super) enum Link {
     /// A plain TCP or Unix connection of our own, whose reads survive signals (`plain.rs`).
     Plain(Plain),
     Server(redis::Connection),
@@ -62,7 +62,26 @@ enum Link {
 }
 
 impl Link {
-    fn con(&mut self) -> &mut dyn ConnectionLike {
+    /// Our own plain connection where it serves `info` (plain TCP or Unix, RESP2), else the
+    /// `redis` crate's, connected within `connect_timeout`.
+    pub(super) fn open(
+        info: &redis::ConnectionInfo,
+        connect_timeout: Duration,
+        io_timeout: Duration,
+    ) -> RedisResult<Link> {
+        if Plain::serves(info) {
+            return Ok(Link::Plain(Plain::connect(
+                info,
+                connect_timeout,
+                io_timeout,
+            )?));
+        }
+        Ok(Link::Server(
+            redis::Client::open(info.clone())?.get_connection_with_timeout(connect_timeout)?,
+        ))
+    }
+
+    pub(super) fn con(&mut self) -> &mut dyn ConnectionLike {
         match self {
             Link::Plain(c) => c,
             Link::Server(c) => c,
@@ -227,9 +246,12 @@ impl r2d2::ManageConnection for Manager {
             ),
             #[cfg(feature = "cluster")]
             Target::Cluster(client) => (Link::Cluster(Box::new(client.get_connection()?)), None),
+            // The same plain connection as a single server's (the master is one).
             Target::Sentinel(target) => {
-                let (con, epoch) = target.connect_master()?;
-                (Link::Server(con), Some((epoch, Arc::clone(target))))
+                let (link, epoch) = target.connect_master(|info| {
+                    Link::open(info, self.connect_timeout, self.io_timeout)
+                })?;
+                (link, Some((epoch, Arc::clone(target))))
             }
         };
         inner.set_timeouts(self.io_timeout, Some(self.io_timeout))?;

@@ -10,13 +10,14 @@ pub(crate) mod sentinel;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use scheduled_thread_pool::{JobHandle, ScheduledThreadPool};
 
 use crate::error::{Error, Result};
 use crate::wire::{self, Grant, commands};
 use connection::{LastConnectError, Manager, Pool, PooledConn};
+use sentinel::{MoveJob, SentinelTarget};
 
 /// How a waiter that is woken by notification polls when no waiter connection is free.
 pub(crate) const NO_CONNECTION_POLL: Duration = Duration::from_millis(10);
@@ -66,6 +67,8 @@ pub(crate) struct Store {
     waitaof: AtomicU8,
     /// A Redis Cluster: one script may only name keys of one slot.
     pub(crate) cluster: bool,
+    /// A sentinel-managed master, and how often the sentinels are asked where it is.
+    sentinel: Option<(Arc<SentinelTarget>, Duration)>,
     /// The client's housekeeping thread, which also wakes the server when a blocking wait
     /// should end (see `wake_at`).
     timer: Arc<ScheduledThreadPool>,
@@ -105,6 +108,7 @@ impl Store {
     ) -> Store {
         Store {
             cluster: false,
+            sentinel: None,
             pool: Arc::new(pool),
             waiters,
             label,
@@ -193,15 +197,32 @@ impl Store {
         };
         let mut conn = PooledConn::waiter(conn, &self.requests);
         let wake = WAKE_AFTER.map(|after| self.wake_at(timeout + after));
-        let result = if pop {
-            conn.blocking_query::<Option<(String, String)>>(
-                &commands::pop_grant(list, cancel, timeout),
-                timeout,
-            )
-            .map(|popped| popped.and_then(|(_, grant)| wire::parse_grant(&grant)))
-        } else {
-            conn.blocking_query::<Option<String>>(&commands::peek_grant(list, timeout), timeout)
-                .map(|_| None)
+        let end = Instant::now() + timeout;
+        // On a sentinel master the wait is cut into slices of the check interval: a master
+        // that moved away (it keeps serving for seconds after a failover) would hold a waiter
+        // until its whole timeout, while the release it waits for now happens elsewhere. (A
+        // peek cannot tell a wake-up from a timeout, so it is not cut.)
+        let (slice, epoch) = match &self.sentinel {
+            Some((target, every)) if pop => (*every, Some(target.epoch())),
+            _ => (timeout, None),
+        };
+        let result = loop {
+            let left = end.saturating_duration_since(Instant::now());
+            let block = left.min(slice);
+            let result = if pop {
+                conn.blocking_query::<Option<(String, String)>>(
+                    &commands::pop_grant(list, cancel, block),
+                    block,
+                )
+                .map(|popped| popped.and_then(|(_, grant)| wire::parse_grant(&grant)))
+            } else {
+                conn.blocking_query::<Option<String>>(&commands::peek_grant(list, block), block)
+                    .map(|_| None)
+            };
+            let moved = epoch.is_some_and(|e| self.epoch() != Some(e));
+            if !matches!(result, Ok(None)) || block >= left || moved {
+                break result;
+            }
         };
         wake.iter().for_each(JobHandle::cancel);
         match result {
@@ -233,6 +254,41 @@ impl Store {
                 let _ = commands::ping(&mut conn);
             }
         })
+    }
+
+    /// Marks the store a sentinel-managed master, whose sentinels are asked every `every`.
+    pub(crate) fn sentinel(mut self, target: Arc<SentinelTarget>, every: Duration) -> Store {
+        self.sentinel = Some((target, every));
+        self
+    }
+
+    /// The sentinel epoch (how many times the master was seen to move), `None` when this
+    /// store is not a sentinel-managed master.
+    pub(crate) fn epoch(&self) -> Option<u64> {
+        self.sentinel.as_ref().map(|(target, _)| target.epoch())
+    }
+
+    /// After a command failed in a way a failover explains: asks the sentinels where the
+    /// master is now (connections to a former one are then dropped at checkout). `true` when
+    /// the master moved since `epoch`; always `false` on a store without sentinels.
+    pub(crate) fn relocate(&self, epoch: Option<u64>) -> bool {
+        match (&self.sentinel, epoch) {
+            (Some((target, _)), Some(epoch)) => target.check() != epoch,
+            _ => false,
+        }
+    }
+
+    /// Runs `job` once the sentinels name another master than in `epoch`, unless `until` has
+    /// passed (see `SentinelTarget::after_move`). `false` (and nothing kept) on a store
+    /// without sentinels.
+    pub(crate) fn after_move(&self, epoch: Option<u64>, until: Instant, job: MoveJob) -> bool {
+        match (&self.sentinel, epoch) {
+            (Some((target, _)), Some(epoch)) => {
+                target.after_move(epoch, until, job);
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Marks the store a Redis Cluster (see [`one_script`](Self::one_script)).

@@ -60,7 +60,10 @@ impl SentinelGroup {
         let master = RedisServer::try_start_with(&["--repl-diskless-sync-delay", "0"])?;
         // Sentinels learn a replica's link state from its INFO, which they ask for when they
         // connect and then only every 10 s: start them once the replica is in sync.
-        let replica = RedisServer::try_start_replica_of(&master, &[])?;
+        // The replica gets the same setting: once promoted, it is the master its old master
+        // syncs from, and the delay would keep the new master without a replica 5 s longer.
+        let replica =
+            RedisServer::try_start_replica_of(&master, &["--repl-diskless-sync-delay", "0"])?;
         let sentinels = (0..3)
             .map(|_| {
                 RedisServer::try_start_mode(

@@ -1,7 +1,10 @@
 //! The same runs on every deployment, side by side with the single server of the same run:
 //! uncontended cycles and contended runs (one key, and the workers spread over 64 keys) on a
 //! single server, a Redlock of 3 servers (uncontended also with one server stopped), a
-//! 3-master Cluster and a Sentinel group (master + replica + 3 sentinels).
+//! 3-master Cluster and a Sentinel group (master + replica + 3 sentinels). Uncontended also on
+//! a single server with one replica and no Sentinel: the Sentinel master's like (its replica
+//! runs on the same cores, and the master propagates every script's effects to it), so the
+//! Sentinel row is compared with both.
 
 use std::time::Duration;
 
@@ -44,6 +47,8 @@ pub(crate) fn run(s: &Settings<'_>) -> Report {
     ];
     let cluster = RedisCluster::start(3);
     let sentinel = SentinelGroup::start();
+    let primary = RedisServer::start();
+    let _replica = RedisServer::start_replica_of(&primary);
     let redlock_urls: Vec<String> = redlock_servers.iter().map(RedisServer::url).collect();
     let deployments = [
         Deployment {
@@ -83,6 +88,7 @@ pub(crate) fn run(s: &Settings<'_>) -> Report {
         "p99 us",
         "p50 x single",
         "rate x single",
+        "rate x 1 replica",
         "req/cycle",
         "redis exec us",
     ]);
@@ -91,6 +97,10 @@ pub(crate) fn run(s: &Settings<'_>) -> Report {
         let (m, req) = uncontended::cycles_on(&d.client, &d.probes, s.short);
         rows.push((d.name, m, req));
     }
+    // A server with a replica, as the Sentinel master has, without the Sentinel.
+    let replicated = LockClient::open(&primary.url()).unwrap();
+    let (m, req) = uncontended::cycles_on(&replicated, &[primary.url()], s.short);
+    rows.insert(1, ("single server + 1 replica (no Sentinel)", m, req));
     // A Redlock server stopped: the other two decide.
     redlock_servers[2].kill();
     let two: Vec<String> = redlock_urls[..2].to_vec();
@@ -98,6 +108,7 @@ pub(crate) fn run(s: &Settings<'_>) -> Report {
     rows.push(("redlock, 3 servers, 1 stopped", m, req));
     redlock_servers[2].restart();
     let (single_p50, single_rate) = (rows[0].1.lat.p50, uncontended::per_second(&rows[0].1));
+    let replicated_rate = uncontended::per_second(&rows[1].1);
     let mut json_rows = Vec::new();
     for (name, m, req) in &rows {
         let rate = uncontended::per_second(m);
@@ -108,6 +119,7 @@ pub(crate) fn run(s: &Settings<'_>) -> Report {
             f(m.lat.p99, 1),
             f(m.lat.p50 / single_p50, 2),
             f(rate / single_rate, 2),
+            f(rate / replicated_rate, 2),
             f(*req, 2),
             f(m.redis_exec_us, 1),
         ]);
@@ -116,7 +128,8 @@ pub(crate) fn run(s: &Settings<'_>) -> Report {
                 .with("deployment", *name)
                 .with("requests_per_cycle", *req)
                 .with("p50_ratio_to_single", m.lat.p50 / single_p50)
-                .with("rate_ratio_to_single", rate / single_rate),
+                .with("rate_ratio_to_single", rate / single_rate)
+                .with("rate_ratio_to_replicated", rate / replicated_rate),
         );
     }
     let mut text = format!(

@@ -8,7 +8,10 @@
 //! Failed acquisitions are counted and retried. The figures: acquisitions before and after,
 //! errors, the longest stall (the longest time without any acquisition, from the event on),
 //! how long the failover took, and mutual-exclusion violations (the key's counter, unique
-//! fences, no overlap), which SAFETY.md promises to be 0 for both.
+//! fences, no overlap), which SAFETY.md promises to be 0 for both. For Sentinel also when the
+//! new master had a replica online again (the sentinels demote the old master and it resyncs;
+//! "-" when not within the run): with replica acknowledgement on, no acquisition can succeed
+//! before.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -36,6 +39,8 @@ struct Seen {
     fault_done: u64,
     start: u64,
     stop: u64,
+    /// When (ns) the new master had a replica online again, if that was watched.
+    replica_back: Option<u64>,
 }
 
 /// Runs `workers` threads on `client` until `total` has passed, calling `fault` at a third
@@ -95,7 +100,28 @@ fn contend(
         fault_done,
         start,
         stop,
+        replica_back: None,
     }
+}
+
+/// Polls the server at `url` every 20 ms until `INFO replication` lists a replica online;
+/// when (ns), or `None` if not by `until` (the end of the run: "-" in the table).
+fn replica_online(url: &str, until: Instant) -> Option<u64> {
+    let client = redis::Client::open(url).ok()?;
+    while Instant::now() < until {
+        let info: Option<String> = client
+            .get_connection_with_timeout(Duration::from_secs(1))
+            .ok()
+            .and_then(|mut c| redis::cmd("INFO").arg("replication").query(&mut c).ok());
+        if info.is_some_and(|i| {
+            i.lines()
+                .any(|l| l.starts_with("slave") && l.contains("state=online"))
+        }) {
+            return Some(now_ns());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    None
 }
 
 /// Mutual-exclusion violations: the counter, unique fences, no overlap.
@@ -135,13 +161,14 @@ pub(crate) fn run(counter_url: &str, workers: usize, hold: Duration, total: Dura
     // Sentinel: fail the master over; replica acknowledgement on.
     {
         let group = SentinelGroup::start();
+        let mut watcher = None;
         let client =
             LockClient::sentinel_builder(SentinelGroup::MASTER_NAME, group.sentinel_urls())
                 .sentinel_check_interval(Duration::from_millis(100))
                 .io_timeout(Duration::from_millis(500))
                 .build()
                 .unwrap();
-        seen.push(contend(
+        let mut s = contend(
             "sentinel failover, replicas(1)",
             &client,
             counter_url,
@@ -149,10 +176,16 @@ pub(crate) fn run(counter_url: &str, workers: usize, hold: Duration, total: Dura
             hold,
             total,
             Some(1),
-            |_| {
+            |began| {
                 group.failover();
+                let url = group.master().url();
+                watcher = Some(std::thread::spawn(move || {
+                    replica_online(&url, began + total)
+                }));
             },
-        ));
+        );
+        s.replica_back = watcher.and_then(|w| w.join().ok()).flatten();
+        seen.push(s);
     }
 
     // Redlock: kill one of three servers, restart it (empty) later.
@@ -205,6 +238,7 @@ pub(crate) fn run(counter_url: &str, workers: usize, hold: Duration, total: Dura
         "errors",
         "failover ms",
         "stall ms",
+        "replica back ms",
         "violations",
     ]);
     let mut json = Vec::new();
@@ -214,6 +248,9 @@ pub(crate) fn run(counter_url: &str, workers: usize, hold: Duration, total: Dura
         let failover_ms = (s.fault_done - s.fault_at) as f64 / 1e6;
         let stall = stall_ms(s);
         let v = violations(s);
+        let back_ms = s
+            .replica_back
+            .map(|t| t.saturating_sub(s.fault_at) as f64 / 1e6);
         t.row(vec![
             s.label.to_owned(),
             before.to_string(),
@@ -221,6 +258,7 @@ pub(crate) fn run(counter_url: &str, workers: usize, hold: Duration, total: Dura
             s.errors.to_string(),
             f(failover_ms, 0),
             f(stall, 0),
+            back_ms.map_or_else(|| "-".to_owned(), |ms| f(ms, 0)),
             v.to_string(),
         ]);
         json.push(
@@ -231,6 +269,7 @@ pub(crate) fn run(counter_url: &str, workers: usize, hold: Duration, total: Dura
                 .with("errors", s.errors)
                 .with("failover_ms", failover_ms)
                 .with("stall_ms", stall)
+                .with("replica_back_ms", back_ms.unwrap_or(f64::NAN))
                 .with("window_s", (s.stop - s.start) as f64 / 1e9)
                 .with("violations", v),
         );

@@ -707,3 +707,68 @@ fn on_lost_fires_at_the_expiry_when_the_server_cannot_be_reached() {
     assert!(guard.is_lost());
     proxy.stall(false);
 }
+
+/// Renewals of many locks go out combined (one request carries them all): when the server
+/// stops answering, every one of the locks still reports its loss at its own expiry (none
+/// waits on the one request in flight past it), and once the server answers again the client
+/// renews new locks as before.
+#[test]
+fn many_locks_cut_off_together_all_report_the_loss_and_the_client_recovers() {
+    const LOCKS: usize = 100;
+    let server = RedisServer::start();
+    let proxy = TcpProxy::start(server.port()).unwrap();
+    let locks = LockClient::builder(&proxy.url())
+        .io_timeout(Duration::from_secs(3))
+        .connect_timeout(Duration::from_secs(3))
+        .build()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut guards = Vec::new();
+    for i in 0..LOCKS {
+        let tx = tx.clone();
+        let sent = Instant::now();
+        let guard = locks
+            .options(&format!("cut-off-{i}"))
+            .ttl(Duration::from_millis(900))
+            .on_lost(move |e| {
+                let _ = tx.send((i, Instant::now().duration_since(sent), e.reason));
+            })
+            .acquire()
+            .unwrap();
+        guards.push(guard);
+    }
+    proxy.stall(true);
+    let mut seen = HashSet::new();
+    for _ in 0..LOCKS {
+        let (i, after, reason) = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert_eq!(reason, LostReason::RenewalFailed, "lock {i}");
+        assert!(
+            after >= Duration::from_millis(900) && after < Duration::from_millis(900 + 300),
+            "lock {i}: on_lost {after:?} after acquiring a 900 ms lock"
+        );
+        assert!(seen.insert(i));
+    }
+    assert!(guards.iter().all(|g| g.is_lost()));
+    proxy.stall(false);
+    // The request that was in flight fails within the reply timeout; then the lost locks'
+    // releases and new locks' renewals go out again.
+    drop(guards);
+    let mut guard = None;
+    assert!(wait_until(Duration::from_secs(10), || {
+        guard = locks
+            .options("after-the-cut")
+            .ttl(Duration::from_millis(900))
+            .try_acquire()
+            .unwrap_or(None);
+        guard.is_some()
+    }));
+    let guard = guard.unwrap();
+    // Held for well past its TTL: only renewals keep it.
+    std::thread::sleep(Duration::from_millis(2000));
+    assert!(
+        !guard.is_lost(),
+        "a 900 ms lock renewed past its TTL after the cut"
+    );
+    guard.ensure_held().unwrap();
+    assert_eq!(guard.release().unwrap(), ReleaseOutcome::Released);
+}

@@ -8,7 +8,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use redis_lock::{CancelToken, Error, LockClient, LockGuard, LockOptions, Result, RetryStrategy};
-use redis_lock_tests::{RedisServer, client, redlock_client, wait_until};
+use redis_lock_tests::{RedisServer, client, wait_until};
 
 fn zcard(server: &RedisServer, key: &str) -> usize {
     redis::cmd("ZCARD")
@@ -137,8 +137,14 @@ fn a_redlock_waiter_stops_at_the_cancel_and_leaves_every_server() {
         RedisServer::start(),
         RedisServer::start(),
     ];
-    let refs: Vec<&RedisServer> = servers.iter().collect();
-    let locks = redlock_client(&refs);
+    // Reply timeouts well above what a loaded machine takes: an attempt whose reply times out
+    // counts as failed on that server, and the waiter, blocked for the holder's TTL, would not
+    // register there again before this test's 10 s wait ran out (it failed so once while
+    // other builds ran).
+    let locks = LockClient::redlock_builder(servers.iter().map(RedisServer::url))
+        .io_timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
     let _holder = locks.lock("job").unwrap();
     let cancel = CancelToken::new();
     let (w, done) = waiter(&locks, "job", LockOptions::new().cancel(cancel.clone()));

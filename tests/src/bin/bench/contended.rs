@@ -571,7 +571,7 @@ pub(crate) fn analyze(o: &Outcome, rtt_us: f64) -> Analysis {
     let all_calls: u64 = calls.values().sum();
     let cpu_us = (o.after.cpu_s - o.before.cpu_s) * 1e6;
     // Command execution (top-level commands only: a script's own commands are in its time).
-    let exec_us = o.after.usec_since(&o.before) as f64;
+    let exec_us = o.after.usec_since(&o.before, &[]) as f64;
     let per_acq = |n: f64| if total > 0 { n / total as f64 } else { 0.0 };
     let same_share = if same_n + other_n > 0 {
         100.0 * same_n as f64 / (same_n + other_n) as f64

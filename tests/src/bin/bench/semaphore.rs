@@ -116,7 +116,7 @@ pub(crate) fn contended(
     // single-threaded server spends between a release and the next acquisition.
     let after = RedisCounters::read(&mut probe);
     let n = all.len().max(1) as f64;
-    let exec_per_acq = after.usec_since(&counters) as f64 / n;
+    let exec_per_acq = after.usec_since(&counters, &[]) as f64 / n;
     // Per command: calls and µs per acquisition (script-internal commands under their names).
     let commands = Json::Obj(
         after

@@ -158,15 +158,16 @@ impl RedisCounters {
     /// Microseconds of command execution between `before` and `self`, counted once: only the
     /// commands clients send. An `EVALSHA`'s `usec` already includes the commands its script
     /// runs, and Redis counts those again under their own names, so adding every line of
-    /// `INFO commandstats` counts a script's work twice.
-    pub(crate) fn usec_since(&self, before: &RedisCounters) -> u64 {
-        const TOP_LEVEL: [&str; 11] = [
-            "evalsha", "eval", "script", "set", "get", "blpop", "blmove", "ping", "wait",
-            "waitaof", "scan",
+    /// `INFO commandstats` counts a script's work twice. `sent` names the plain commands the
+    /// measured clients send themselves beyond scripts and waits (the raw baseline's `SET`):
+    /// `GET` and `SET` also run inside scripts, so they count only where a row sends them.
+    pub(crate) fn usec_since(&self, before: &RedisCounters, sent: &[&str]) -> u64 {
+        const TOP_LEVEL: [&str; 9] = [
+            "evalsha", "eval", "script", "blpop", "blmove", "ping", "wait", "waitaof", "scan",
         ];
         self.usec
             .iter()
-            .filter(|(name, _)| TOP_LEVEL.contains(&name.as_str()))
+            .filter(|(name, _)| TOP_LEVEL.contains(&name.as_str()) || sent.contains(&name.as_str()))
             .map(|(name, n)| n - before.usec.get(name).copied().unwrap_or(0))
             .sum()
     }

@@ -15,11 +15,13 @@ const CAD: &str =
 /// CPU µs per run (`getrusage`, around the loop only), and the Redis-side cost per run:
 /// command execution µs (`INFO commandstats`) and process CPU µs (`INFO cpu`).
 pub(crate) fn measure(url: &str, time: Duration, op: impl FnMut()) -> Measured {
-    measure_on(&[url.to_owned()], time, op)
+    measure_on(&[url.to_owned()], time, &[], op)
 }
 
 /// [`measure`] on a deployment of several servers: their counters are summed.
-fn measure_on(urls: &[String], time: Duration, mut op: impl FnMut()) -> Measured {
+/// `sent`: the plain commands `op` sends itself besides scripts (see
+/// [`RedisCounters::usec_since`]).
+fn measure_on(urls: &[String], time: Duration, sent: &[&str], mut op: impl FnMut()) -> Measured {
     for _ in 0..200 {
         op();
     }
@@ -58,7 +60,7 @@ fn measure_on(urls: &[String], time: Duration, mut op: impl FnMut()) -> Measured
         .collect();
     Measured {
         commands,
-        redis_exec_us: after.usec_since(&before) as f64 / n,
+        redis_exec_us: after.usec_since(&before, sent) as f64 / n,
         redis_cpu_us: (after.cpu_s - before.cpu_s) * 1e6 / n,
         request_bytes: net_in as f64 / n,
         reply_bytes: net_out as f64 / n,
@@ -137,7 +139,7 @@ pub(crate) fn raw_baseline(url: &str, time: Duration) -> Measured {
     let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
     let script = redis::Script::new(CAD);
     let mut i = 0u64;
-    measure(url, time, || {
+    measure_on(&[url.to_owned()], time, &["set"], || {
         i += 1;
         let token = format!("{i:032x}");
         let ok: Option<String> = redis::cmd("SET")
@@ -161,7 +163,7 @@ pub(crate) fn cycles_on(client: &LockClient, probes: &[String], time: Duration) 
     let opts = LockOptions::new().ttl(Duration::from_secs(10));
     let mut n = 0u64;
     let mut requests = 0u64;
-    let m = measure_on(probes, time, || {
+    let m = measure_on(probes, time, &[], || {
         let before = client.request_count();
         let guard = client
             .acquire_with("uncontended-deployment", &opts)

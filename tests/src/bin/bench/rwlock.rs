@@ -128,9 +128,6 @@ fn read_cycles(url: &str, client: &LockClient, time: Duration) -> Measured {
     })
 }
 
-/// Alternating slices of the uncontended comparison.
-const ROUNDS: u32 = 5;
-
 /// The section: the two loads, then the uncontended cycles.
 pub(crate) fn run(
     url: &str,
@@ -183,56 +180,20 @@ pub(crate) fn run(
                 .with("violations", u64::from(l.violations)),
         );
     }
-    // The raw baseline and the read cycle in alternating slices, so that a change in the
-    // machine's load weighs on both alike; the ratio of each pair, and their median.
+    // The raw baseline and the read cycle in alternating slices.
     let client = bench_client(url);
-    let slice = short / ROUNDS;
-    let mut pairs = Vec::new();
-    for _ in 0..ROUNDS {
-        let raw = uncontended::raw_baseline(url, slice);
-        let read = read_cycles(url, &client, slice);
-        pairs.push((raw, read));
-    }
-    let mut by_mean: Vec<f64> = pairs
-        .iter()
-        .map(|(raw, read)| uncontended::per_second(read) / uncontended::per_second(raw))
-        .collect();
-    let mut by_p50: Vec<f64> = pairs
-        .iter()
-        .map(|(raw, read)| raw.lat.p50 / read.lat.p50)
-        .collect();
-    let (mean_ratio, p50_ratio) = (summarize(&mut by_mean), summarize(&mut by_p50));
-    let (raw, read) = pairs.swap_remove(ROUNDS as usize / 2);
+    let read = uncontended::against_raw(url, short, |slice| read_cycles(url, &client, slice));
     let text = format!(
-        "{workers} workers, hold {} us, {} s per row; a write is 1 operation in 20 per worker\n{}\n\
-         uncontended read_lock + release against the raw SET NX PX + EVALSHA del baseline, {ROUNDS} alternating slices: \
-         cycles/s ratio median {} (min {}, max {}), p50 ratio median {} (min {}, max {}); middle slice: read {} cycles/s, p50 {} us, p99 {} us; raw {} cycles/s, p50 {} us",
+        "{workers} workers, hold {} us, {} s per row; a write is 1 operation in 20 per worker\n{}\n{}",
         hold.as_micros(),
         f(duration.as_secs_f64(), 1),
         t.render(),
-        f(mean_ratio.p50, 3),
-        f(by_mean[0], 3),
-        f(mean_ratio.max, 3),
-        f(p50_ratio.p50, 3),
-        f(by_p50[0], 3),
-        f(p50_ratio.max, 3),
-        f(uncontended::per_second(&read), 0),
-        f(read.lat.p50, 1),
-        f(read.lat.p99, 1),
-        f(uncontended::per_second(&raw), 0),
-        f(raw.lat.p50, 1),
+        read.line("read_lock + release"),
     );
     let json = Json::obj()
         .with("read_mostly", Json::Arr(rows))
         .with("speedup_over_mutex", speedup)
-        .with(
-            "uncontended_read",
-            uncontended::json(&read)
-                .with("ratio_to_baseline_median", mean_ratio.p50)
-                .with("ratio_to_baseline_min", by_mean[0])
-                .with("ratio_to_baseline_max", mean_ratio.max)
-                .with("p50_ratio_to_baseline_median", p50_ratio.p50),
-        )
-        .with("raw_baseline", uncontended::json(&raw));
+        .with("uncontended_read", read.json())
+        .with("raw_baseline", uncontended::json(&read.raw));
     RwBench { json, text }
 }

@@ -251,39 +251,27 @@ pub(crate) fn run(
         t.row(c.row);
         runs.push(c.json);
     }
-    let raw = crate::uncontended::raw_baseline(url, short);
+    // The permit cycle against the raw baseline in alternating slices, and the lock cycle
+    // measured the same way for comparison.
     let client = crate::contended::bench_client(url);
-    let permit = crate::uncontended::permit_cycles(url, &client, PERMITS, short);
-    let lock = crate::uncontended::cycles(url, &client, true, short);
-    let raw_rate = crate::uncontended::per_second(&raw);
-    let mut u = Table::new(&["uncontended", "cycles/s", "p50 us", "p99 us", "x baseline"]);
-    for (name, m) in [
-        ("raw SET NX PX + EVALSHA del", &raw),
-        ("lock + release", &lock),
-        ("permit + release (of 3)", &permit),
-    ] {
-        u.row(vec![
-            name.to_owned(),
-            f(crate::uncontended::per_second(m), 0),
-            f(m.lat.p50, 1),
-            f(m.lat.p99, 1),
-            f(crate::uncontended::per_second(m) / raw_rate, 3),
-        ]);
-    }
+    let permit = crate::uncontended::against_raw(url, short, |slice| {
+        crate::uncontended::permit_cycles(url, &client, PERMITS, slice)
+    });
+    let lock = crate::uncontended::against_raw(url, short, |slice| {
+        crate::uncontended::cycles(url, &client, true, slice)
+    });
     let text = format!(
-        "{workers} workers, hold {} us, {} s per row; handoff = a release to the acquisition of a worker that was waiting then; RT = {} us\n{}\n\n{}",
+        "{workers} workers, hold {} us, {} s per row; handoff = a release to the acquisition of a worker that was waiting then; RT = {} us\n{}\n\n{}\n{}",
         hold.as_micros(),
         f(time.as_secs_f64(), 1),
         f(rtt_us, 1),
         t.render(),
-        u.render()
+        permit.line("permit + release (of 3)"),
+        lock.line("lock + release"),
     );
-    let json = Json::obj().with("contended", Json::Arr(runs)).with(
-        "uncontended_permit",
-        crate::uncontended::json(&permit).with(
-            "ratio_to_baseline",
-            crate::uncontended::per_second(&permit) / raw_rate,
-        ),
-    );
+    let json = Json::obj()
+        .with("contended", Json::Arr(runs))
+        .with("uncontended_permit", permit.json())
+        .with("uncontended_lock", lock.json());
     (text, json)
 }

@@ -225,3 +225,87 @@ pub(crate) fn json(m: &Measured) -> Json {
             ),
         )
 }
+
+/// Slices of [`against_raw`].
+pub(crate) const ROUNDS: u32 = 5;
+
+/// A cycle measured against the raw baseline in alternating slices, so that a change in the
+/// machine's load weighs on both alike: the ratio of each pair (cycles/s and p50), and the
+/// middle pair.
+pub(crate) struct Alternating {
+    /// Cycles/s of the cycle over the raw baseline's, per pair, sorted.
+    pub(crate) by_rate: Vec<f64>,
+    /// The raw baseline's p50 over the cycle's, per pair, sorted.
+    pub(crate) by_p50: Vec<f64>,
+    pub(crate) raw: Measured,
+    pub(crate) cycle: Measured,
+}
+
+/// Runs the raw baseline and `cycle` (given its slice's duration) in [`ROUNDS`] alternating
+/// slices of `total / ROUNDS` each.
+pub(crate) fn against_raw(
+    url: &str,
+    total: Duration,
+    mut cycle: impl FnMut(Duration) -> Measured,
+) -> Alternating {
+    let slice = total / ROUNDS;
+    let mut pairs: Vec<(Measured, Measured)> = (0..ROUNDS)
+        .map(|_| (raw_baseline(url, slice), cycle(slice)))
+        .collect();
+    let mut by_rate: Vec<f64> = pairs
+        .iter()
+        .map(|(raw, c)| per_second(c) / per_second(raw))
+        .collect();
+    let mut by_p50: Vec<f64> = pairs
+        .iter()
+        .map(|(raw, c)| raw.lat.p50 / c.lat.p50)
+        .collect();
+    by_rate.sort_by(f64::total_cmp);
+    by_p50.sort_by(f64::total_cmp);
+    let (raw, cycle) = pairs.swap_remove(ROUNDS as usize / 2);
+    Alternating {
+        by_rate,
+        by_p50,
+        raw,
+        cycle,
+    }
+}
+
+impl Alternating {
+    fn median(v: &[f64]) -> f64 {
+        v[v.len() / 2]
+    }
+
+    /// One line: `what` against the raw baseline, the medians with their ranges, the middle
+    /// slice's figures.
+    pub(crate) fn line(&self, what: &str) -> String {
+        use crate::report::f;
+        format!(
+            "uncontended {what} against the raw SET NX PX + EVALSHA del baseline, {ROUNDS} alternating slices: \
+             cycles/s ratio median {} (min {}, max {}), p50 ratio median {} (min {}, max {}); middle slice: {} cycles/s, p50 {} us, p99 {} us; raw {} cycles/s, p50 {} us",
+            f(Self::median(&self.by_rate), 3),
+            f(self.by_rate[0], 3),
+            f(self.by_rate[self.by_rate.len() - 1], 3),
+            f(Self::median(&self.by_p50), 3),
+            f(self.by_p50[0], 3),
+            f(self.by_p50[self.by_p50.len() - 1], 3),
+            f(per_second(&self.cycle), 0),
+            f(self.cycle.lat.p50, 1),
+            f(self.cycle.lat.p99, 1),
+            f(per_second(&self.raw), 0),
+            f(self.raw.lat.p50, 1),
+        )
+    }
+
+    /// The middle slice's cycle with the ratios, for the JSON report.
+    pub(crate) fn json(&self) -> Json {
+        json(&self.cycle)
+            .with("ratio_to_baseline_median", Self::median(&self.by_rate))
+            .with("ratio_to_baseline_min", self.by_rate[0])
+            .with(
+                "ratio_to_baseline_max",
+                self.by_rate[self.by_rate.len() - 1],
+            )
+            .with("p50_ratio_to_baseline_median", Self::median(&self.by_p50))
+    }
+}

@@ -445,21 +445,27 @@ fn renew_once(
     token: &str,
     ttl: Duration,
 ) -> Result<Renewal> {
-    // Renewals of many held locks go out together (store/combine.rs); a script the server
-    // has not cached, a request the typed call cannot send alone, and Cluster (pipelines
-    // would have to be split by slot) take the usual path.
+    // Renewals of many held locks go out together (store/combine.rs). A request the typed
+    // call cannot send alone, and Cluster (pipelines would have to be split by slot), take
+    // the usual path.
     if !store.cluster {
-        let packed = direct::capture(|c| {
-            let _ = p.renew(c, keys, token, ttl);
-        });
-        if let Some(packed) = packed {
-            let mut reply = store.combined(packed.clone())?;
+        let capture = || {
+            direct::capture(|c| {
+                let _ = p.renew(c, keys, token, ttl);
+            })
+        };
+        if let Some(packed) = capture() {
+            let mut reply = store.combined(packed)?;
             if direct::is_no_script(&reply) {
                 // The server does not have the script (never asked, or restarted): one
                 // renewing thread loads it on the usual path while the others wait, then
                 // they send theirs combined again, instead of every one taking a connection.
+                // Captured again rather than kept: this is rare, a copy per renewal is not.
                 let _loading = store.script_loading();
-                reply = store.combined(packed)?;
+                reply = match capture() {
+                    Some(packed) => store.combined(packed)?,
+                    None => reply,
+                };
                 if direct::is_no_script(&reply) {
                     let mut conn = store.conn()?;
                     return p.renew(&mut conn, keys, token, ttl);

@@ -1318,10 +1318,9 @@ impl Quorum {
         Ok(names)
     }
 
-    /// A waiter gives up: every server at once, without waiting (a registration left behind
-    /// lapses by itself).
-    /// Waits for every server (within the bound), as on a single server: a release right
-    /// after a waiter gave up must not find it still registered and grant it the lock.
+    /// A waiter gives up: every server at once. Waits for every server (within the bound),
+    /// as on a single server: a release right after a waiter gave up must not find it still
+    /// registered and grant it the lock.
     pub(crate) fn leave(&self, p: &Arc<dyn Primitive>, keys: &LockKeys, waiter: &str) {
         let (p, k, waiter) = (Arc::clone(p), keys.clone(), waiter.to_owned());
         self.fan_out(

@@ -8,7 +8,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use redis_lock::{CancelToken, Error, LockClient, LockGuard, LockOptions, Result, RetryStrategy};
-use redis_lock_tests::{RedisServer, client, wait_until};
+use redis_lock_tests::{RedisServer, client, holds, wait_until};
 
 fn zcard(server: &RedisServer, key: &str) -> usize {
     redis::cmd("ZCARD")
@@ -139,13 +139,19 @@ fn a_redlock_waiter_stops_at_the_cancel_and_leaves_every_server() {
     ];
     // Reply timeouts well above what a loaded machine takes: an attempt whose reply times out
     // counts as failed on that server, and the waiter, blocked for the holder's TTL, would not
-    // register there again before this test's 10 s wait ran out (it failed so once while
-    // other builds ran).
+    // register there again before this test's 10 s wait ran out.
     let locks = LockClient::redlock_builder(servers.iter().map(RedisServer::url))
         .io_timeout(Duration::from_secs(5))
         .build()
         .unwrap();
     let _holder = locks.lock("job").unwrap();
+    // Acquired once a majority has it: on a loaded machine the third server's attempt can
+    // still be on its way, and a waiter asking first would find the lock free there, undo
+    // its attempt there rather than register, and block for the holder's TTL (it failed so
+    // once while other builds ran).
+    assert!(wait_until(Duration::from_secs(5), || servers
+        .iter()
+        .all(|s| holds(s, "job"))));
     let cancel = CancelToken::new();
     let (w, done) = waiter(&locks, "job", LockOptions::new().cancel(cancel.clone()));
     assert!(wait_until(Duration::from_secs(10), || servers

@@ -411,6 +411,12 @@ fn a_waiter_that_gives_up_leaves_every_server() {
         .ttl(Duration::from_secs(30))
         .acquire()
         .unwrap();
+    // Acquired once a majority has it: on a loaded machine the third server's attempt can
+    // still be on its way, and a waiter asking first would find the lock free there (and
+    // undo its attempt there rather than register).
+    assert!(wait_until(Duration::from_secs(5), || {
+        [&a, &b, &c].iter().all(|s| holds(s, "leave"))
+    }));
     let registered = |s: &RedisServer| -> usize {
         redis::cmd("ZCARD")
             .arg("lock:{leave}:waiters")

@@ -5,7 +5,7 @@ use std::io::BufRead;
 use std::time::{Duration, Instant};
 
 use redis_lock::{Error, ReleaseOutcome};
-use redis_lock_tests::{RedisServer, client, redlock_client, wait_until};
+use redis_lock_tests::{RedisServer, client, holds, redlock_client, wait_until};
 
 const HOLDER: &str = env!("CARGO_BIN_EXE_lock-holder");
 const MS: Duration = Duration::from_millis(1);
@@ -231,6 +231,11 @@ fn redlock_cools_down_on_every_server() {
     let locks = redlock_client(&refs);
     let other = redlock_client(&refs);
     let guard = locks.options("job").cooldown(400 * MS).acquire().unwrap();
+    // Acquired once a majority has it: let the third server's attempt land first, so that
+    // the release below reaches all three as a release (not as the undo of a late attempt).
+    assert!(wait_until(Duration::from_secs(5), || servers
+        .iter()
+        .all(|s| holds(s, "job"))));
     let released = Instant::now();
     assert_eq!(guard.release().unwrap(), ReleaseOutcome::Released);
     // The release returns once a majority released; the third server follows at once.

@@ -4,7 +4,9 @@
 //! 3-master Cluster and a Sentinel group (master + replica + 3 sentinels). Uncontended also on
 //! a single server with one replica and no Sentinel: the Sentinel master's like (its replica
 //! runs on the same cores, and the master propagates every script's effects to it), so the
-//! Sentinel row is compared with both.
+//! Sentinel row is compared with both. The uncontended runs are interleaved in short rounds
+//! and reported as medians with the range of their ratios (`interleaved`); the contended runs
+//! take one sample each.
 
 use std::time::Duration;
 
@@ -80,7 +82,47 @@ pub(crate) fn run(s: &Settings<'_>) -> Report {
         },
     ];
 
-    // Uncontended.
+    // Uncontended: every deployment in each of `ROUNDS` rounds, in an order rotated from round
+    // to round; each figure is a median over the rounds, each ratio the median of the ratios
+    // within a round (see `interleaved`).
+    let replicated = LockClient::open(&primary.url()).unwrap();
+    let replicated_probes = [primary.url()];
+    let mut entries: Vec<(&str, &LockClient, &[String])> = vec![
+        (
+            deployments[0].name,
+            &deployments[0].client,
+            &deployments[0].probes,
+        ),
+        (
+            "single server + 1 replica (no Sentinel)",
+            &replicated,
+            &replicated_probes,
+        ),
+    ];
+    entries.extend(
+        deployments[1..]
+            .iter()
+            .map(|d| (d.name, &d.client, d.probes.as_slice())),
+    );
+    let mut rows = interleaved(&entries, s.short);
+    // A Redlock server stopped, the other two deciding: against the single server again, in
+    // rounds of their own.
+    redlock_servers[2].kill();
+    let two: Vec<String> = redlock_urls[..2].to_vec();
+    let stopped = interleaved(
+        &[
+            entries[0],
+            (
+                "redlock, 3 servers, 1 stopped",
+                &deployments[1].client,
+                &two,
+            ),
+        ],
+        s.short,
+    );
+    redlock_servers[2].restart();
+    let replicated_rate = rows[1].rate;
+    rows.extend(stopped.into_iter().skip(1));
     let mut t = Table::new(&[
         "uncontended",
         "cycles/s",
@@ -92,49 +134,50 @@ pub(crate) fn run(s: &Settings<'_>) -> Report {
         "req/cycle",
         "redis exec us",
     ]);
-    let mut rows = Vec::new();
-    for d in &deployments {
-        let (m, req) = uncontended::cycles_on(&d.client, &d.probes, s.short);
-        rows.push((d.name, m, req));
-    }
-    // A server with a replica, as the Sentinel master has, without the Sentinel.
-    let replicated = LockClient::open(&primary.url()).unwrap();
-    let (m, req) = uncontended::cycles_on(&replicated, &[primary.url()], s.short);
-    rows.insert(1, ("single server + 1 replica (no Sentinel)", m, req));
-    // A Redlock server stopped: the other two decide.
-    redlock_servers[2].kill();
-    let two: Vec<String> = redlock_urls[..2].to_vec();
-    let (m, req) = uncontended::cycles_on(&deployments[1].client, &two, s.short);
-    rows.push(("redlock, 3 servers, 1 stopped", m, req));
-    redlock_servers[2].restart();
-    let (single_p50, single_rate) = (rows[0].1.lat.p50, uncontended::per_second(&rows[0].1));
-    let replicated_rate = uncontended::per_second(&rows[1].1);
     let mut json_rows = Vec::new();
-    for (name, m, req) in &rows {
-        let rate = uncontended::per_second(m);
+    for r in &rows {
         t.row(vec![
-            (*name).to_owned(),
-            f(rate, 0),
-            f(m.lat.p50, 1),
-            f(m.lat.p99, 1),
-            f(m.lat.p50 / single_p50, 2),
-            f(rate / single_rate, 2),
-            f(rate / replicated_rate, 2),
-            f(*req, 2),
-            f(m.redis_exec_us, 1),
+            r.name.to_owned(),
+            f(r.rate, 0),
+            f(r.p50, 1),
+            f(r.p99, 1),
+            f(r.p50_x_single, 2),
+            f(r.rate_x_single, 2),
+            f(r.rate / replicated_rate, 2),
+            f(r.requests, 2),
+            f(r.redis_exec_us, 1),
         ]);
         json_rows.push(
-            uncontended::json(m)
-                .with("deployment", *name)
-                .with("requests_per_cycle", *req)
-                .with("p50_ratio_to_single", m.lat.p50 / single_p50)
-                .with("rate_ratio_to_single", rate / single_rate)
-                .with("rate_ratio_to_replicated", rate / replicated_rate),
+            uncontended::json(&r.middle)
+                .with("deployment", r.name)
+                .with("rounds", f64::from(uncontended::ROUNDS))
+                .with("median_per_s", r.rate)
+                .with("median_p50_us", r.p50)
+                .with("requests_per_cycle", r.requests)
+                .with("p50_ratio_to_single", r.p50_x_single)
+                .with("rate_ratio_to_single", r.rate_x_single)
+                .with("rate_ratio_to_single_min", r.rate_x_single_range.0)
+                .with("rate_ratio_to_single_max", r.rate_x_single_range.1)
+                .with("rate_ratio_to_replicated", r.rate / replicated_rate),
         );
     }
     let mut text = format!(
-        "\nDeployments: uncontended acquire + release (watchdog on), {} s each\n{}",
-        f(s.short.as_secs_f64(), 1),
+        "\nDeployments: uncontended acquire + release (watchdog on), {} rounds of {} s per deployment, \
+         the deployments in a rotated order each round (the stopped-server row in rounds of its own with \
+         the single server); figures are medians over the rounds, ratios the median of the \
+         ratios to the single server within a round (range of rate x single: {})\n{}",
+        uncontended::ROUNDS,
+        f(s.short.as_secs_f64() / f64::from(uncontended::ROUNDS), 2),
+        rows.iter()
+            .skip(1)
+            .map(|r| format!(
+                "{} {}-{}",
+                r.name,
+                f(r.rate_x_single_range.0, 2),
+                f(r.rate_x_single_range.1, 2)
+            ))
+            .collect::<Vec<_>>()
+            .join("; "),
         t.render()
     );
 
@@ -176,4 +219,74 @@ pub(crate) fn run(s: &Settings<'_>) -> Report {
             .with("uncontended", Json::Arr(json_rows))
             .with("contended", Json::Arr(contended_json)),
     }
+}
+
+/// One deployment's uncontended figures over the rounds of `interleaved`.
+struct Row<'a> {
+    name: &'a str,
+    /// The round whose rate is the median, for the JSON report.
+    middle: uncontended::Measured,
+    rate: f64,
+    p50: f64,
+    p99: f64,
+    requests: f64,
+    redis_exec_us: f64,
+    p50_x_single: f64,
+    rate_x_single: f64,
+    rate_x_single_range: (f64, f64),
+}
+
+/// Runs every entry (the first is the single server the others are compared with) for
+/// `total / ROUNDS` in each of `ROUNDS` rounds, starting each round one entry further on.
+/// On this machine one entry's rate drifts from one 2 s sample to the next by more than the
+/// gap between deployments (0.82x to 1.10x for the same Sentinel row in three runs); measured
+/// side by side in short slices, the drift falls on all entries alike and cancels in the
+/// ratio of each round.
+fn interleaved<'a>(entries: &[(&'a str, &LockClient, &[String])], total: Duration) -> Vec<Row<'a>> {
+    let rounds = uncontended::ROUNDS as usize;
+    let slice = total / uncontended::ROUNDS;
+    let n = entries.len();
+    // samples[entry][round]
+    let mut samples: Vec<Vec<(uncontended::Measured, f64)>> = vec![Vec::new(); n];
+    for round in 0..rounds {
+        for k in 0..n {
+            let i = (round + k) % n;
+            let (_, client, probes) = entries[i];
+            samples[i].push(uncontended::cycles_on(client, probes, slice));
+        }
+    }
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let rate = |i: usize, r: usize| uncontended::per_second(&samples[i][r].0);
+    let mut rows = Vec::new();
+    for (i, (name, _, _)) in entries.iter().enumerate() {
+        let x_single: Vec<f64> = (0..rounds).map(|r| rate(i, r) / rate(0, r)).collect();
+        let (lo, hi) = x_single
+            .iter()
+            .fold((f64::MAX, f64::MIN), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+        let by_rate = {
+            let mut order: Vec<usize> = (0..rounds).collect();
+            order.sort_by(|&a, &b| rate(i, a).total_cmp(&rate(i, b)));
+            order[rounds / 2]
+        };
+        rows.push(Row {
+            name,
+            middle: samples[i][by_rate].0.clone(),
+            rate: median((0..rounds).map(|r| rate(i, r)).collect()),
+            p50: median(samples[i].iter().map(|(m, _)| m.lat.p50).collect()),
+            p99: median(samples[i].iter().map(|(m, _)| m.lat.p99).collect()),
+            requests: median(samples[i].iter().map(|(_, q)| *q).collect()),
+            redis_exec_us: median(samples[i].iter().map(|(m, _)| m.redis_exec_us).collect()),
+            p50_x_single: median(
+                (0..rounds)
+                    .map(|r| samples[i][r].0.lat.p50 / samples[0][r].0.lat.p50)
+                    .collect(),
+            ),
+            rate_x_single: median(x_single),
+            rate_x_single_range: (lo, hi),
+        });
+    }
+    rows
 }

@@ -165,7 +165,8 @@ pub(crate) fn run(s: &Settings<'_>) -> Report {
         "\nDeployments: uncontended acquire + release (watchdog on), {} rounds of {} s per deployment, \
          the deployments in a rotated order each round (the stopped-server row in rounds of its own with \
          the single server); figures are medians over the rounds, ratios the median of the \
-         ratios to the single server within a round (range of rate x single: {})\n{}",
+         ratios to the single server within a round (range of rate x single: {}); rate x 1 replica is the \
+         ratio of the medians\n{}",
         uncontended::ROUNDS,
         f(s.short.as_secs_f64() / f64::from(uncontended::ROUNDS), 2),
         rows.iter()

@@ -77,6 +77,28 @@ pub fn holds(server: &RedisServer, name: &str) -> bool {
         .is_ok_and(|n| n == 1)
 }
 
+/// Per-command call counts (`INFO commandstats`) since the last [`reset_stats`], without the
+/// `INFO` and `CONFIG` calls that read and reset them.
+pub fn command_counts(redis: &mut redis::Connection) -> std::collections::BTreeMap<String, u64> {
+    let info: String = redis::cmd("INFO").arg("commandstats").query(redis).unwrap();
+    info.lines()
+        .filter_map(|line| {
+            let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = stats.split(',').find_map(|kv| kv.strip_prefix("calls="))?;
+            Some((name.to_owned(), calls.parse().ok()?))
+        })
+        .filter(|(name, _)| name != "info" && !name.starts_with("config"))
+        .collect()
+}
+
+/// `CONFIG RESETSTAT`: the command counts start again from zero.
+pub fn reset_stats(redis: &mut redis::Connection) {
+    redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query::<()>(redis)
+        .unwrap();
+}
+
 /// Polls `condition` every 5 ms until it holds or `limit` passes; returns whether it held.
 pub fn wait_until(limit: Duration, mut condition: impl FnMut() -> bool) -> bool {
     let start = Instant::now();

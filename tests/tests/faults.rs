@@ -674,6 +674,16 @@ fn a_short_lock_taken_by_handoff_frees_within_its_ttl_when_its_holder_dies() {
     );
 }
 
+/// A client of the server behind `proxy`, with 3 s connect and reply timeouts: a stalled
+/// proxy leaves its requests hanging that long.
+fn through_proxy(proxy: &TcpProxy) -> LockClient {
+    LockClient::builder(&proxy.url())
+        .io_timeout(Duration::from_secs(3))
+        .connect_timeout(Duration::from_secs(3))
+        .build()
+        .unwrap()
+}
+
 /// With the server unreachable (a stalled proxy: renewals hang until their reply timeout),
 /// the loss is reported when the lock runs out, as `RenewalFailed`, not when the stuck
 /// renewal finally gives up.
@@ -681,11 +691,7 @@ fn a_short_lock_taken_by_handoff_frees_within_its_ttl_when_its_holder_dies() {
 fn on_lost_fires_at_the_expiry_when_the_server_cannot_be_reached() {
     let server = RedisServer::start();
     let proxy = TcpProxy::start(server.port()).unwrap();
-    let locks = LockClient::builder(&proxy.url())
-        .io_timeout(Duration::from_secs(3))
-        .connect_timeout(Duration::from_secs(3))
-        .build()
-        .unwrap();
+    let locks = through_proxy(&proxy);
     let (tx, rx) = std::sync::mpsc::channel();
     let sent = Instant::now();
     let guard = locks
@@ -717,11 +723,7 @@ fn many_locks_cut_off_together_all_report_the_loss_and_the_client_recovers() {
     const LOCKS: usize = 100;
     let server = RedisServer::start();
     let proxy = TcpProxy::start(server.port()).unwrap();
-    let locks = LockClient::builder(&proxy.url())
-        .io_timeout(Duration::from_secs(3))
-        .connect_timeout(Duration::from_secs(3))
-        .build()
-        .unwrap();
+    let locks = through_proxy(&proxy);
     let (tx, rx) = std::sync::mpsc::channel();
     let mut guards = Vec::new();
     for i in 0..LOCKS {

@@ -2,13 +2,12 @@
 //! skip, busy errors, waiting, release on every exit path, reentrancy, minimum hold, the
 //! guard binding, lost locks, the default client, and the cost in Redis commands.
 
-use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use redis_lock::{Error, LockClient, distributed_lock};
-use redis_lock_tests::{RedisServer, client, wait_until};
+use redis_lock_tests::{RedisServer, client, command_counts, reset_stats, wait_until};
 
 #[derive(Debug)]
 enum AppError {
@@ -471,27 +470,6 @@ fn the_default_client_is_used_when_set() {
 
 // --- cost ------------------------------------------------------------------------------------
 
-/// Per-command call counts since the last `CONFIG RESETSTAT`, without the bookkeeping
-/// commands themselves.
-fn command_calls(redis: &mut redis::Connection) -> BTreeMap<String, u64> {
-    let info: String = redis::cmd("INFO").arg("commandstats").query(redis).unwrap();
-    info.lines()
-        .filter_map(|line| {
-            let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
-            let calls = stats.split(',').find_map(|kv| kv.strip_prefix("calls="))?;
-            Some((name.to_owned(), calls.parse().ok()?))
-        })
-        .filter(|(name, _)| name != "info" && !name.starts_with("config"))
-        .collect()
-}
-
-fn reset_stats(redis: &mut redis::Connection) {
-    redis::cmd("CONFIG")
-        .arg("RESETSTAT")
-        .query::<()>(redis)
-        .unwrap();
-}
-
 #[distributed_lock(key = "cost:{id}", client = locks, ttl = 10, wait = "1s")]
 fn annotated_work(locks: &LockClient, id: u32, out: &mut Vec<u32>) -> Result<(), AppError> {
     out.push(id);
@@ -523,13 +501,13 @@ fn annotated_call_costs_what_hand_written_code_costs() {
     let before = locks.request_count();
     annotated_work(&locks, 1, &mut out).unwrap();
     let annotated_requests = locks.request_count() - before;
-    let annotated = command_calls(&mut redis);
+    let annotated = command_counts(&mut redis);
 
     reset_stats(&mut redis);
     let before = locks.request_count();
     hand_written_work(&locks, 2, &mut out).unwrap();
     let hand_requests = locks.request_count() - before;
-    let hand = command_calls(&mut redis);
+    let hand = command_counts(&mut redis);
 
     assert_eq!(out, [0, 0, 1, 2]);
     assert_eq!(annotated, hand);

@@ -12,8 +12,8 @@ use redis_lock::{
     Error, LockClient, LockOptions, MAX_PERMITS, ReleaseOutcome, RetryStrategy, Semaphore,
 };
 use redis_lock_tests::{
-    RedisServer, client, cluster_client, read_line_starting, redlock_client, spawn_holder,
-    wait_until,
+    RedisServer, client, cluster_client, command_counts, read_line_starting, redlock_client,
+    reset_stats, spawn_holder, wait_until,
 };
 
 const HOLDER: &str = env!("CARGO_BIN_EXE_lock-holder");
@@ -855,19 +855,6 @@ fn the_semaphore_needs_the_lock_rule_plus_its_own_commands_and_every_one_of_them
     }
 }
 
-/// Per-command call counts since the last `CONFIG RESETSTAT`, without the probes themselves.
-fn command_calls(redis: &mut redis::Connection) -> std::collections::BTreeMap<String, u64> {
-    let info: String = redis::cmd("INFO").arg("commandstats").query(redis).unwrap();
-    info.lines()
-        .filter_map(|line| {
-            let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
-            let calls = stats.split(',').find_map(|kv| kv.strip_prefix("calls="))?;
-            Some((name.to_owned(), calls.parse().ok()?))
-        })
-        .filter(|(name, _)| name != "info" && !name.starts_with("config"))
-        .collect()
-}
-
 /// With no permit held, nobody queued and no wake-up pending, a permit cycle takes the fast
 /// paths of both scripts: no prune, no waiter or queue work, no type probe; one `TIME` each
 /// (the expiry and the late check are on the server clock). A second holder's acquisition
@@ -880,10 +867,7 @@ fn an_uncontended_permit_cycle_takes_the_fast_paths() {
     // Scripts loaded (the first EVALSHA of each answers NOSCRIPT), the limit stored.
     drop(semaphore.acquire().unwrap());
     let mut probe = server.connection();
-    redis::cmd("CONFIG")
-        .arg("RESETSTAT")
-        .query::<()>(&mut probe)
-        .unwrap();
+    reset_stats(&mut probe);
     let mut last = 0;
     for _ in 0..10 {
         let permit = semaphore.acquire().unwrap();
@@ -891,7 +875,7 @@ fn an_uncontended_permit_cycle_takes_the_fast_paths() {
         last = permit.fencing_token();
         assert_eq!(permit.release().unwrap(), ReleaseOutcome::Released);
     }
-    let calls = command_calls(&mut probe);
+    let calls = command_counts(&mut probe);
     let get = |name: &str| calls.get(name).copied().unwrap_or(0);
     assert_eq!(get("evalsha"), 20, "{calls:?}");
     for full_path_only in ["zrangebyscore", "zrange", "zcard", "type", "llen", "pttl"] {
@@ -917,7 +901,13 @@ fn an_uncontended_permit_cycle_takes_the_fast_paths() {
     let other = client(&server);
     let second = other.semaphore("fast", 2).unwrap().try_acquire().unwrap();
     assert!(second.is_some(), "two permits");
-    assert!(get("zcard") < command_calls(&mut probe).get("zcard").copied().unwrap_or(0));
+    assert!(
+        get("zcard")
+            < command_counts(&mut probe)
+                .get("zcard")
+                .copied()
+                .unwrap_or(0)
+    );
     let third = client(&server).semaphore("fast", 2).unwrap().try_acquire();
     assert!(matches!(third, Ok(None)), "both permits held: {third:?}");
     drop((first, second));

@@ -410,11 +410,18 @@ pub(crate) fn is_failover_error(e: &Error) -> bool {
 /// the first may have been done by the old master, and the second finds the lock in the state
 /// the new one has.
 fn on_master<T>(store: &Store, mut op: impl FnMut(&mut PooledConn) -> Result<T>) -> Result<T> {
+    again_after_failover(store, || store.conn().and_then(|mut conn| op(&mut conn)))
+}
+
+/// Runs `send`; when it failed as a failover would make it fail and the sentinels now name
+/// another master, runs it once more (on the new master). The rule of `on_master`, for
+/// callers that reach the master their own way (a combined renewal).
+fn again_after_failover<T>(store: &Store, mut send: impl FnMut() -> Result<T>) -> Result<T> {
     let epoch = store.epoch();
-    match store.conn().and_then(|mut conn| op(&mut conn)) {
+    match send() {
         Err(e) if is_failover_error(&e) && store.relocate(epoch) => {
             tracing::debug!(target: "redis_lock", error = %e, "the master moved; sending again to the new one");
-            store.conn().and_then(|mut conn| op(&mut conn))
+            send()
         }
         done => done,
     }
@@ -427,14 +434,7 @@ fn renew_on(
     token: &str,
     ttl: Duration,
 ) -> Result<Renewal> {
-    let epoch = store.epoch();
-    match renew_once(store, p, keys, token, ttl) {
-        Err(e) if is_failover_error(&e) && store.relocate(epoch) => {
-            tracing::debug!(target: "redis_lock", error = %e, "the master moved; renewing again on the new one");
-            renew_once(store, p, keys, token, ttl)
-        }
-        done => done,
-    }
+    again_after_failover(store, || renew_once(store, p, keys, token, ttl))
 }
 
 /// One renewal on the store's current master.

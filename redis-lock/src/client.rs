@@ -601,8 +601,10 @@ impl LockClient {
         first_error.map_or(Ok(released), Err)
     }
 
-    /// How many Redis requests this client (all clones) has sent so far: one per script call
-    /// or command, including renewals and blocking waits. For benchmarks and diagnostics.
+    /// How many Redis requests this client (all clones) has sent so far: one per script call,
+    /// command or pipeline (the native acquisition's `SET NX` + `INCR` is one), including
+    /// renewals (one each, also when several share a round trip) and blocking waits. For
+    /// benchmarks and diagnostics.
     ///
     /// # Examples
     ///

@@ -77,6 +77,40 @@ pub fn holds(server: &RedisServer, name: &str) -> bool {
         .is_ok_and(|n| n == 1)
 }
 
+/// The owner token stored in mutex lock key `key`, whichever form the lock has: a string
+/// `token \n info` (taken on the native fast path) or a hash's `token` field (taken through
+/// the script). `None` when the key is absent or holds neither.
+pub fn stored_token(redis: &mut redis::Connection, key: &str) -> Option<String> {
+    match redis::cmd("GET").arg(key).query::<Option<String>>(redis) {
+        Ok(v) => v.and_then(|v| v.split_once('\n').map(|(t, _)| t.to_owned())),
+        Err(_) => redis::cmd("HGET")
+            .arg(key)
+            .arg("token")
+            .query::<Option<String>>(redis)
+            .ok()
+            .flatten(),
+    }
+}
+
+/// The fencing token Redis keeps for mutex lock key `key`: a hash's `fence` field, or for a
+/// lock without one (taken on the native fast path) the fencing counter `key:fence`, which
+/// stands for it.
+pub fn stored_fence(redis: &mut redis::Connection, key: &str) -> Option<u64> {
+    let field = redis::cmd("HGET")
+        .arg(key)
+        .arg("fence")
+        .query::<Option<u64>>(redis)
+        .ok()
+        .flatten();
+    field.or_else(|| {
+        redis::cmd("GET")
+            .arg(format!("{key}:fence"))
+            .query::<Option<u64>>(redis)
+            .ok()
+            .flatten()
+    })
+}
+
 /// Per-command call counts (`INFO commandstats`) since the last [`reset_stats`], without the
 /// `INFO` and `CONFIG` calls that read and reset them.
 pub fn command_counts(redis: &mut redis::Connection) -> std::collections::BTreeMap<String, u64> {
@@ -251,7 +285,10 @@ pub const LOCK_ACL_COMMANDS: &[&str] = &[
     "ping",
     "type",
     "time",
+    "set",
+    "get",
     "incr",
+    "decr",
     "hset",
     "hget",
     "hmget",

@@ -340,9 +340,15 @@ fn bad_input_table() {
             locks.try_lock("fence-list").map(drop),
             Expect::WrongType("lock:{fence-list}:fence"),
         ),
+        // A fair caller reads the wake-up list; a plain one taking a free lock natively does
+        // not (`release_with_a_foreign_signal_key_changes_nothing`).
         (
             "signal key is a string",
-            locks.try_lock("signal-string").map(drop),
+            locks
+                .options("signal-string")
+                .retry(redis_lock::RetryStrategy::fair())
+                .try_acquire()
+                .map(drop),
             Expect::WrongType("lock:{signal-string}:signal"),
         ),
     ];
@@ -358,13 +364,38 @@ fn bad_input_table() {
     assert!(!held.is_lost());
 }
 
+/// A foreign value under a lock's wake-up list: the release of a lock that took the full path
+/// (a hash) reads the list and refuses with nothing changed; a lock taken natively (a string)
+/// nobody registered for is released without reading the list, which stays as it was.
 #[test]
 fn release_with_a_foreign_signal_key_changes_nothing() {
     let server = RedisServer::start();
     let locks = client(&server);
+    let native = locks
+        .options("plain")
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("lock:{plain}:signal")
+        .arg("someone else's")
+        .query(&mut server.connection())
+        .unwrap();
+    assert_eq!(
+        native.release().unwrap(),
+        redis_lock::ReleaseOutcome::Released
+    );
+    let left: Option<String> = redis::cmd("GET")
+        .arg("lock:{plain}:signal")
+        .query(&mut server.connection())
+        .unwrap();
+    assert_eq!(left.as_deref(), Some("someone else's"));
+
+    // Fair mode takes the full path, which leaves a hash.
     let guard = locks
         .options("sig")
         .ttl(Duration::from_secs(30))
+        .retry(redis_lock::RetryStrategy::fair())
         .acquire()
         .unwrap();
     let _: () = redis::cmd("SET")

@@ -370,9 +370,12 @@ fn a_fair_handover_waits_for_a_migrating_slot() {
         .iter()
         .position(|n| n.port() != source.port())
         .unwrap();
+    // Taken through the script (fair mode), so the lock is a hash, as it is once a waiter has
+    // registered for it (a registration turns a natively taken string lock into a hash).
     let guard = holder
         .options(name)
         .ttl(Duration::from_secs(30))
+        .retry(redis_lock::RetryStrategy::fair())
         .acquire()
         .unwrap();
     // A fair waiter queued for a minute (written as the acquire script would), and a shared

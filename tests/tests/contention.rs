@@ -98,13 +98,14 @@ fn one_release_wakes_one_waiter() {
     for t in threads {
         t.join().unwrap();
     }
-    // Each waiter: a failed attempt (which registers it), one BLPOP that hands it the lock,
-    // and its release; plus a claim if it waited too long to vouch for the grant (under
-    // heavy load). A herd would add a BLPOP and a failed attempt per needless wake-up.
+    // Each waiter: a native attempt that finds the lock busy, the script attempt that
+    // registers it, one BLPOP that hands it the lock, and its release; plus a claim if it
+    // waited too long to vouch for the grant (under heavy load). A herd would add a BLPOP and
+    // a failed attempt per needless wake-up.
     let requests: u64 = waiters.iter().map(LockClient::request_count).sum();
-    assert!(requests >= 3 * N as u64, "{requests}");
+    assert!(requests >= 4 * N as u64, "{requests}");
     assert!(
-        requests <= 4 * N as u64,
+        requests <= 5 * N as u64,
         "waiters were woken needlessly: {requests}"
     );
     assert_eq!(
@@ -136,12 +137,14 @@ fn the_releasing_thread_does_not_take_the_lock_back() {
         .unwrap()
         .unwrap();
     let theirs = waiter.join().unwrap();
-    assert_eq!(
-        theirs,
-        first + 1,
-        "the waiter got the lock right after the release"
+    // Fencing tokens follow the order of holders (a busy native attempt may use up a number
+    // in between, so they need not be consecutive).
+    assert!(theirs > first, "{theirs} after {first}");
+    assert!(
+        mine.fencing_token() > theirs,
+        "the waiter got the lock right after the release: {} vs {theirs}",
+        mine.fencing_token()
     );
-    assert_eq!(mine.fencing_token(), first + 2);
 }
 
 #[test]

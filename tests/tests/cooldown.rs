@@ -13,12 +13,7 @@ const MS: Duration = Duration::from_millis(1);
 fn raw_key_state(server: &RedisServer, key: &str) -> (i64, Option<String>) {
     let mut con = server.connection();
     let pttl: i64 = redis::cmd("PTTL").arg(key).query(&mut con).unwrap();
-    let token: Option<String> = redis::cmd("HGET")
-        .arg(key)
-        .arg("token")
-        .query(&mut con)
-        .unwrap();
-    (pttl, token)
+    (pttl, redis_lock_tests::stored_token(&mut con, key))
 }
 
 /// Two processes run the same job in a loop (50 ms body, 300 ms cool-down): however the runs
@@ -183,7 +178,9 @@ fn a_lost_lock_is_not_cooled_and_tokens_keep_counting() {
         .try_lock_for("lost", Duration::from_secs(2))
         .unwrap()
         .unwrap();
-    assert_eq!(third.fencing_token(), second_token + 1);
+    // Higher; not necessarily the next number: the attempt that found the lock cooling went
+    // the native way, whose `INCR` used one up.
+    assert!(third.fencing_token() > second_token);
 }
 
 #[test]

@@ -521,11 +521,7 @@ fn mutual_exclusion_holds_while_holders_are_killed_and_paused_at_random() {
 // Faults an independent checker found (issue 16): each test fails without its fix.
 
 fn raw_token(server: &RedisServer, name: &str) -> Option<String> {
-    redis::cmd("HGET")
-        .arg(format!("lock:{{{name}}}"))
-        .arg("token")
-        .query(&mut server.connection())
-        .unwrap()
+    redis_lock_tests::stored_token(&mut server.connection(), &format!("lock:{{{name}}}"))
 }
 
 /// `release_all` in flight on one thread and `guard.release()` on another, and the

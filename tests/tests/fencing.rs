@@ -36,10 +36,17 @@ fn fencing_tokens_strictly_increase_across_clients() {
             let guard = locks.try_lock("fenced").unwrap().unwrap();
             let token = guard.fencing_token();
             assert!(token > last, "round {round}: {token} after {last}");
-            // The token is the one stored with the lock (what `inspect` and the CLI show).
+            // The token is the one Redis keeps for the lock (what `inspect` and the CLI show):
+            // a lock taken natively is a string whose token the counter stands for, exact
+            // while nobody else attempts.
+            let mut redis = server.connection();
             assert_eq!(
-                hget(&server, "lock:{fenced}", "fence"),
-                Some(token.to_string())
+                redis_lock_tests::stored_fence(&mut redis, "lock:{fenced}"),
+                Some(token)
+            );
+            assert_eq!(
+                clients[1].inspect("fenced").unwrap().unwrap().fencing_token,
+                token
             );
             last = token;
         }
@@ -47,18 +54,20 @@ fn fencing_tokens_strictly_increase_across_clients() {
     // Another lock name has its own counter.
     let other = clients[0].try_lock("other").unwrap().unwrap();
     assert_eq!(other.fencing_token(), 1);
-    // A failed attempt (busy) does not use up a token.
+    // A failed attempt (busy) uses none: the native fast path's `INCR` (sent with the
+    // `SET NX`) is given back by the script that then finds the lock busy.
     let held = clients[0].try_lock("fenced").unwrap().unwrap();
+    assert_eq!(held.fencing_token(), last + 1);
     assert!(clients[1].try_lock("fenced").unwrap().is_none());
+    let shown = clients[1].inspect("fenced").unwrap().unwrap().fencing_token;
+    assert_eq!(shown, held.fencing_token());
     drop(held);
-    assert_eq!(
-        clients[1]
-            .try_lock("fenced")
-            .unwrap()
-            .unwrap()
-            .fencing_token(),
-        last + 2
-    );
+    let next = clients[2]
+        .try_lock("fenced")
+        .unwrap()
+        .unwrap()
+        .fencing_token();
+    assert_eq!(next, last + 2);
 }
 
 #[test]

@@ -240,8 +240,9 @@ fn another_client_cannot_renew_or_release_what_it_does_not_hold() {
         .unwrap();
     let mut redis = server.connection();
     // A second party that knows the key but not the token, talking to Redis directly.
+    // (The lock is a string `token \n info`: taken on the native fast path.)
     let deleted: i64 = redis::Script::new(
-        "if redis.call('HGET', KEYS[1], 'token') == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
+        "local v = redis.call('GET', KEYS[1]) if v and string.sub(v, 1, 33) == ARGV[1] .. '\\n' then return redis.call('DEL', KEYS[1]) end return 0",
     )
     .key("lock:{mine}")
     .arg("00000000000000000000000000000000")
@@ -414,7 +415,10 @@ fn retry_strategies_give_up_as_configured() {
         .try_acquire()
         .unwrap();
     assert!(r.is_none());
-    assert_eq!(other.request_count() - before, 3);
+    // The first attempt goes the native way (`SET NX` + `INCR` in one request), finds the
+    // lock busy and asks the script (one more); the client then remembers the lock is busy,
+    // and the next two attempts are one script call each.
+    assert_eq!(other.request_count() - before, 4);
     // Fail fast: the holder's 10 s TTL exceeds the 1 s budget, so no waiting at all.
     let start = Instant::now();
     let r = other
@@ -684,7 +688,8 @@ fn lock_waits_until_free_unless_the_client_sets_a_default_wait() {
         std::thread::sleep(Duration::from_millis(700)); // held this long: the behaviour under test
         let fence = held.fencing_token();
         drop(held);
-        assert_eq!(waiter.join().unwrap().unwrap(), fence + 1);
+        // The next holder's token is higher (a busy native attempt may have used a number).
+        assert!(waiter.join().unwrap().unwrap() > fence);
     });
 }
 

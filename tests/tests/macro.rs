@@ -512,9 +512,10 @@ fn annotated_call_costs_what_hand_written_code_costs() {
     assert_eq!(out, [0, 0, 1, 2]);
     assert_eq!(annotated, hand);
     assert_eq!(annotated_requests, hand_requests);
-    // Acquire and release: one script call each (commandstats also counts the commands the
-    // scripts run inside Redis).
-    assert_eq!(annotated.get("evalsha"), Some(&2), "{annotated:?}");
+    // Acquire: `SET NX` + `INCR` in one request (the native fast path); release: one script
+    // call (commandstats also counts the commands the script runs inside Redis).
+    assert_eq!(annotated.get("evalsha"), Some(&1), "{annotated:?}");
+    assert_eq!(annotated.get("set"), Some(&1), "{annotated:?}");
     assert_eq!(annotated_requests, 2);
 }
 

@@ -36,12 +36,15 @@ fn acknowledged_acquisition_is_on_the_replica() {
         .acquire()
         .unwrap();
     // WAIT returned 1: the replica has processed the write, so it can be read there now.
-    let fence: u64 = redis::cmd("HGET")
-        .arg("lock:{acked}")
-        .arg("fence")
-        .query(&mut replica.connection())
-        .unwrap();
-    assert_eq!(fence, guard.fencing_token());
+    let mut on_replica = replica.connection();
+    assert_eq!(
+        redis_lock_tests::stored_token(&mut on_replica, "lock:{acked}").as_deref(),
+        Some(guard.token())
+    );
+    assert_eq!(
+        redis_lock_tests::stored_fence(&mut on_replica, "lock:{acked}"),
+        Some(guard.fencing_token())
+    );
     assert_eq!(command_calls(&master, "wait"), 1);
 }
 
@@ -203,10 +206,10 @@ fn acknowledged_lock_survives_failover_to_the_replica() {
         .query(&mut replica.connection())
         .unwrap();
     let promoted = client(&replica);
-    // Nobody else gets the lock on the new master ...
-    assert!(promoted.try_lock("failover").unwrap().is_none());
     let info = promoted.inspect("failover").unwrap().unwrap();
     assert_eq!(info.fencing_token, guard.fencing_token());
+    // Nobody else gets the lock on the new master ...
+    assert!(promoted.try_lock("failover").unwrap().is_none());
     // ... and the fencing counter carried over: the next holder's token is higher.
     promoted.force_release("failover").unwrap();
     let next = promoted.try_lock("failover").unwrap().unwrap();

@@ -330,6 +330,8 @@ impl OwnedAttempt {
             register: self.register,
             fair: self.fair,
             registered: self.registered,
+            // A quorum sends each server one script request (the direct path captures one).
+            native: false,
         }
     }
 
@@ -1580,6 +1582,7 @@ mod tests {
             queued: 0,
             queue_head: None,
             rw: None,
+            fence_is_counter: false,
         }
     }
 

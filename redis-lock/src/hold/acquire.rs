@@ -353,6 +353,9 @@ impl Acquisition<'_> {
                 register,
                 fair: self.fair,
                 registered: registration.is_some(),
+                native: registration.is_none()
+                    && !self.inner.deployment.is_quorum()
+                    && !self.inner.busy.recently_busy(&self.keys.lock),
             };
             let attempted = match self.attempt(&args) {
                 Ok(a) => a,
@@ -382,6 +385,7 @@ impl Acquisition<'_> {
                     fresh,
                     server_ms,
                 } => {
+                    self.inner.busy.busy(&self.keys.lock);
                     if block.is_some() {
                         registration = Some(Registration {
                             sent,
@@ -717,6 +721,7 @@ mod server_tests {
                 register: ttl,
                 fair: false,
                 registered: false,
+                native: false,
             };
             crate::deploy::attempt_on(store, &*inner.mutex, &args, None).unwrap()
         };
@@ -797,6 +802,7 @@ mod server_tests {
                 register,
                 fair: false,
                 registered: false,
+                native: false,
             };
             crate::deploy::attempt_on(store, &*inner.mutex, &args, None).unwrap()
         };

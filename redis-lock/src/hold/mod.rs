@@ -1,11 +1,13 @@
 //! What happens to a held lock and to its waiters: the acquire loop and the handoff
 //! (`acquire`), the lease (`lease`), the renewal threads (`watchdog`), the registry of held
-//! locks and reentrancy (`registry`), the retry strategies (`retry`), what is reported about
+//! locks and reentrancy (`registry`), the retry strategies (`retry`), which locks were found
+//! busy lately (`busy`: they skip the native fast path), what is reported about
 //! locks in spans and metrics (`observe`), and the mutex's implementation of the primitive
 //! seam (`mutex`). Never matches on the deployment: it asks
 //! `deploy::Deployment` and gets one combined answer.
 
 pub(crate) mod acquire;
+pub(crate) mod busy;
 pub(crate) mod cancel;
 pub(crate) mod lease;
 pub(crate) mod multi;
@@ -64,6 +66,8 @@ pub(crate) struct Inner {
     /// The client's housekeeping thread: reports a lease lost on time when a renewal is
     /// stuck (see `Lease::renew_now`).
     pub(crate) timer: Arc<ScheduledThreadPool>,
+    /// Locks found busy lately: their attempts go straight to the script.
+    pub(crate) busy: busy::BusyHints,
 }
 
 impl std::fmt::Debug for Config {
@@ -92,6 +96,7 @@ impl Inner {
             holder: wire::holder_prefix(host, std::process::id()),
             mutex: Arc::new(mutex::Mutex),
             timer,
+            busy: busy::BusyHints::default(),
             config,
         }
     }

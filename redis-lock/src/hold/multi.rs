@@ -331,6 +331,7 @@ impl AllAcquisition<'_> {
                 register: Duration::ZERO,
                 fair: false,
                 registered: false,
+                native: !inner.deployment.is_quorum(),
             };
             match inner.deployment.attempt(&inner.mutex, &args, None) {
                 Ok(attempted) => match attempted.attempt {

@@ -46,7 +46,12 @@ impl Inner {
             OwnedTtl::NotOurs => return Err(lost(LostReason::TakenOver)),
         };
         let holder = self.deployment.inspect(&self.mutex, &keys)?;
-        if holder.as_ref().map(|h| h.fence) != Some(fence) {
+        // A lock taken natively does not store its fencing token: inspect reports the
+        // counter, which is at least the holder's.
+        let fence_matches = holder.as_ref().is_some_and(|h| {
+            h.fence == fence || (h.fence_is_counter && fence > 0 && fence <= h.fence)
+        });
+        if !fence_matches {
             return Err(Error::invalid(
                 "handle",
                 "its fencing token is not the lock's: the handle was altered",

@@ -117,6 +117,7 @@ impl Primitive for Semaphore {
                 queued,
                 queue_head: None,
                 rw: None,
+                fence_is_counter: false,
             })
         }))
     }

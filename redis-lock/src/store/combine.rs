@@ -117,6 +117,9 @@ impl Store {
                     conn.req_packed_command(&one.packed).map(|v| vec![v])
                 } else {
                     let packed = batch.iter().flat_map(|p| p.packed.iter().copied());
+                    // Each renewal counts as a request of its own, though they share a
+                    // round trip (the pipeline counts one).
+                    conn.count(batch.len() - 1);
                     conn.req_packed_commands(&packed.collect::<Vec<u8>>(), 0, batch.len())
                 };
                 match result {

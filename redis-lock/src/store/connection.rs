@@ -288,8 +288,9 @@ pub(crate) enum Pool {
     External(r2d2::Pool<redis::Client>),
 }
 
-/// A checked-out connection; returns to its pool on drop. Every request sent through it is
-/// counted in the client's request counter: the one place requests are counted.
+/// A checked-out connection; returns to its pool on drop. Every request sent through it (a
+/// command, a script call, a pipeline) is counted in the client's request counter: the one
+/// place requests are counted.
 pub(crate) struct PooledConn {
     conn: Checkout,
     pub(super) requests: Arc<AtomicU64>,
@@ -373,7 +374,7 @@ impl PooledConn {
         }
     }
 
-    fn count(&self, n: usize) {
+    pub(super) fn count(&self, n: usize) {
         self.requests
             .fetch_add(u64::try_from(n).unwrap_or(u64::MAX), Ordering::Relaxed);
     }
@@ -492,13 +493,15 @@ impl ConnectionLike for PooledConn {
         self.raw().req_packed_command(cmd)
     }
 
+    /// A pipeline is one request (one round trip: the native fast path's `SET NX` + `INCR`).
+    /// Combined renewals count one per renewal themselves (`combine.rs`).
     fn req_packed_commands(
         &mut self,
         cmd: &[u8],
         offset: usize,
         count: usize,
     ) -> RedisResult<Vec<Value>> {
-        self.count(count);
+        self.count(1);
         self.raw().req_packed_commands(cmd, offset, count)
     }
 

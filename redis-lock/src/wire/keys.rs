@@ -3,6 +3,38 @@
 
 use crate::error::{Error, Result};
 
+// The mutex's companion keys are the lock key followed by these suffixes. A script sent only
+// the lock key builds the others from the same text (the mutex's release), so the two sides
+// cannot drift apart. They are macros so that Lua text can `concat!` them.
+
+/// Suffix of the fencing counter's key.
+macro_rules! fence_suffix {
+    () => {
+        ":fence"
+    };
+}
+
+/// Suffix of the shared wake-up list's key.
+macro_rules! signal_suffix {
+    () => {
+        ":signal"
+    };
+}
+
+/// Suffix of the waiter registry's key.
+macro_rules! waiters_suffix {
+    () => {
+        ":waiters"
+    };
+}
+
+/// Suffix of the fair queue's key.
+macro_rules! queue_suffix {
+    () => {
+        ":queue"
+    };
+}
+
 /// Longest accepted lock name, in bytes. Redis allows 512 MiB keys; a lock name longer than
 /// this is almost certainly a bug (a serialized payload used as a key).
 pub const MAX_KEY_LEN: usize = 1024;
@@ -33,10 +65,10 @@ impl LockKeys {
         validate_name(name)?;
         let lock = format!("{namespace}{{{name}}}");
         Ok(LockKeys {
-            fence: format!("{lock}:fence"),
-            signal: format!("{lock}:signal"),
-            waiters: format!("{lock}:waiters"),
-            queue: format!("{lock}:queue"),
+            fence: format!(concat!("{}", fence_suffix!()), lock),
+            signal: format!(concat!("{}", signal_suffix!()), lock),
+            waiters: format!(concat!("{}", waiters_suffix!()), lock),
+            queue: format!(concat!("{}", queue_suffix!()), lock),
             lock,
         })
     }

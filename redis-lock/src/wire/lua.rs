@@ -67,6 +67,24 @@ macro_rules! not_local {
     };
 }
 
+/// `owner_of(lock)`: the owner token of a mutex lock in either of its forms: the `token` field
+/// of a hash, or the token that starts a string lock (`token \n info`, taken by the native
+/// fast path, see `mutex.rs`). `false` when the key does not exist; `''` when it holds no
+/// owner (a kept or foreign hash, a string not of that form, another type). The string is
+/// read first: it is the form an uncontended lock has.
+macro_rules! owner_of {
+    () => {
+        "local function owner_of(lock)\n\
+           local s = redis.pcall('GET', lock)\n\
+           if type(s) == 'string' then return string.match(s, '^(%x+)\\n') or '' end\n\
+           if s == false then return false end\n\
+           local t = redis.pcall('HGET', lock, 'token')\n\
+           if type(t) == 'string' then return t end\n\
+           return ''\n\
+         end\n"
+    };
+}
+
 /// `prune(waiters, queue)`: forgets waiters whose registration lapsed (at most 100 per call,
 /// so a script stays short; later calls take the rest). Returns how many it forgot.
 macro_rules! prune {

@@ -6,6 +6,7 @@
 //! above see only the types below. This layer imports nothing of the crate but `error`.
 
 pub(crate) mod commands;
+#[macro_use]
 pub(crate) mod keys;
 #[macro_use]
 mod lua;
@@ -60,6 +61,9 @@ pub(crate) struct AttemptArgs<'a> {
     pub(crate) fair: bool,
     /// An earlier attempt of this acquisition registered already.
     pub(crate) registered: bool,
+    /// The primitive may try its native fast path first (one store, where a pipeline of
+    /// native commands is one request, and no recent sign that the lock is busy).
+    pub(crate) native: bool,
 }
 
 /// The answer to one acquisition attempt on one store.
@@ -198,6 +202,9 @@ pub(crate) struct Holder {
     pub(crate) queue_head: Option<String>,
     /// Readers and waiting writers, for a read-write lock (`None`: a mutex).
     pub(crate) rw: Option<rwlock::RwState>,
+    /// The lock was taken by the native fast path, which does not store its fencing token:
+    /// `fence` is the counter's value, at least the holder's and below any later holder's.
+    pub(crate) fence_is_counter: bool,
 }
 
 /// The holder of a lock broken by `force_release`.

@@ -821,6 +821,7 @@ fn decode_inspect(keys: &LockKeys, v: &[Value]) -> Result<Option<Holder>> {
                     readers,
                     writers_waiting: count(writers),
                 }),
+                fence_is_counter: false,
             }))
         }
         _ => Err(unexpected("unexpected read-write lock inspect reply")),

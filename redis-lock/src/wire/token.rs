@@ -3,11 +3,14 @@
 //! Randomness comes from a per-thread ChaCha12 generator (`rand`'s `StdRng`, a CSPRNG) seeded
 //! from the OS random source, rather than from one `getrandom` system call per acquisition:
 //! that call was 1-2.5 us of an uncontended cycle of ~100 us. The generator is reseeded from
-//! the OS after [`RESEED_AFTER`] draws, and whenever the process id changed (a child made by
-//! `fork` inherits the parent's thread state; without the check both would draw the same
-//! tokens).
+//! the OS after [`RESEED_AFTER`] draws, and after a `fork` (a child inherits the parent's
+//! thread state; without the check both would draw the same tokens). A `fork` is noticed by a
+//! `pthread_atfork` handler that counts forks, not by asking the process id on every draw:
+//! `getpid` is a system call (glibc does not cache it), one per acquisition.
 
 use std::cell::RefCell;
+use std::sync::Once;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use rand::rngs::{StdRng, SysRng};
 use rand::{Rng, SeedableRng};
@@ -19,8 +22,31 @@ const RESEED_AFTER: u32 = 1024;
 
 struct Seeded {
     rng: StdRng,
-    pid: u32,
+    /// [`FORKS`] when the generator was seeded.
+    forks: u64,
     draws: u32,
+}
+
+/// Forks this process went through (counted in the child, see [`watch_forks`]).
+static FORKS: AtomicU64 = AtomicU64::new(0);
+
+extern "C" fn forked() {
+    FORKS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Registers [`forked`] to run in the child of every `fork`, once per process (a child
+/// inherits the registration).
+fn watch_forks() {
+    static WATCH: Once = Once::new();
+    WATCH.call_once(|| {
+        // SAFETY: `forked` only touches an atomic, which is async-signal-safe and so allowed
+        // in a child of a multi-threaded process before `exec`.
+        let rc = unsafe { libc::pthread_atfork(None, None, Some(forked)) };
+        // Without the handler a fork would go unnoticed: reseed on every draw instead.
+        if rc != 0 {
+            FORKS.store(u64::MAX, Ordering::Relaxed);
+        }
+    });
 }
 
 thread_local! {
@@ -32,16 +58,22 @@ thread_local! {
 fn fill(bytes: &mut [u8]) -> Result<()> {
     RNG.with(|cell| {
         let mut slot = cell.borrow_mut();
-        let pid = std::process::id();
+        let forks = FORKS.load(Ordering::Relaxed);
         let fresh = match &*slot {
-            Some(s) => s.pid != pid || s.draws >= RESEED_AFTER,
+            Some(s) => s.forks != forks || forks == u64::MAX || s.draws >= RESEED_AFTER,
             None => true,
         };
         if fresh {
+            watch_forks();
             let rng = StdRng::try_from_rng(&mut SysRng).map_err(|e| {
                 Error::System(std::io::Error::other(format!("OS random source: {e}")))
             })?;
-            *slot = Some(Seeded { rng, pid, draws: 0 });
+            let forks = FORKS.load(Ordering::Relaxed);
+            *slot = Some(Seeded {
+                rng,
+                forks,
+                draws: 0,
+            });
         }
         let seeded = slot.as_mut().expect("seeded above");
         seeded.draws += 1;
@@ -133,15 +165,48 @@ mod tests {
         assert_eq!(tokens.len(), n);
         let draws = RNG.with(|c| c.borrow().as_ref().map(|s| s.draws));
         assert!(draws.is_some_and(|d| d <= RESEED_AFTER), "{draws:?}");
-        // A changed process id (as after `fork`) makes the next draw reseed.
-        RNG.with(|c| c.borrow_mut().as_mut().unwrap().pid = 0);
+        // A fork counted since the seed (as the child's handler counts it) makes the next
+        // draw reseed.
+        RNG.with(|c| c.borrow_mut().as_mut().unwrap().forks += 1);
         new_token().unwrap();
-        let (pid, draws) = RNG.with(|c| {
+        let (forks, draws) = RNG.with(|c| {
             let b = c.borrow();
             let s = b.as_ref().unwrap();
-            (s.pid, s.draws)
+            (s.forks, s.draws)
         });
-        assert_eq!((pid, draws), (std::process::id(), 1));
+        assert_eq!((forks, draws), (FORKS.load(Ordering::Relaxed), 1));
+    }
+
+    /// A real `fork`: the child's next token is not the parent's, though both start from the
+    /// same generator state.
+    #[test]
+    fn a_forked_child_draws_other_tokens() {
+        use std::io::Read;
+        use std::os::fd::FromRawFd;
+        new_token().unwrap();
+        let mut fds = [0; 2];
+        // SAFETY: plain POSIX calls; the child only draws a token, writes it and exits.
+        unsafe {
+            assert_eq!(libc::pipe(fds.as_mut_ptr()), 0);
+            match libc::fork() {
+                -1 => panic!("fork failed"),
+                0 => {
+                    let token = new_token().unwrap_or_default();
+                    libc::write(fds[1], token.as_ptr().cast(), token.len());
+                    libc::_exit(0);
+                }
+                child => {
+                    libc::close(fds[1]);
+                    let mut theirs = String::new();
+                    std::fs::File::from_raw_fd(fds[0])
+                        .read_to_string(&mut theirs)
+                        .unwrap();
+                    libc::waitpid(child, std::ptr::null_mut(), 0);
+                    assert_eq!(theirs.len(), 32, "the child drew a token");
+                    assert_ne!(theirs, new_token().unwrap());
+                }
+            }
+        }
     }
 
     #[test]

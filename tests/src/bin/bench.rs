@@ -207,6 +207,12 @@ fn main() {
                 .expect("the bench installs the only recorder");
             uncontended::cycles(&url, &client, true, short)
         };
+        // The headline figure: the default cycle against the raw loop in alternating slices,
+        // so that the machine's drift weighs on both alike (single rows above are one sample
+        // each, taken one after the other).
+        let alternating = uncontended::against_raw(&url, short * 2, |slice| {
+            uncontended::cycles(&url, &client, true, slice)
+        });
         drop(client);
         println!(
             "\nredis-lock's `metrics` feature: {}",
@@ -257,9 +263,15 @@ fn main() {
             ]);
         }
         println!("\n{}", t.render());
+        println!(
+            "{}\n{}",
+            alternating.line("lock + release (watchdog on)"),
+            alternating.cost_line("lock + release (watchdog on)")
+        );
         report = report.with(
             "uncontended",
             Json::obj()
+                .with("alternating", alternating.json())
                 .with("rtt", uncontended::json(&rtt))
                 .with("raw_baseline", uncontended::json(&raw))
                 .with(

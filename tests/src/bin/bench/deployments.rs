@@ -252,8 +252,13 @@ fn interleaved<'a>(entries: &[(&'a str, &LockClient, &[String])], total: Duratio
     for round in 0..rounds {
         for k in 0..n {
             let i = (round + k) % n;
-            let (_, client, probes) = entries[i];
-            samples[i].push(uncontended::cycles_on(client, probes, slice));
+            let (name, client, probes) = entries[i];
+            let sent = if name.starts_with("redlock") {
+                &[][..]
+            } else {
+                uncontended::NATIVE
+            };
+            samples[i].push(uncontended::cycles_on(client, probes, sent, slice));
         }
     }
     let median = |mut v: Vec<f64>| {

@@ -7,6 +7,11 @@ use redis_lock::{LockClient, LockOptions};
 use crate::report::Json;
 use crate::stats::{CpuScope, RedisCounters, Summary, cpu_us, summarize};
 
+/// The plain commands a mutex cycle sends itself besides scripts: the native fast path's
+/// `SET NX PX` and `INCR` (see [`RedisCounters::usec_since`]). An uncontended cycle runs no
+/// script that calls either, so counting them by name counts each once.
+pub(crate) const NATIVE: &[&str] = &["set", "incr"];
+
 /// Compare-and-delete, the second round trip of the raw baseline.
 const CAD: &str =
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
@@ -159,11 +164,18 @@ pub(crate) fn raw_baseline(url: &str, time: Duration) -> Measured {
 /// Uncontended `lock` + release of one key on one thread.
 /// Uncontended cycles on any deployment (`probes`: its servers), with the client's requests
 /// per cycle.
-pub(crate) fn cycles_on(client: &LockClient, probes: &[String], time: Duration) -> (Measured, f64) {
+/// `sent`: as for [`measure_on`] ([`NATIVE`] where the deployment takes the native fast
+/// path, nothing on a Redlock quorum, whose scripts call `INCR` themselves).
+pub(crate) fn cycles_on(
+    client: &LockClient,
+    probes: &[String],
+    sent: &[&str],
+    time: Duration,
+) -> (Measured, f64) {
     let opts = LockOptions::new().ttl(Duration::from_secs(10));
     let mut n = 0u64;
     let mut requests = 0u64;
-    let m = measure_on(probes, time, &[], || {
+    let m = measure_on(probes, time, sent, || {
         let before = client.request_count();
         let guard = client
             .acquire_with("uncontended-deployment", &opts)
@@ -179,7 +191,7 @@ pub(crate) fn cycles(url: &str, client: &LockClient, watchdog: bool, time: Durat
     let opts = LockOptions::new()
         .ttl(Duration::from_secs(10))
         .watchdog(watchdog);
-    measure(url, time, || {
+    measure_on(&[url.to_owned()], time, NATIVE, || {
         let guard = client.acquire_with("uncontended", &opts).unwrap();
         drop(guard);
     })
@@ -237,6 +249,10 @@ pub(crate) struct Alternating {
     pub(crate) by_rate: Vec<f64>,
     /// The raw baseline's p50 over the cycle's, per pair, sorted.
     pub(crate) by_p50: Vec<f64>,
+    /// Redis execution per cycle over the raw baseline's, per pair, sorted.
+    pub(crate) by_exec: Vec<f64>,
+    /// Client CPU per cycle over the raw baseline's, per pair, sorted.
+    pub(crate) by_cpu: Vec<f64>,
     pub(crate) raw: Measured,
     pub(crate) cycle: Measured,
 }
@@ -260,12 +276,24 @@ pub(crate) fn against_raw(
         .iter()
         .map(|(raw, c)| raw.lat.p50 / c.lat.p50)
         .collect();
+    let mut by_exec: Vec<f64> = pairs
+        .iter()
+        .map(|(raw, c)| c.redis_exec_us / raw.redis_exec_us)
+        .collect();
+    let mut by_cpu: Vec<f64> = pairs
+        .iter()
+        .map(|(raw, c)| c.client_cpu_us / raw.client_cpu_us)
+        .collect();
     by_rate.sort_by(f64::total_cmp);
     by_p50.sort_by(f64::total_cmp);
+    by_exec.sort_by(f64::total_cmp);
+    by_cpu.sort_by(f64::total_cmp);
     let (raw, cycle) = pairs.swap_remove(ROUNDS as usize / 2);
     Alternating {
         by_rate,
         by_p50,
+        by_exec,
+        by_cpu,
         raw,
         cycle,
     }
@@ -297,6 +325,26 @@ impl Alternating {
         )
     }
 
+    /// One line: Redis execution and client CPU per cycle against the raw baseline's, the
+    /// medians of the pairs with their ranges, and the middle pair's figures.
+    pub(crate) fn cost_line(&self, what: &str) -> String {
+        use crate::report::f;
+        let last = |v: &[f64]| v[v.len() - 1];
+        format!(
+            "{what} cost against the raw baseline, same slices: redis exec per cycle ratio median {} (min {}, max {}), client cpu per cycle ratio median {} (min {}, max {}); middle slice: redis exec {} us vs {} us, client cpu {} us vs {} us",
+            f(Self::median(&self.by_exec), 2),
+            f(self.by_exec[0], 2),
+            f(last(&self.by_exec), 2),
+            f(Self::median(&self.by_cpu), 2),
+            f(self.by_cpu[0], 2),
+            f(last(&self.by_cpu), 2),
+            f(self.cycle.redis_exec_us, 1),
+            f(self.raw.redis_exec_us, 1),
+            f(self.cycle.client_cpu_us, 1),
+            f(self.raw.client_cpu_us, 1),
+        )
+    }
+
     /// The middle slice's cycle with the ratios, for the JSON report.
     pub(crate) fn json(&self) -> Json {
         json(&self.cycle)
@@ -307,5 +355,7 @@ impl Alternating {
                 self.by_rate[self.by_rate.len() - 1],
             )
             .with("p50_ratio_to_baseline_median", Self::median(&self.by_p50))
+            .with("redis_exec_ratio_median", Self::median(&self.by_exec))
+            .with("client_cpu_ratio_median", Self::median(&self.by_cpu))
     }
 }

@@ -5,9 +5,9 @@
 //! (SIGSTOP/SIGCONT); see signal(7). The `redis` crate's connection turns that into an I/O
 //! error and then skips the reply when it arrives, so the request is lost and the caller
 //! cannot tell whether it ran. Cron jobs and CLIs get signals all the time, so for plain
-//! connections (the common case) we speak RESP ourselves, with the `redis` crate's own parser,
-//! over a reader that resumes an interrupted read within the time that is left. TLS, Sentinel
-//! and Cluster connections still use the `redis` crate's (SAFETY.md says so).
+//! connections (the common case) we speak RESP ourselves (replies parsed by `wire::resp`), over
+//! a reader that resumes an interrupted read within the time that is left. TLS, Sentinel and
+//! Cluster connections still use the `redis` crate's (SAFETY.md says so).
 
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
@@ -96,11 +96,16 @@ impl Read for Resuming<'_> {
     }
 }
 
-/// A connection speaking RESP2 over a plain socket. The parser keeps what it read ahead
-/// between replies, so no other buffering is needed.
+/// How much a connection reads at once at first (its buffer grows for a longer reply).
+const READ_BUFFER: usize = 4096;
+
+/// A connection speaking RESP2 over a plain socket.
 pub(crate) struct Plain {
     socket: Socket,
-    parser: redis::Parser,
+    /// Replies read and not parsed yet: `buf[..filled]`. Zeroed once, when made or grown, and
+    /// reused: a read never clears it again.
+    buf: Vec<u8>,
+    filled: usize,
     io_timeout: Duration,
     db: i64,
     open: bool,
@@ -168,7 +173,8 @@ impl Plain {
         let settings = info.redis_settings();
         let mut con = Plain {
             socket,
-            parser: redis::Parser::new(),
+            buf: vec![0; READ_BUFFER],
+            filled: 0,
             io_timeout,
             db: settings.db(),
             open: true,
@@ -234,8 +240,41 @@ impl Plain {
             reader.cut = true;
         }
         let mut replies = Vec::with_capacity(count);
-        for _ in 0..count {
-            replies.push(self.parser.parse_value(&mut reader)?);
+        let mut start = 0;
+        while replies.len() < count {
+            match crate::wire::resp::parse(&self.buf[start..self.filled]) {
+                Ok(Some((value, len))) => {
+                    replies.push(value);
+                    start += len;
+                }
+                Ok(None) => {
+                    // More to read: keep the unparsed tail at the front, grow when full.
+                    self.buf.copy_within(start..self.filled, 0);
+                    self.filled -= start;
+                    start = 0;
+                    if self.filled == self.buf.len() {
+                        self.buf.resize(self.buf.len() * 2, 0);
+                    }
+                    let n = reader.read(&mut self.buf[self.filled..])?;
+                    if n == 0 {
+                        return Err(io::Error::new(
+                            io::ErrorKind::UnexpectedEof,
+                            "the server closed the connection",
+                        )
+                        .into());
+                    }
+                    self.filled += n;
+                }
+                Err(()) => return Err(unexpected_bytes()),
+            }
+        }
+        // Nothing follows a reply in RESP2 without pushes; anything that did stays for the
+        // next read.
+        self.buf.copy_within(start..self.filled, 0);
+        self.filled -= start;
+        if self.buf.len() > 16 * READ_BUFFER && self.filled == 0 {
+            // A long reply (a `SCAN` page, say) does not keep its buffer.
+            self.buf = vec![0; READ_BUFFER];
         }
         if reader.cut {
             self.socket.set_read_timeout(Some(self.io_timeout))?;
@@ -281,7 +320,7 @@ impl Plain {
 
     /// Reads what the socket has (call it when `poll` says it is readable: the read does not
     /// block then) into `buf`, and returns the reply once `buf` holds all of it. The
-    /// connection's own parser is bypassed: it holds nothing between replies, since a reply
+    /// connection's own buffer is bypassed: it holds nothing between replies, since a reply
     /// is read only after its request and nothing else comes (RESP2, no pushes).
     pub(crate) fn read_ready(&mut self, buf: &mut Vec<u8>) -> RedisResult<Option<Value>> {
         let r = self.read_ready_inner(buf);
@@ -307,15 +346,19 @@ impl Plain {
             .into());
         }
         buf.extend_from_slice(&chunk[..n]);
-        match crate::wire::resp::complete(buf) {
+        match crate::wire::resp::parse(buf) {
             Ok(None) => Ok(None),
-            Ok(Some(len)) if len == buf.len() => redis::parse_redis_value(buf).map(Some),
-            Ok(Some(_)) | Err(()) => Err(RedisError::from((
-                redis::ErrorKind::Parse,
-                "unexpected bytes from the server",
-            ))),
+            Ok(Some((value, len))) if len == buf.len() => Ok(Some(value)),
+            Ok(Some(_)) | Err(()) => Err(unexpected_bytes()),
         }
     }
+}
+
+fn unexpected_bytes() -> RedisError {
+    RedisError::from((
+        redis::ErrorKind::Parse,
+        "unexpected bytes from the server",
+    ))
 }
 
 impl ConnectionLike for Plain {

@@ -1,0 +1,151 @@
+//! The mutex's two forms in Redis (ARCHITECTURE.md, "The native fast path"): an uncontended
+//! lock is a string taken with `SET NX PX` + `INCR` and released by a script that reads the
+//! lock key alone; a waiter's registration turns it into a hash, so the release hands it over.
+//! Against real redis-server processes.
+
+use std::time::Duration;
+
+use redis_lock::{LockOptions, ReleaseOutcome};
+use redis_lock_tests::{
+    RedisServer, client, command_counts, reset_stats, stored_fence, stored_token, wait_until,
+};
+
+fn key_type(redis: &mut redis::Connection, key: &str) -> String {
+    redis::cmd("TYPE").arg(key).query(redis).unwrap()
+}
+
+fn pttl(redis: &mut redis::Connection, key: &str) -> i64 {
+    redis::cmd("PTTL").arg(key).query(redis).unwrap()
+}
+
+#[test]
+fn an_uncontended_cycle_is_two_requests_of_native_commands_and_one_script() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let opts = LockOptions::new()
+        .ttl(Duration::from_secs(10))
+        .metadata("nightly");
+    // Scripts loaded (the first release answers NOSCRIPT once).
+    drop(locks.acquire_with("native", &opts).unwrap());
+    let mut redis = server.connection();
+    reset_stats(&mut redis);
+    let before = locks.request_count();
+    let guard = locks.acquire_with("native", &opts).unwrap();
+    assert_eq!(guard.release().unwrap(), ReleaseOutcome::Released);
+    assert_eq!(locks.request_count() - before, 2);
+    // Native `SET` and `INCR`; the release script reads the lock alone: no `EXISTS` of the
+    // registry, no `TIME`.
+    let counts = command_counts(&mut redis);
+    let expected: std::collections::BTreeMap<String, u64> =
+        [("set", 1), ("incr", 1), ("evalsha", 1), ("get", 1), ("del", 1)]
+            .into_iter()
+            .map(|(c, n)| (c.to_owned(), n))
+            .collect();
+    assert_eq!(counts, expected);
+
+    // A string `token \n host \n pid \n since \n meta`, with the TTL asked for.
+    let guard = locks.acquire_with("native", &opts).unwrap();
+    assert_eq!(key_type(&mut redis, "lock:{native}"), "string");
+    let value: String = redis::cmd("GET")
+        .arg("lock:{native}")
+        .query(&mut redis)
+        .unwrap();
+    let fields: Vec<&str> = value.split('\n').collect();
+    assert_eq!(fields.len(), 5, "{value:?}");
+    assert_eq!(fields[0], guard.token());
+    assert_eq!(fields[2], std::process::id().to_string());
+    assert_eq!(fields[4], "nightly");
+    let left = pttl(&mut redis, "lock:{native}");
+    assert!(left > 9_000 && left <= 10_000, "{left}");
+    assert_eq!(
+        stored_fence(&mut redis, "lock:{native}"),
+        Some(guard.fencing_token())
+    );
+    let info = locks.inspect("native").unwrap().unwrap();
+    assert_eq!(
+        (info.pid, info.metadata.as_deref(), info.fencing_token),
+        (std::process::id(), Some("nightly"), guard.fencing_token())
+    );
+}
+
+#[test]
+fn a_waiter_turns_the_string_into_a_hash_and_is_handed_the_lock() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let guard = locks
+        .options("handed")
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .unwrap();
+    let mut redis = server.connection();
+    assert_eq!(key_type(&mut redis, "lock:{handed}"), "string");
+    let waiter = std::thread::spawn({
+        let other = client(&server);
+        move || {
+            let g = other
+                .try_lock_for("handed", Duration::from_secs(20))
+                .unwrap()
+                .unwrap();
+            g.fencing_token()
+        }
+    });
+    assert!(wait_until(Duration::from_secs(10), || {
+        server.info_field("clients", "blocked_clients").unwrap() == "1"
+    }));
+    // Same owner, same holder information, the TTL kept; the counter stands for the fence.
+    assert_eq!(key_type(&mut redis, "lock:{handed}"), "hash");
+    assert_eq!(
+        stored_token(&mut redis, "lock:{handed}").as_deref(),
+        Some(guard.token())
+    );
+    let left = pttl(&mut redis, "lock:{handed}");
+    assert!(left > 25_000 && left <= 30_000, "{left}");
+    let info = locks.inspect("handed").unwrap().unwrap();
+    assert_eq!(info.pid, std::process::id());
+    assert_eq!(info.fencing_token, guard.fencing_token());
+    assert_eq!(info.waiters, 1);
+    // The holder's renewal and remaining TTL work on the hash too.
+    guard.extend(Duration::from_secs(40)).unwrap();
+    assert!(guard.remaining_ttl().unwrap().unwrap() > Duration::from_secs(35));
+    // The release sees the registration and hands the lock over: the waiter has it long
+    // before the 40 s TTL would have run out.
+    let first = guard.fencing_token();
+    let released = std::time::Instant::now();
+    assert_eq!(guard.release().unwrap(), ReleaseOutcome::Released);
+    let theirs = waiter.join().unwrap();
+    assert!(released.elapsed() < Duration::from_secs(5));
+    assert!(theirs > first, "{theirs} after {first}");
+}
+
+#[test]
+fn a_busy_native_attempt_gives_its_fencing_number_back() {
+    let server = RedisServer::start();
+    let (a, b) = (client(&server), client(&server));
+    let held = a.lock("counted").unwrap();
+    let mut redis = server.connection();
+    let counter = |redis: &mut redis::Connection| -> u64 {
+        redis::cmd("GET")
+            .arg("lock:{counted}:fence")
+            .query(redis)
+            .unwrap()
+    };
+    assert_eq!(counter(&mut redis), held.fencing_token());
+    reset_stats(&mut redis);
+    assert!(b.try_lock("counted").unwrap().is_none());
+    let counts = command_counts(&mut redis);
+    // The native attempt's `INCR` ran, and the script that found the lock busy took it back.
+    assert_eq!(counts.get("incr"), Some(&1), "{counts:?}");
+    assert_eq!(counts.get("decr"), Some(&1), "{counts:?}");
+    assert_eq!(counter(&mut redis), held.fencing_token());
+    // The client now knows the lock is busy: its next attempt is the script alone.
+    reset_stats(&mut redis);
+    assert!(b.try_lock("counted").unwrap().is_none());
+    let counts = command_counts(&mut redis);
+    assert_eq!(counts.get("set"), None, "{counts:?}");
+    assert_eq!(counts.get("evalsha"), Some(&1), "{counts:?}");
+    drop(held);
+    assert_eq!(
+        b.try_lock("counted").unwrap().unwrap().fencing_token(),
+        counter(&mut redis)
+    );
+}

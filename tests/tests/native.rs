@@ -36,11 +36,16 @@ fn an_uncontended_cycle_is_two_requests_of_native_commands_and_one_script() {
     // Native `SET` and `INCR`; the release script reads the lock alone: no `EXISTS` of the
     // registry, no `TIME`.
     let counts = command_counts(&mut redis);
-    let expected: std::collections::BTreeMap<String, u64> =
-        [("set", 1), ("incr", 1), ("evalsha", 1), ("get", 1), ("del", 1)]
-            .into_iter()
-            .map(|(c, n)| (c.to_owned(), n))
-            .collect();
+    let expected: std::collections::BTreeMap<String, u64> = [
+        ("set", 1),
+        ("incr", 1),
+        ("evalsha", 1),
+        ("get", 1),
+        ("del", 1),
+    ]
+    .into_iter()
+    .map(|(c, n)| (c.to_owned(), n))
+    .collect();
     assert_eq!(counts, expected);
 
     // A string `token \n host \n pid \n since \n meta`, with the TTL asked for.

@@ -307,7 +307,8 @@ impl Acquisition<'_> {
         // Registered before the flag is looked at (see `cancel`): a cancel from now on either
         // is seen below or ends the wait it lands in.
         let cancel = self.opts.cancel.as_ref();
-        let cancel_list = self.keys.cancel(&self.ids.waiter);
+        // Named only when there is a cancel token to wake through it.
+        let cancel_list = cancel.map(|_| self.keys.cancel(&self.ids.waiter));
         let _waker = cancel.map(|token| {
             let (inner, keys, id) = (
                 Arc::clone(self.inner),
@@ -418,7 +419,9 @@ impl Acquisition<'_> {
                     None
                 }
                 Step::WaitSignal(d) => {
-                    let cancel = cancel.map(|_| (cancel_list.as_str(), &is_cancelled as _));
+                    let cancel = cancel_list
+                        .as_deref()
+                        .map(|list| (list, &is_cancelled as _));
                     self.wait(&wake, d, attempted.wait_on, cancel)
                 }
             };

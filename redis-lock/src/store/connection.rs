@@ -490,7 +490,13 @@ impl ConnectionLike for Node<'_> {
 impl ConnectionLike for PooledConn {
     fn req_packed_command(&mut self, cmd: &[u8]) -> RedisResult<Value> {
         self.count(1);
-        self.raw().req_packed_command(cmd)
+        let r = self.raw().req_packed_command(cmd);
+        // A packed `EVALSHA` the server's script cache lacked is sent again after loading
+        // (`wire::evalsha`): counted once, as `req_command` counts it.
+        if is_no_script(&r) {
+            self.requests.fetch_sub(1, Ordering::Relaxed);
+        }
+        r
     }
 
     /// A pipeline is one request (one round trip: the native fast path's `SET NX` + `INCR`).

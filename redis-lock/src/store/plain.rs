@@ -355,10 +355,7 @@ impl Plain {
 }
 
 fn unexpected_bytes() -> RedisError {
-    RedisError::from((
-        redis::ErrorKind::Parse,
-        "unexpected bytes from the server",
-    ))
+    RedisError::from((redis::ErrorKind::Parse, "unexpected bytes from the server"))
 }
 
 impl ConnectionLike for Plain {

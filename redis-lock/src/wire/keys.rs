@@ -63,12 +63,24 @@ pub(crate) struct LockKeys {
 impl LockKeys {
     pub(crate) fn new(namespace: &str, name: &str) -> Result<LockKeys> {
         validate_name(name)?;
-        let lock = format!("{namespace}{{{name}}}");
+        // Built by hand rather than with `format!`: five keys per acquisition, and the
+        // formatting machinery was a tenth of a lock cycle's client instructions (callgrind).
+        let mut lock = String::with_capacity(namespace.len() + name.len() + 2);
+        lock.push_str(namespace);
+        lock.push('{');
+        lock.push_str(name);
+        lock.push('}');
+        let with = |suffix: &str| {
+            let mut key = String::with_capacity(lock.len() + suffix.len());
+            key.push_str(&lock);
+            key.push_str(suffix);
+            key
+        };
         Ok(LockKeys {
-            fence: format!(concat!("{}", fence_suffix!()), lock),
-            signal: format!(concat!("{}", signal_suffix!()), lock),
-            waiters: format!(concat!("{}", waiters_suffix!()), lock),
-            queue: format!(concat!("{}", queue_suffix!()), lock),
+            fence: with(fence_suffix!()),
+            signal: with(signal_suffix!()),
+            waiters: with(waiters_suffix!()),
+            queue: with(queue_suffix!()),
             lock,
         })
     }

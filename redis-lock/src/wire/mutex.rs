@@ -690,17 +690,22 @@ fn acquire_script(
 fn acquire_native(con: &mut dyn ConnectionLike, a: &AttemptArgs<'_>) -> Result<Result<u64, u64>> {
     let keys = a.keys;
     let value = string_value(a);
-    let reply: Vec<Value> = redis::pipe()
-        .ignore_errors()
-        .cmd("SET")
-        .arg(&keys.lock)
-        .arg(value)
-        .arg("NX")
-        .arg("PX")
-        .arg(ms(a.ttl))
-        .cmd("INCR")
-        .arg(&keys.fence)
-        .query(con)?;
+    let mut ttl = Vec::with_capacity(20);
+    super::resp::push_decimal(&mut ttl, ms(a.ttl));
+    let mut packed = Vec::with_capacity(64 + keys.lock.len() * 2 + value.len());
+    super::resp::pack_command(
+        &mut packed,
+        &[
+            b"SET",
+            keys.lock.as_bytes(),
+            value.as_bytes(),
+            b"NX",
+            b"PX",
+            &ttl,
+        ],
+    );
+    super::resp::pack_command(&mut packed, &[b"INCR", keys.fence.as_bytes()]);
+    let reply = con.req_packed_commands(&packed, 0, 2)?;
     // A refused `SET` (no permission for the key, say) is the server's error, as a script's
     // would be.
     if let Some(Value::ServerError(e)) = reply.first() {
@@ -765,7 +770,7 @@ fn string_value(a: &AttemptArgs<'_>) -> String {
     value.push_str(a.token);
     value.push('\n');
     value.push_str(a.holder);
-    value.push_str(&since_and_meta(a.meta));
+    push_since_and_meta(&mut value, a.meta);
     value
 }
 
@@ -807,10 +812,22 @@ fn decode_native(reply: &[Value]) -> Native {
 /// client's clock (Unix ms) as the attempt is sent. Read from the client rather than with
 /// `TIME` in the script: the clock read was a good part of the script's cost on the fast path.
 fn since_and_meta(meta: &str) -> String {
+    let mut s = String::with_capacity(meta.len() + 16);
+    push_since_and_meta(&mut s, meta);
+    s
+}
+
+/// Appends `since \n meta` to `s` (see [`since_and_meta`]), without `format!`: the string lock's
+/// value is built on every acquisition.
+fn push_since_and_meta(s: &mut String, meta: &str) {
     let since = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis());
-    format!("{since}\n{meta}")
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let mut digits = Vec::with_capacity(20);
+    super::resp::push_decimal(&mut digits, since);
+    s.extend(digits.iter().map(|&d| char::from(d)));
+    s.push('\n');
+    s.push_str(meta);
 }
 
 /// The fast path answers with the fencing token alone; the full path with five integers.
@@ -941,25 +958,29 @@ pub(crate) fn release(
     grant: &str,
     registration: &str,
 ) -> Result<Release> {
-    let mut call = RELEASE.key(&keys.lock);
+    let mut names: Vec<&[u8]> = vec![keys.lock.as_bytes()];
     // A connection that routes by key (a cluster's) takes no pipeline. There the other keys
     // are declared too (the script does not read them from `KEYS`): while the lock's slot
     // migrates with some of them moved, Redis then answers `TRYAGAIN` before the script
     // runs, instead of the script failing on a key that is not on the node.
     if !con.supports_pipelining() {
-        call.key(&keys.fence)
-            .key(&keys.signal)
-            .key(&keys.waiters)
-            .key(&keys.queue);
+        names.extend([&keys.fence, &keys.signal, &keys.waiters, &keys.queue].map(|k| k.as_bytes()));
     }
-    call.arg(token).arg(grant);
+    let mut args: Vec<&[u8]> = vec![token.as_bytes(), grant.as_bytes()];
     // The usual release sends neither of the last three: fewer arguments cost Redis less.
+    let mut cool = Vec::new();
     if min_hold == MinHold::Ignore || !registration.is_empty() || !cooldown.is_zero() {
-        call.arg(i32::from(min_hold == MinHold::Ignore))
-            .arg(registration)
-            .arg(ms(cooldown));
+        super::resp::push_decimal(&mut cool, ms(cooldown));
+        args.push(if min_hold == MinHold::Ignore {
+            b"1"
+        } else {
+            b"0"
+        });
+        args.push(registration.as_bytes());
+        args.push(&cool);
     }
-    let r: i64 = call.invoke(con)?;
+    let reply = super::evalsha(con, &RELEASE, &names, &args)?;
+    let r: i64 = redis::from_redis_value(reply).map_err(redis::RedisError::from)?;
     decode_release(keys, r)
 }
 
@@ -1182,6 +1203,17 @@ mod tests {
             assert!(decode_acquire_reply(&k, bad).is_err());
         }
         assert!(since_and_meta("job 7").ends_with("\njob 7"));
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis();
+        let (since, meta) = since_and_meta("")
+            .split_once('\n')
+            .map(|(a, b)| (a.to_owned(), b.to_owned()))
+            .unwrap();
+        let since: u128 = since.parse().unwrap();
+        assert!(since >= now && since < now + 60_000, "{since} vs {now}");
+        assert_eq!(meta, "");
     }
 
     #[test]

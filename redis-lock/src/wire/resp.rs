@@ -16,6 +16,37 @@ pub(crate) fn complete(buf: &[u8]) -> Result<Option<usize>, ()> {
     value(buf, 0, 0)
 }
 
+/// Appends one command to `out` as RESP sends it: an array of bulk strings. The native fast
+/// path packs its two commands this way, with no `Cmd` or `Pipeline` allocated per call.
+pub(crate) fn pack_command(out: &mut Vec<u8>, args: &[&[u8]]) {
+    out.push(b'*');
+    push_decimal(out, args.len() as u64);
+    out.extend_from_slice(b"\r\n");
+    for arg in args {
+        out.push(b'$');
+        push_decimal(out, arg.len() as u64);
+        out.extend_from_slice(b"\r\n");
+        out.extend_from_slice(arg);
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// Appends `n` in decimal digits (no `format!`: this runs on every acquisition).
+pub(crate) fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        // `n % 10` is below 10.
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
+}
+
 /// The first RESP2 value in `buf` and its length, once it is complete: `Ok(None)` while more
 /// bytes are needed, `Err(())` when `buf` is not RESP2.
 pub(crate) fn parse(buf: &[u8]) -> Result<Option<(Value, usize)>, ()> {
@@ -63,7 +94,8 @@ fn build(buf: &[u8], at: usize, depth: usize) -> Result<(Value, usize), ()> {
                 return Err(());
             }
             // Bounded by the bytes: every element takes at least three.
-            let mut items = Vec::with_capacity(usize::try_from(count).unwrap_or(0).min(buf.len() / 3));
+            let mut items =
+                Vec::with_capacity(usize::try_from(count).unwrap_or(0).min(buf.len() / 3));
             let mut pos = after;
             for _ in 0..count {
                 let (v, next) = build(buf, pos, depth + 1)?;
@@ -191,6 +223,32 @@ mod tests {
             assert_eq!(parse(&more).unwrap().unwrap().1, reply.len());
         }
         assert_eq!(parse(b":x\r\n"), Err(()));
+    }
+
+    #[test]
+    fn commands_pack_as_the_redis_crate_packs_them() {
+        let mut ours = Vec::new();
+        super::pack_command(
+            &mut ours,
+            &[b"SET", b"k{x}", b"a\nb", b"NX", b"PX", b"10000"],
+        );
+        super::pack_command(&mut ours, &[b"INCR", b""]);
+        let theirs = redis::pipe()
+            .cmd("SET")
+            .arg("k{x}")
+            .arg("a\nb")
+            .arg("NX")
+            .arg("PX")
+            .arg(10_000)
+            .cmd("INCR")
+            .arg("")
+            .get_packed_pipeline();
+        assert_eq!(ours, theirs);
+        for n in [0, 7, 10, 1_234_567_890, u64::MAX] {
+            let mut out = Vec::new();
+            super::push_decimal(&mut out, n);
+            assert_eq!(out, n.to_string().into_bytes());
+        }
     }
 
     #[test]

@@ -210,7 +210,7 @@ fn main() {
         // The headline figure: the default cycle against the raw loop in alternating slices,
         // so that the machine's drift weighs on both alike (single rows above are one sample
         // each, taken one after the other).
-        let alternating = uncontended::against_raw(&url, short * 2, |slice| {
+        let alternating = uncontended::against_raw_in(&url, short * 5, 9, |slice| {
             uncontended::cycles(&url, &client, true, slice)
         });
         drop(client);

@@ -262,10 +262,20 @@ pub(crate) struct Alternating {
 pub(crate) fn against_raw(
     url: &str,
     total: Duration,
+    cycle: impl FnMut(Duration) -> Measured,
+) -> Alternating {
+    against_raw_in(url, total, ROUNDS, cycle)
+}
+
+/// [`against_raw`] in `rounds` slices (odd, so that one pair is the middle one).
+pub(crate) fn against_raw_in(
+    url: &str,
+    total: Duration,
+    rounds: u32,
     mut cycle: impl FnMut(Duration) -> Measured,
 ) -> Alternating {
-    let slice = total / ROUNDS;
-    let mut pairs: Vec<(Measured, Measured)> = (0..ROUNDS)
+    let slice = total / rounds;
+    let mut pairs: Vec<(Measured, Measured)> = (0..rounds)
         .map(|_| (raw_baseline(url, slice), cycle(slice)))
         .collect();
     let mut by_rate: Vec<f64> = pairs
@@ -288,7 +298,7 @@ pub(crate) fn against_raw(
     by_p50.sort_by(f64::total_cmp);
     by_exec.sort_by(f64::total_cmp);
     by_cpu.sort_by(f64::total_cmp);
-    let (raw, cycle) = pairs.swap_remove(ROUNDS as usize / 2);
+    let (raw, cycle) = pairs.swap_remove(rounds as usize / 2);
     Alternating {
         by_rate,
         by_p50,
@@ -309,8 +319,9 @@ impl Alternating {
     pub(crate) fn line(&self, what: &str) -> String {
         use crate::report::f;
         format!(
-            "uncontended {what} against the raw SET NX PX + EVALSHA del baseline, {ROUNDS} alternating slices: \
+            "uncontended {what} against the raw SET NX PX + EVALSHA del baseline, {} alternating slices: \
              cycles/s ratio median {} (min {}, max {}), p50 ratio median {} (min {}, max {}); middle slice: {} cycles/s, p50 {} us, p99 {} us; raw {} cycles/s, p50 {} us",
+            self.by_rate.len(),
             f(Self::median(&self.by_rate), 3),
             f(self.by_rate[0], 3),
             f(self.by_rate[self.by_rate.len() - 1], 3),

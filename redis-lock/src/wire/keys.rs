@@ -70,12 +70,7 @@ impl LockKeys {
         lock.push('{');
         lock.push_str(name);
         lock.push('}');
-        let with = |suffix: &str| {
-            let mut key = String::with_capacity(lock.len() + suffix.len());
-            key.push_str(&lock);
-            key.push_str(suffix);
-            key
-        };
+        let with = |suffix: &str| join(&lock, &[suffix]);
         Ok(LockKeys {
             fence: with(fence_suffix!()),
             signal: with(signal_suffix!()),
@@ -88,7 +83,7 @@ impl LockKeys {
     /// The wake-up list of fair waiter `id`. The release script builds the same name itself
     /// (`signal .. ':' .. id`), so the two must stay in step.
     pub(crate) fn wake(&self, id: &str) -> String {
-        format!("{}:{id}", self.signal)
+        join(&self.signal, &[":", id])
     }
 
     /// The Redis Cluster hash tag of every key of this lock: the name up to its first `}`.
@@ -101,7 +96,7 @@ impl LockKeys {
     /// The cancel list of waiter `id`: a cancelled waiter blocks on it beside its wake-up
     /// list, and the cancel pushes onto it (`wire::cancel`).
     pub(crate) fn cancel(&self, id: &str) -> String {
-        format!("{}:cancel:{id}", self.lock)
+        join(&self.lock, &[":cancel:", id])
     }
 }
 
@@ -118,18 +113,18 @@ impl LockKeys {
 impl LockKeys {
     /// A read-write lock's read shares: a sorted set, owner token → when the share expires.
     pub(crate) fn readers(&self) -> String {
-        format!("{}:readers", self.lock)
+        join(&self.lock, &[":readers"])
     }
 
     /// A read-write lock's waiting writers: a sorted set, waiter id → when the registration
     /// lapses.
     pub(crate) fn writers(&self) -> String {
-        format!("{}:writers", self.lock)
+        join(&self.lock, &[":writers"])
     }
 
     /// A read-write lock's wake-up list for waiting writers (readers use `signal`).
     pub(crate) fn writer_signal(&self) -> String {
-        format!("{}:wsignal", self.lock)
+        join(&self.lock, &[":wsignal"])
     }
 }
 
@@ -138,18 +133,28 @@ impl LockKeys {
 impl LockKeys {
     /// Semaphore: owner token → holder information of each permit.
     pub(crate) fn holders(&self) -> String {
-        format!("{}:holders", self.lock)
+        join(&self.lock, &[":holders"])
     }
 
     /// Semaphore: the number of permits, stored once and kept (no TTL).
     pub(crate) fn limit(&self) -> String {
-        format!("{}:limit", self.lock)
+        join(&self.lock, &[":limit"])
     }
 
     /// Semaphore: grants on the shared wake-up list not yet claimed (grant token → expiry).
     pub(crate) fn grants(&self) -> String {
-        format!("{}:grants", self.lock)
+        join(&self.lock, &[":grants"])
     }
+}
+
+/// `base` followed by `parts`, without `format!` (keys are built on every acquisition).
+fn join(base: &str, parts: &[&str]) -> String {
+    let mut key = String::with_capacity(base.len() + parts.iter().map(|p| p.len()).sum::<usize>());
+    key.push_str(base);
+    for part in parts {
+        key.push_str(part);
+    }
+    key
 }
 
 pub(crate) fn validate_name(name: &str) -> Result<()> {

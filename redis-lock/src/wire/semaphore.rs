@@ -584,24 +584,40 @@ pub(crate) fn acquire(
     limit: u32,
 ) -> Result<Attempt> {
     let keys = a.keys;
-    let reply: Value = ACQUIRE
-        .key(&keys.lock)
-        .key(&keys.fence)
-        .key(&keys.waiters)
-        .key(&keys.queue)
-        .key(&keys.signal)
-        .key(super::mutex::wake_list(keys, a.waiter, a.fair))
-        .key(keys.holders())
-        .key(keys.limit())
-        .arg(a.token)
-        .arg(ms(a.ttl))
-        .arg(a.holder)
-        .arg(a.meta)
-        .arg(a.waiter)
-        .arg(ms(a.register))
-        .arg(flags(a.fair, a.registered))
-        .arg(limit)
-        .invoke(con)?;
+    let (wake, holders, limit_key) = (
+        super::mutex::wake_list(keys, a.waiter, a.fair),
+        keys.holders(),
+        keys.limit(),
+    );
+    let [ttl, register, limit] = [ms(a.ttl), ms(a.register), u64::from(limit)].map(|n| {
+        let mut digits = Vec::with_capacity(20);
+        super::resp::push_decimal(&mut digits, n);
+        digits
+    });
+    let reply = super::evalsha(
+        con,
+        &ACQUIRE,
+        &[
+            keys.lock.as_bytes(),
+            keys.fence.as_bytes(),
+            keys.waiters.as_bytes(),
+            keys.queue.as_bytes(),
+            keys.signal.as_bytes(),
+            wake.as_bytes(),
+            holders.as_bytes(),
+            limit_key.as_bytes(),
+        ],
+        &[
+            a.token.as_bytes(),
+            &ttl,
+            a.holder.as_bytes(),
+            a.meta.as_bytes(),
+            a.waiter.as_bytes(),
+            &register,
+            flags(a.fair, a.registered).as_bytes(),
+            &limit,
+        ],
+    )?;
     decode_acquire(keys, reply)
 }
 
@@ -707,19 +723,23 @@ pub(crate) fn release(
     grant: &str,
     registration: &str,
 ) -> Result<Release> {
-    let r: i64 = RELEASE
-        .key(&keys.lock)
-        .key(&keys.fence)
-        .key(&keys.signal)
-        .key(&keys.waiters)
-        .key(&keys.queue)
-        .key(keys.holders())
-        .key(keys.limit())
-        .key(keys.grants())
-        .arg(token)
-        .arg(grant)
-        .arg(registration)
-        .invoke(con)?;
+    let (holders, limit, grants) = (keys.holders(), keys.limit(), keys.grants());
+    let reply = super::evalsha(
+        con,
+        &RELEASE,
+        &[
+            keys.lock.as_bytes(),
+            keys.fence.as_bytes(),
+            keys.signal.as_bytes(),
+            keys.waiters.as_bytes(),
+            keys.queue.as_bytes(),
+            holders.as_bytes(),
+            limit.as_bytes(),
+            grants.as_bytes(),
+        ],
+        &[token.as_bytes(), grant.as_bytes(), registration.as_bytes()],
+    )?;
+    let r: i64 = redis::from_redis_value(reply).map_err(redis::RedisError::from)?;
     decode_release(keys, r)
 }
 

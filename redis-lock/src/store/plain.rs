@@ -99,7 +99,8 @@ impl Read for Resuming<'_> {
 /// How much a connection reads at once at first (its buffer grows for a longer reply).
 const READ_BUFFER: usize = 4096;
 
-/// A connection speaking RESP2 over a plain socket.
+/// A connection speaking RESP2 over a plain socket; replies are parsed by `wire::resp` from a
+/// buffer the connection keeps.
 pub(crate) struct Plain {
     socket: Socket,
     /// Replies read and not parsed yet: `buf[..filled]`. Zeroed once, when made or grown, and

@@ -173,53 +173,38 @@ fn number(digits: &[u8]) -> Result<i64, ()> {
 mod tests {
     use super::{complete, parse};
 
-    #[test]
-    fn whole_replies_are_measured() {
-        for reply in [
-            &b"+OK\r\n"[..],
-            b"-NOSCRIPT No matching script\r\n",
-            b":42\r\n",
-            b"$-1\r\n",
-            b"$0\r\n\r\n",
-            b"$5\r\nab\r\nc\r\n",
-            b"*-1\r\n",
-            b"*0\r\n",
-            b"*3\r\n:1\r\n$2\r\nhi\r\n*2\r\n:7\r\n$-1\r\n",
-        ] {
-            assert_eq!(complete(reply), Ok(Some(reply.len())), "{reply:?}");
-            for cut in 0..reply.len() {
-                assert_eq!(complete(&reply[..cut]), Ok(None), "{reply:?} cut at {cut}");
-            }
-            let mut more = reply.to_vec();
-            more.extend_from_slice(b":1\r\n");
-            assert_eq!(complete(&more), Ok(Some(reply.len())));
-        }
-    }
+    /// Replies of every RESP2 kind, nested arrays and errors among them.
+    const REPLIES: &[&[u8]] = &[
+        b"+OK\r\n",
+        b"+QUEUED\r\n",
+        b"-NOSCRIPT No matching script\r\n",
+        b"-WRONGTYPE Operation against a key holding the wrong kind of value\r\n",
+        b":42\r\n",
+        b":-2\r\n",
+        b"$-1\r\n",
+        b"$0\r\n\r\n",
+        b"$5\r\nab\r\nc\r\n",
+        b"*-1\r\n",
+        b"*0\r\n",
+        b"*3\r\n:1\r\n$2\r\nhi\r\n*2\r\n:7\r\n$-1\r\n",
+        b"*2\r\n+OK\r\n-ERR inside\r\n",
+    ];
 
+    /// Each reply is measured and parsed whole (as the `redis` crate parses it), not before
+    /// its last byte, and not past its end.
     #[test]
-    fn replies_parse_as_the_redis_crate_parses_them() {
-        for reply in [
-            &b"+OK\r\n"[..],
-            b"+QUEUED\r\n",
-            b"-NOSCRIPT No matching script\r\n",
-            b"-WRONGTYPE Operation against a key holding the wrong kind of value\r\n",
-            b":42\r\n",
-            b":-2\r\n",
-            b"$-1\r\n",
-            b"$0\r\n\r\n",
-            b"$5\r\nab\r\nc\r\n",
-            b"*-1\r\n",
-            b"*0\r\n",
-            b"*3\r\n:1\r\n$2\r\nhi\r\n*2\r\n:7\r\n$-1\r\n",
-            b"*2\r\n+OK\r\n-ERR inside\r\n",
-        ] {
+    fn whole_replies_are_measured_and_parse_as_the_redis_crate_parses_them() {
+        for &reply in REPLIES {
+            assert_eq!(complete(reply), Ok(Some(reply.len())), "{reply:?}");
             let theirs = redis::parse_redis_value(reply).unwrap();
             assert_eq!(parse(reply), Ok(Some((theirs, reply.len()))), "{reply:?}");
             for cut in 0..reply.len() {
+                assert_eq!(complete(&reply[..cut]), Ok(None), "{reply:?} cut at {cut}");
                 assert_eq!(parse(&reply[..cut]), Ok(None), "{reply:?} cut at {cut}");
             }
             let mut more = reply.to_vec();
             more.extend_from_slice(b":1\r\n");
+            assert_eq!(complete(&more), Ok(Some(reply.len())));
             assert_eq!(parse(&more).unwrap().unwrap().1, reply.len());
         }
         assert_eq!(parse(b":x\r\n"), Err(()));

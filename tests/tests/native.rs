@@ -154,3 +154,34 @@ fn a_busy_native_attempt_gives_its_fencing_number_back() {
         counter(&mut redis)
     );
 }
+
+/// Each holder reads first the form its lock most likely has: a lock taken through the
+/// script (here in fair mode, a hash) is released without a `GET` that would fail on it, a
+/// lock taken natively without an `HMGET`.
+#[test]
+fn a_release_reads_the_form_its_holder_expects_first() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let mut redis = server.connection();
+    for _ in 0..2 {
+        // The second round counts: scripts loaded.
+        let fair = locks
+            .options("forms")
+            .retry(redis_lock::RetryStrategy::fair())
+            .acquire()
+            .unwrap();
+        assert_eq!(key_type(&mut redis, "lock:{forms}"), "hash");
+        reset_stats(&mut redis);
+        assert_eq!(fair.release().unwrap(), ReleaseOutcome::Released);
+    }
+    let counts = command_counts(&mut redis);
+    assert_eq!(counts.get("get"), None, "{counts:?}");
+    assert_eq!(counts.get("hmget"), Some(&1), "{counts:?}");
+
+    let native = locks.lock("forms").unwrap();
+    reset_stats(&mut redis);
+    drop(native);
+    let counts = command_counts(&mut redis);
+    assert_eq!(counts.get("hmget"), None, "{counts:?}");
+    assert_eq!(counts.get("get"), Some(&1), "{counts:?}");
+}

@@ -46,6 +46,10 @@ pub(crate) struct ReleaseArgs<'a> {
     pub(crate) registration: &'a str,
     /// Undoing an acquisition that was never held: no minimum hold or cool-down applies.
     pub(crate) undo: bool,
+    /// The lock was most likely taken on the primitive's native fast path (the mutex: a
+    /// string lock), so its release reads that form first. A guess: a wrong one costs Redis
+    /// one failed read, never a wrong answer.
+    pub(crate) native: bool,
 }
 
 /// A waiter's claim of a popped grant. Only a single store hands out grants to pop: under
@@ -372,7 +376,16 @@ fn acknowledged(
         Err(e) => e,
     };
     let undo = |conn: &mut PooledConn| -> Result<Release> {
-        p.release(conn, keys, token, true, Duration::ZERO, &new_token()?, "")
+        p.release(
+            conn,
+            keys,
+            token,
+            true,
+            Duration::ZERO,
+            &new_token()?,
+            "",
+            true,
+        )
     };
     let undone = if redis::ConnectionLike::is_open(&conn) {
         undo(&mut conn)
@@ -496,6 +509,7 @@ fn release_with(
         r.cooldown,
         r.grant,
         r.registration,
+        r.native,
     )
 }
 

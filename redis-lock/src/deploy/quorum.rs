@@ -344,6 +344,8 @@ impl OwnedAttempt {
             grant: &self.grant,
             registration: "",
             undo: true,
+            // A quorum takes no native path.
+            native: false,
         }
     }
 }
@@ -357,6 +359,7 @@ struct OwnedRelease {
     grant: String,
     registration: String,
     undo: bool,
+    native: bool,
 }
 
 impl OwnedRelease {
@@ -368,6 +371,7 @@ impl OwnedRelease {
             grant: r.grant.to_owned(),
             registration: r.registration.to_owned(),
             undo: r.undo,
+            native: r.native,
         }
     }
 
@@ -379,6 +383,7 @@ impl OwnedRelease {
             grant: &self.grant,
             registration: &self.registration,
             undo: self.undo,
+            native: self.native,
         }
     }
 }

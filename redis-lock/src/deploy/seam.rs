@@ -68,7 +68,8 @@ pub(crate) trait Primitive: Send + Sync + std::fmt::Debug {
 
     /// Give the lock up (handing it to a waiter under `grant`), keeping it ownerless for the
     /// rest of a minimum hold and for `cooldown`. `undo`: the acquisition is being undone (it
-    /// was never held), so neither applies.
+    /// was never held), so neither applies. `native`: the lock was most likely taken on the
+    /// primitive's native fast path (a hint for which form to read first).
     #[allow(clippy::too_many_arguments)]
     fn release(
         &self,
@@ -79,6 +80,7 @@ pub(crate) trait Primitive: Send + Sync + std::fmt::Debug {
         cooldown: Duration,
         grant: &str,
         registration: &str,
+        native: bool,
     ) -> Result<Release>;
 
     /// The remaining TTL of a lock we hold.

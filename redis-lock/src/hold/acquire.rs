@@ -354,7 +354,11 @@ impl Acquisition<'_> {
                 register,
                 fair: self.fair,
                 registered: registration.is_some(),
-                native: registration.is_none()
+                // As `wire::mutex::acquire` takes it: not fair, not registered, no minimum
+                // hold, one store, and the lock not found busy lately.
+                native: !self.fair
+                    && registration.is_none()
+                    && self.opts.hold_at_least.is_zero()
                     && !self.inner.deployment.is_quorum()
                     && !self.inner.busy.recently_busy(&self.keys.lock),
             };
@@ -369,7 +373,8 @@ impl Acquisition<'_> {
             };
             let (holder_ttl, block) = match attempted.attempt {
                 Attempt::Acquired { fence } => {
-                    let lease = self.hold(self.taken(self.ids.token.clone(), fence, sent))?;
+                    let lease =
+                        self.hold(self.taken(self.ids.token.clone(), fence, sent, args.native))?;
                     tracing::debug!(
                         target: "redis_lock",
                         key = self.name,
@@ -469,6 +474,7 @@ impl Acquisition<'_> {
                 grant: &self.ids.grant,
                 registration: "",
                 undo: true,
+                native: true,
             },
         );
         if let Err(error) = undone {
@@ -489,6 +495,8 @@ impl Acquisition<'_> {
                 grant: &self.ids.grant,
                 registration,
                 undo: true,
+                // A grant is a hash.
+                native: false,
             },
         );
         if let Err(error) = passed {
@@ -560,6 +568,7 @@ impl Acquisition<'_> {
                 ttl: self.ttl,
                 unclaimed: Some(self.meta().to_owned()),
                 registration: leftover,
+                native: false,
                 grant: self.ids.grant.clone(),
                 max_hold: self.opts.max_hold,
                 cooldown: self.opts.cooldown.unwrap_or_default(),
@@ -587,7 +596,7 @@ impl Acquisition<'_> {
         let Some(Claim::Claimed { fence }) = claimed else {
             return Ok(None);
         };
-        let lease = self.hold(self.taken(grant.token, fence, sent))?;
+        let lease = self.hold(self.taken(grant.token, fence, sent, false))?;
         observe::handoff(self.labels);
         tracing::debug!(target: "redis_lock", key = self.name, fence, waited = ?deadline.started.elapsed(), "lock handed over and claimed");
         Ok(Some(lease))
@@ -595,7 +604,8 @@ impl Acquisition<'_> {
 
     /// How a lease starts that was taken under `token` by a request (attempt or claim) sent
     /// at `sent`, which set the full TTL and the holder information.
-    fn taken(&self, token: String, fence: u64, sent: Instant) -> Start {
+    /// `native`: the attempt was allowed the native fast path (see `Start::native`).
+    fn taken(&self, token: String, fence: u64, sent: Instant, native: bool) -> Start {
         Start {
             token,
             fence,
@@ -605,6 +615,7 @@ impl Acquisition<'_> {
             ttl: self.ttl,
             unclaimed: None,
             registration: String::new(),
+            native,
             grant: self.ids.grant.clone(),
             max_hold: self.opts.max_hold,
             cooldown: self.opts.cooldown.unwrap_or_default(),
@@ -754,6 +765,7 @@ mod server_tests {
                 Duration::ZERO,
                 &ids.grant,
                 "",
+                false,
             )
             .unwrap();
         assert_eq!(released, Release::Released);
@@ -821,6 +833,8 @@ mod server_tests {
                     Duration::ZERO,
                     grant,
                     registration,
+                    // Taken through the script: a hash.
+                    false,
                 )
                 .unwrap()
         };

@@ -96,6 +96,9 @@ pub(crate) struct Start {
     pub(crate) unclaimed: Option<String>,
     /// A waiter registration of this acquisition that Redis still has, or "".
     pub(crate) registration: String,
+    /// Most likely taken on the primitive's native fast path (the attempt was allowed to
+    /// take it), rather than through a script, a grant or a claim.
+    pub(crate) native: bool,
     /// The owner token the release hands to the waiter it wakes.
     pub(crate) grant: String,
     pub(crate) max_hold: Option<Duration>,
@@ -194,6 +197,8 @@ pub(crate) struct Lease {
     pub(crate) fence: u64,
     grant: String,
     registration: String,
+    /// Most likely taken on the primitive's native fast path (see `ReleaseArgs::native`).
+    native: bool,
     cooldown: Duration,
     ack: Option<Ack>,
     pub(crate) acquired_at: Instant,
@@ -250,6 +255,7 @@ impl Lease {
             fence: start.fence,
             grant: start.grant,
             registration: start.registration,
+            native: start.native,
             cooldown: start.cooldown,
             ack: start.ack,
             acquired_at: start.acquired,
@@ -485,6 +491,7 @@ impl Lease {
             grant: &self.grant,
             registration: &self.registration,
             undo: false,
+            native: self.native,
         };
         let deployment = &self.inner.deployment;
         let result = match self.ack {
@@ -571,6 +578,7 @@ impl Lease {
             token: self.token.clone(),
             grant: self.grant.clone(),
             registration: self.registration.clone(),
+            native: self.native,
             cooldown,
             until,
         }
@@ -636,6 +644,7 @@ struct Resend {
     token: String,
     grant: String,
     registration: String,
+    native: bool,
     cooldown: Duration,
     /// The lease's local expiry: after it the lock is gone on every master.
     until: Instant,
@@ -677,6 +686,7 @@ impl Resend {
                 grant: &self.grant,
                 registration: &self.registration,
                 undo: false,
+                native: self.native,
             },
         );
         let key = self.keys.name().to_owned();

@@ -370,6 +370,7 @@ impl AllAcquisition<'_> {
                     grant: &self.ids.grant,
                     registration: "",
                     undo: true,
+                    native: true,
                 },
             );
             if let Err(error) = undone {
@@ -405,6 +406,8 @@ impl AllAcquisition<'_> {
                 ttl: self.ttl,
                 unclaimed: None,
                 registration: String::new(),
+                // One script took every member as a hash (one by one: natively, a guess).
+                native: false,
                 grant: self.ids.grant.clone(),
                 max_hold: self.opts.max_hold,
                 cooldown: self.opts.cooldown.unwrap_or_default(),

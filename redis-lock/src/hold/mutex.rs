@@ -70,13 +70,23 @@ impl Primitive for Mutex {
         cooldown: Duration,
         grant: &str,
         registration: &str,
+        native: bool,
     ) -> Result<Release> {
         let min_hold = if undo {
             MinHold::Ignore
         } else {
             MinHold::Respect
         };
-        script::release(con, keys, token, min_hold, cooldown, grant, registration)
+        script::release(
+            con,
+            keys,
+            token,
+            min_hold,
+            cooldown,
+            grant,
+            registration,
+            native,
+        )
     }
 
     fn owned_ttl(

@@ -66,6 +66,8 @@ impl Inner {
             ttl,
             unclaimed: None,
             registration: String::new(),
+            // A lock whose fence Redis does not store was taken natively (or turned hash).
+            native: holder.as_ref().is_some_and(|h| h.fence_is_counter),
             grant: new_ids()?.grant,
             max_hold: None,
             cooldown: Duration::ZERO,

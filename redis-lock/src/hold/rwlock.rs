@@ -116,6 +116,7 @@ impl Primitive for RwLock {
         cooldown: Duration,
         _grant: &str,
         registration: &str,
+        _native: bool,
     ) -> Result<Release> {
         script::release(con, self.side, keys, token, undo, cooldown, registration)
     }

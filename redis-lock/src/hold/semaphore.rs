@@ -64,6 +64,7 @@ impl Primitive for Semaphore {
         _cooldown: Duration,
         grant: &str,
         registration: &str,
+        _native: bool,
     ) -> Result<Release> {
         // No minimum hold or cool-down for permits (`check`): every release gives up at once.
         script::release(con, keys, token, grant, registration)

@@ -357,9 +357,10 @@ static RENEW: LazyLock<Script> = LazyLock::new(|| {
 /// KEYS: lock alone (on a cluster also fence, signal, waiters, queue, unread: see `release`);
 /// the fence, wake-up list, registry and queue are named from it with the suffixes of
 /// `keys.rs` (same slot, so allowed on a cluster). ARGV: token, grant token for
-/// `hand_over`, then, only when one of them is not the default: `1` to give the lock up at
-/// once whatever the minimum hold and cool-down (an acquisition undone because replicas did
-/// not acknowledge it was never held) or `0`, the releaser's own waiter id to forget (a lock
+/// `hand_over`, the form the holder expects (`s`: a string, taken natively; `h`: a hash),
+/// then, only when one of them is not the default: `1` to give the lock up at once whatever
+/// the minimum hold and cool-down (an acquisition undone because replicas did not
+/// acknowledge it was never held) or `0`, the releaser's own waiter id to forget (a lock
 /// taken by popping a grant leaves its registration behind) or "", cool-down in ms (`0`:
 /// none). Each key and argument costs Redis time on every release (~0.12 us here).
 /// Fast path (first once the token matched): no minimum hold, no cool-down, nothing to
@@ -375,15 +376,14 @@ static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         "local lock = KEYS[1]\n",
         "local token = ARGV[1]\n",
-        "local registration = ARGV[4] or ''\n",
-        // The lock is a string `token \n info` when it was taken natively, else a hash. A
-        // holder with a registration to forget took a grant (a hash): it reads the hash
-        // first; everyone else the string, the form an uncontended lock has. The other form
-        // answers the first read with a type error and is read the other way.
+        "local registration = ARGV[5] or ''\n",
+        // The lock is a string `token \n info` when it was taken natively, else a hash. The
+        // holder says which it most likely is (`s` or `h`) and that form is read first; the
+        // other form answers that read with a type error and is read the other way.
         "local h = nil\n",
         "local str = false\n",
-        "local cool = tonumber(ARGV[5]) or 0\n",
-        "if registration == '' then\n",
+        "local cool = tonumber(ARGV[6]) or 0\n",
+        "if ARGV[3] == 's' then\n",
         "  local s = redis.pcall('GET', lock)\n",
         "  if s == false then return 0 end\n",
         "  if type(s) == 'string' then\n",
@@ -439,7 +439,7 @@ static RELEASE: LazyLock<Script> = LazyLock::new(|| {
         "local known = {waiters = m % 2 == 1, signal = m % 4 >= 2, queue = m >= 4, clean = not h[2] and not str}\n",
         "if known.signal and redis.call('TYPE', signal)['ok'] ~= 'list' then return -4 end\n",
         "if registration ~= '' and known.waiters then redis.call('ZREM', waiters, registration) end\n",
-        "if ARGV[3] ~= '1' and (h[2] or cool > 0) then\n",
+        "if ARGV[4] ~= '1' and (h[2] or cool > 0) then\n",
         "  local now = clock()\n",
         "  local free_at = tonumber(h[2]) or 0\n",
         "  if cool > 0 then free_at = math.max(free_at, now + cool) end\n",
@@ -717,7 +717,16 @@ fn acquire_native(con: &mut dyn ConnectionLike, a: &AttemptArgs<'_>) -> Result<R
         Native::FenceType { took } => {
             if took {
                 // Give back what the `SET` took: Redis is left as it was.
-                release(con, keys, a.token, MinHold::Ignore, Duration::ZERO, "", "")?;
+                release(
+                    con,
+                    keys,
+                    a.token,
+                    MinHold::Ignore,
+                    Duration::ZERO,
+                    "",
+                    "",
+                    true,
+                )?;
             }
             Err(Error::WrongType {
                 redis_key: keys.fence.clone(),
@@ -949,6 +958,7 @@ pub(crate) enum MinHold {
 /// `RELEASE`: compare the token, then hand the lock to a waiter under `grant` or delete it
 /// (or keep it ownerless for the rest of the minimum hold, or for `cooldown`).
 /// `registration`: our own leftover waiter id to forget (or "").
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn release(
     con: &mut dyn ConnectionLike,
     keys: &LockKeys,
@@ -957,6 +967,7 @@ pub(crate) fn release(
     cooldown: Duration,
     grant: &str,
     registration: &str,
+    native: bool,
 ) -> Result<Release> {
     let mut names: Vec<&[u8]> = vec![keys.lock.as_bytes()];
     // A connection that routes by key (a cluster's) takes no pipeline. There the other keys
@@ -966,7 +977,8 @@ pub(crate) fn release(
     if !con.supports_pipelining() {
         names.extend([&keys.fence, &keys.signal, &keys.waiters, &keys.queue].map(|k| k.as_bytes()));
     }
-    let mut args: Vec<&[u8]> = vec![token.as_bytes(), grant.as_bytes()];
+    let form: &[u8] = if native { b"s" } else { b"h" };
+    let mut args: Vec<&[u8]> = vec![token.as_bytes(), grant.as_bytes(), form];
     // The usual release sends neither of the last three: fewer arguments cost Redis less.
     let mut cool = Vec::new();
     if min_hold == MinHold::Ignore || !registration.is_empty() || !cooldown.is_zero() {

@@ -1,5 +1,6 @@
 //! The mutex on the wire: its Lua scripts, and one typed function per script (below them).
-//! Every state change of a lock is one of these scripts, run atomically by Redis.
+//! Every state change of a lock is one of these scripts, run atomically by Redis, but for the
+//! native fast path's acquisition (`SET NX PX` + `INCR`, see "Two forms").
 //!
 //! Keys travel in `KEYS`, values in `ARGV`; nothing user-supplied is spliced into script text,
 //! so the SHA1 of each script is fixed and `EVALSHA` hits the script cache. All keys of one

@@ -67,6 +67,15 @@ macro_rules! not_local {
     };
 }
 
+/// The Lua pattern of a string lock's value (`token \n info`, written by the mutex's native
+/// fast path, see `mutex.rs`): its captures are the owner token and the holder information.
+/// Anything else at a lock key (a foreign string) does not match.
+macro_rules! string_lock {
+    () => {
+        "'^(%x+)\\n(.*)$'"
+    };
+}
+
 /// `owner_of(lock)`: the owner token of a mutex lock in either of its forms: the `token` field
 /// of a hash, or the token that starts a string lock (`token \n info`, taken by the native
 /// fast path, see `mutex.rs`). `false` when the key does not exist; `''` when it holds no
@@ -74,14 +83,18 @@ macro_rules! not_local {
 /// read first: it is the form an uncontended lock has.
 macro_rules! owner_of {
     () => {
-        "local function owner_of(lock)\n\
-           local s = redis.pcall('GET', lock)\n\
-           if type(s) == 'string' then return string.match(s, '^(%x+)\\n') or '' end\n\
-           if s == false then return false end\n\
-           local t = redis.pcall('HGET', lock, 'token')\n\
-           if type(t) == 'string' then return t end\n\
-           return ''\n\
-         end\n"
+        concat!(
+            "local function owner_of(lock)\n\
+               local s = redis.pcall('GET', lock)\n\
+               if type(s) == 'string' then return (string.match(s, ",
+            string_lock!(),
+            ")) or '' end\n\
+               if s == false then return false end\n\
+               local t = redis.pcall('HGET', lock, 'token')\n\
+               if type(t) == 'string' then return t end\n\
+               return ''\n\
+             end\n"
+        )
     };
 }
 

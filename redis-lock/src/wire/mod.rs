@@ -42,11 +42,11 @@ pub(crate) fn whole_ms(d: Duration) -> Duration {
     Duration::from_millis(ms(d))
 }
 
-/// `EVALSHA` of `script` with `keys` and `args`, packed by hand (`resp::pack_command`) on a
+/// `EVALSHA` of `script` with `keys` and `args`, packed by hand (`resp::pack_array`) on a
 /// connection that takes packed bytes, which costs the client about half of what building it
-/// through `redis::Script` does (on the release, the hot script); the `redis` crate's
-/// invocation where the server lacks the script (it loads it and sends it again) and on a
-/// cluster, whose connection routes a `Cmd` by its keys.
+/// through `redis::Script` does (on the release, the hot script); where the server lacks the
+/// script it is loaded and the same request sent again. On a cluster, whose connection routes
+/// a `Cmd` by its keys, the `redis` crate's invocation.
 pub(crate) fn evalsha(
     con: &mut dyn ConnectionLike,
     script: &Script,
@@ -54,20 +54,24 @@ pub(crate) fn evalsha(
     args: &[&[u8]],
 ) -> redis::RedisResult<Value> {
     if con.supports_pipelining() {
-        let mut numkeys = Vec::with_capacity(4);
-        resp::push_decimal(&mut numkeys, keys.len() as u64);
-        let mut all: Vec<&[u8]> = Vec::with_capacity(3 + keys.len() + args.len());
-        all.push(b"EVALSHA");
-        all.push(script.get_hash().as_bytes());
-        all.push(&numkeys);
-        all.extend_from_slice(keys);
-        all.extend_from_slice(args);
-        let mut packed = Vec::with_capacity(all.iter().map(|a| a.len() + 16).sum());
-        resp::pack_command(&mut packed, &all);
-        match con.req_packed_command(&packed)? {
-            Value::ServerError(e) if e.kind() == Some(redis::ServerErrorKind::NoScript) => {}
-            reply => return reply.extract_error(),
+        let size: usize = keys.iter().chain(args).map(|a| a.len() + 16).sum();
+        let mut packed = Vec::with_capacity(size + 96);
+        resp::pack_array(&mut packed, 3 + keys.len() + args.len());
+        resp::pack_bulk(&mut packed, b"EVALSHA");
+        resp::pack_bulk(&mut packed, script.get_hash().as_bytes());
+        resp::pack_bulk(&mut packed, resp::decimal(keys.len() as u64, &mut [0; 20]));
+        for part in keys.iter().chain(args) {
+            resp::pack_bulk(&mut packed, part);
         }
+        let reply = match con.req_packed_command(&packed)? {
+            Value::ServerError(e) if e.kind() == Some(redis::ServerErrorKind::NoScript) => {
+                // `SCRIPT LOAD` and neither request is counted (`PooledConn`): one request.
+                script.load(con)?;
+                con.req_packed_command(&packed)?
+            }
+            reply => reply,
+        };
+        return reply.extract_error();
     }
     let mut call = script.prepare_invoke();
     for key in keys {

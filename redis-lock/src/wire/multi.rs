@@ -45,7 +45,9 @@ static ACQUIRE_ALL: LazyLock<Script> = LazyLock::new(|| {
         // A single lock taken natively is a string `token \n info` (see `mutex.rs`).
         "  if type(t) == 'table' then\n",
         "    local s = redis.pcall('GET', lock)\n",
-        "    t = type(s) == 'string' and string.match(s, '^(%x+)\\n')\n",
+        "    t = type(s) == 'string' and string.match(s, ",
+        string_lock!(),
+        ")\n",
         "    if not t then return {-2, i, 0} end\n",
         "  end\n",
         "  local ft = redis.call('TYPE', fence)['ok']\n",

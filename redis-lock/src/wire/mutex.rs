@@ -142,7 +142,9 @@ static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
         "if h['err'] then\n",
         "  local s = redis.pcall('GET', KEYS[1])\n",
         "  local owner, info = nil, nil\n",
-        "  if type(s) == 'string' then owner, info = string.match(s, '^(%x+)\\n(.*)$') end\n",
+        "  if type(s) == 'string' then owner, info = string.match(s, ",
+        string_lock!(),
+        ") end\n",
         "  if owner then\n",
         "    h = {owner, false, false}\n",
         "    str = info\n",
@@ -501,19 +503,20 @@ static INSPECT: LazyLock<Script> = LazyLock::new(|| {
         // with it, the counter's value stands for it (module docs, "Two forms").
         "  local s = redis.pcall('GET', KEYS[1])\n",
         "  if type(s) ~= 'string' then return {-2} end\n",
-        "  local owner, info = string.match(s, '^(%x+)\\n(.*)$')\n",
+        "  local owner, info = string.match(s, ",
+        string_lock!(),
+        ")\n",
         "  if not owner then return {-2} end\n",
-        "  local f = redis.pcall('GET', KEYS[4])\n",
-        "  if type(f) ~= 'string' then f = '0' end\n",
-        "  h = {info, false, owner, f, false}\n",
-        "  str = 1\n",
+        // No `fence`: filled in from the counter below.
+        "  h = {info, false, owner, false, false}\n",
         "end\n",
         "if h[3] == false then\n",
         "  if redis.call('EXISTS', KEYS[1]) == 0 then return {} end\n",
         // A hash without an owner token is not a mutex (a read-write lock, or foreign data).
         "  return {-2}\n",
         "end\n",
-        // A string lock made a hash by a waiter's registration (`ACQUIRE`) has no `fence`.
+        // A string lock, or one a waiter's registration made a hash (`ACQUIRE`), has no
+        // `fence`.
         "if h[4] == false then\n",
         "  local c = redis.pcall('GET', KEYS[4])\n",
         "  if type(c) ~= 'string' then c = '0' end\n",
@@ -572,7 +575,9 @@ static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| {
         "if h['err'] then\n",
         // A string lock taken natively: `token \n info`.
         "  local s = redis.pcall('GET', KEYS[1])\n",
-        "  h = type(s) == 'string' and string.match(s, '^%x+\\n(.*)$')\n",
+        "  h = type(s) == 'string' and select(2, string.match(s, ",
+        string_lock!(),
+        "))\n",
         "  if not h then return {-2} end\n",
         "elseif h[2] == false then return {-2}\n",
         "else h = h[1] end\n",
@@ -691,8 +696,8 @@ fn acquire_script(
 fn acquire_native(con: &mut dyn ConnectionLike, a: &AttemptArgs<'_>) -> Result<Result<u64, u64>> {
     let keys = a.keys;
     let value = string_value(a);
-    let mut ttl = Vec::with_capacity(20);
-    super::resp::push_decimal(&mut ttl, ms(a.ttl));
+    let mut digits = [0; 20];
+    let ttl = super::resp::decimal(ms(a.ttl), &mut digits);
     let mut packed = Vec::with_capacity(64 + keys.lock.len() * 2 + value.len());
     super::resp::pack_command(
         &mut packed,
@@ -702,7 +707,7 @@ fn acquire_native(con: &mut dyn ConnectionLike, a: &AttemptArgs<'_>) -> Result<R
             value.as_bytes(),
             b"NX",
             b"PX",
-            &ttl,
+            ttl,
         ],
     );
     super::resp::pack_command(&mut packed, &[b"INCR", keys.fence.as_bytes()]);
@@ -833,9 +838,12 @@ fn push_since_and_meta(s: &mut String, meta: &str) {
     let since = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-    let mut digits = Vec::with_capacity(20);
-    super::resp::push_decimal(&mut digits, since);
-    s.extend(digits.iter().map(|&d| char::from(d)));
+    let mut digits = [0; 20];
+    s.extend(
+        super::resp::decimal(since, &mut digits)
+            .iter()
+            .map(|&d| char::from(d)),
+    );
     s.push('\n');
     s.push_str(meta);
 }
@@ -970,29 +978,43 @@ pub(crate) fn release(
     registration: &str,
     native: bool,
 ) -> Result<Release> {
-    let mut names: Vec<&[u8]> = vec![keys.lock.as_bytes()];
+    let all_keys = [
+        &keys.lock,
+        &keys.fence,
+        &keys.signal,
+        &keys.waiters,
+        &keys.queue,
+    ]
+    .map(|k| k.as_bytes());
     // A connection that routes by key (a cluster's) takes no pipeline. There the other keys
     // are declared too (the script does not read them from `KEYS`): while the lock's slot
     // migrates with some of them moved, Redis then answers `TRYAGAIN` before the script
     // runs, instead of the script failing on a key that is not on the node.
-    if !con.supports_pipelining() {
-        names.extend([&keys.fence, &keys.signal, &keys.waiters, &keys.queue].map(|k| k.as_bytes()));
-    }
-    let form: &[u8] = if native { b"s" } else { b"h" };
-    let mut args: Vec<&[u8]> = vec![token.as_bytes(), grant.as_bytes(), form];
-    // The usual release sends neither of the last three: fewer arguments cost Redis less.
-    let mut cool = Vec::new();
-    if min_hold == MinHold::Ignore || !registration.is_empty() || !cooldown.is_zero() {
-        super::resp::push_decimal(&mut cool, ms(cooldown));
-        args.push(if min_hold == MinHold::Ignore {
+    let names = if con.supports_pipelining() {
+        &all_keys[..1]
+    } else {
+        &all_keys[..]
+    };
+    let mut digits = [0; 20];
+    let all_args: [&[u8]; 6] = [
+        token.as_bytes(),
+        grant.as_bytes(),
+        if native { b"s" } else { b"h" },
+        if min_hold == MinHold::Ignore {
             b"1"
         } else {
             b"0"
-        });
-        args.push(registration.as_bytes());
-        args.push(&cool);
-    }
-    let reply = super::evalsha(con, &RELEASE, &names, &args)?;
+        },
+        registration.as_bytes(),
+        super::resp::decimal(ms(cooldown), &mut digits),
+    ];
+    // The usual release sends none of the last three: fewer arguments cost Redis less.
+    let args = if min_hold == MinHold::Ignore || !registration.is_empty() || !cooldown.is_zero() {
+        &all_args[..]
+    } else {
+        &all_args[..3]
+    };
+    let reply = super::evalsha(con, &RELEASE, names, args)?;
     let r: i64 = redis::from_redis_value(reply).map_err(redis::RedisError::from)?;
     decode_release(keys, r)
 }

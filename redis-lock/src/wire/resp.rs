@@ -19,21 +19,35 @@ pub(crate) fn complete(buf: &[u8]) -> Result<Option<usize>, ()> {
 /// Appends one command to `out` as RESP sends it: an array of bulk strings. The native fast
 /// path packs its two commands this way, with no `Cmd` or `Pipeline` allocated per call.
 pub(crate) fn pack_command(out: &mut Vec<u8>, args: &[&[u8]]) {
-    out.push(b'*');
-    push_decimal(out, args.len() as u64);
-    out.extend_from_slice(b"\r\n");
+    pack_array(out, args.len());
     for arg in args {
-        out.push(b'$');
-        push_decimal(out, arg.len() as u64);
-        out.extend_from_slice(b"\r\n");
-        out.extend_from_slice(arg);
-        out.extend_from_slice(b"\r\n");
+        pack_bulk(out, arg);
     }
 }
 
+/// Appends the header of a command of `len` arguments (each then added by [`pack_bulk`]).
+pub(crate) fn pack_array(out: &mut Vec<u8>, len: usize) {
+    out.push(b'*');
+    push_decimal(out, len as u64);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Appends one argument of a command (see [`pack_array`]).
+pub(crate) fn pack_bulk(out: &mut Vec<u8>, arg: &[u8]) {
+    out.push(b'$');
+    push_decimal(out, arg.len() as u64);
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(arg);
+    out.extend_from_slice(b"\r\n");
+}
+
 /// Appends `n` in decimal digits (no `format!`: this runs on every acquisition).
-pub(crate) fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
-    let mut digits = [0u8; 20];
+pub(crate) fn push_decimal(out: &mut Vec<u8>, n: u64) {
+    out.extend_from_slice(decimal(n, &mut [0; 20]));
+}
+
+/// `n` in decimal digits, written into `digits` (no allocation).
+pub(crate) fn decimal(mut n: u64, digits: &mut [u8; 20]) -> &[u8] {
     let mut at = digits.len();
     loop {
         at -= 1;
@@ -44,7 +58,7 @@ pub(crate) fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
             break;
         }
     }
-    out.extend_from_slice(&digits[at..]);
+    &digits[at..]
 }
 
 /// The first RESP2 value in `buf` and its length, once it is complete: `Ok(None)` while more

@@ -589,11 +589,11 @@ pub(crate) fn acquire(
         keys.holders(),
         keys.limit(),
     );
-    let [ttl, register, limit] = [ms(a.ttl), ms(a.register), u64::from(limit)].map(|n| {
-        let mut digits = Vec::with_capacity(20);
-        super::resp::push_decimal(&mut digits, n);
-        digits
-    });
+    let mut digits = [[0; 20]; 3];
+    let [d_ttl, d_register, d_limit] = &mut digits;
+    let ttl = super::resp::decimal(ms(a.ttl), d_ttl);
+    let register = super::resp::decimal(ms(a.register), d_register);
+    let limit = super::resp::decimal(u64::from(limit), d_limit);
     let reply = super::evalsha(
         con,
         &ACQUIRE,
@@ -609,13 +609,13 @@ pub(crate) fn acquire(
         ],
         &[
             a.token.as_bytes(),
-            &ttl,
+            ttl,
             a.holder.as_bytes(),
             a.meta.as_bytes(),
             a.waiter.as_bytes(),
-            &register,
+            register,
             flags(a.fair, a.registered).as_bytes(),
-            &limit,
+            limit,
         ],
     )?;
     decode_acquire(keys, reply)

@@ -620,6 +620,21 @@ fn bad_input_is_refused_and_leaves_redis_untouched() {
         locks.try_read_lock("s"),
         Err(Error::WrongType { .. })
     ));
+    assert_eq!(snapshot(&server), before, "Redis untouched");
+    // A free lock whose fencing counter is foreign data: refused by the read's fast path
+    // (and the write's full path) before anything is written.
+    redis::cmd("SADD")
+        .arg("lock:{f}:fence")
+        .arg("x")
+        .query::<()>(&mut server.connection())
+        .unwrap();
+    let before = snapshot(&server);
+    for r in [locks.try_read_lock("f"), locks.try_write_lock("f")] {
+        match r {
+            Err(Error::WrongType { redis_key }) => assert_eq!(redis_key, "lock:{f}:fence"),
+            other => panic!("{other:?}"),
+        }
+    }
     // Options a read-write lock cannot honour, and bad names.
     for (opts, what) in [
         (

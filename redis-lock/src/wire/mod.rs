@@ -153,6 +153,32 @@ pub(crate) fn decode_attempt(
     }
 }
 
+/// Decodes an acquire script's reply in either of its forms: a fast path's fencing token alone
+/// (a single integer, the cheapest reply for Redis to build and for us to read), or the five
+/// integers of the full path (see [`decode_attempt`]).
+pub(crate) fn decode_attempt_reply(
+    reply: Value,
+    wrong_key: impl FnOnce(i64) -> Option<String>,
+    what: &'static str,
+) -> Result<Attempt, Error> {
+    let five = match reply {
+        Value::Int(fence) if fence > 0 => {
+            return Ok(Attempt::Acquired {
+                fence: fence.unsigned_abs(),
+            });
+        }
+        Value::Array(v) => match v.as_slice() {
+            [a, b, c, d, e] => match (int(a), int(b), int(c), int(d), int(e)) {
+                (Some(a), Some(b), Some(c), Some(d), Some(e)) => (a, b, c, d, e),
+                _ => return Err(unexpected(what)),
+            },
+            _ => return Err(unexpected(what)),
+        },
+        _ => return Err(unexpected(what)),
+    };
+    decode_attempt(five, wrong_key, what)
+}
+
 /// The answer to a waiter's claim of a grant it popped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Claim {

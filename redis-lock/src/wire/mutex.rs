@@ -61,7 +61,7 @@ use redis::{ConnectionLike, Script, Value};
 
 use super::{
     Attempt, AttemptArgs, Broken, Claim, Holder, LockKeys, OwnedTtl, Release, Renewal, count,
-    decode_attempt, int, millis, ms, text, unexpected,
+    decode_attempt_reply, int, millis, ms, text, unexpected,
 };
 use crate::error::{Error, Result};
 
@@ -850,34 +850,21 @@ fn push_since_and_meta(s: &mut String, meta: &str) {
 
 /// The fast path answers with the fencing token alone; the full path with five integers.
 fn decode_acquire_reply(keys: &LockKeys, reply: Value) -> Result<Attempt> {
-    match reply {
-        Value::Int(fence) if fence > 0 => Ok(Attempt::Acquired {
-            fence: fence.unsigned_abs(),
-        }),
-        Value::Array(v) => match v.as_slice() {
-            [a, b, c, d, e] => match (int(a), int(b), int(c), int(d), int(e)) {
-                (Some(a), Some(b), Some(c), Some(d), Some(e)) => {
-                    decode_acquire(keys, (a, b, c, d, e))
-                }
-                _ => Err(unexpected("unexpected acquire reply")),
-            },
-            _ => Err(unexpected("unexpected acquire reply")),
-        },
-        _ => Err(unexpected("unexpected acquire reply")),
-    }
-}
-
-fn decode_acquire(keys: &LockKeys, reply: (i64, i64, i64, i64, i64)) -> Result<Attempt> {
-    decode_attempt(
+    decode_attempt_reply(
         reply,
-        |code| match code {
-            -2 => Some(keys.lock.clone()),
-            -3 => Some(keys.fence.clone()),
-            -4 => Some(keys.signal.clone()),
-            _ => None,
-        },
+        |code| wrong_key(keys, code),
         "unexpected acquire reply",
     )
+}
+
+/// The key an acquire script's negative status names.
+fn wrong_key(keys: &LockKeys, code: i64) -> Option<String> {
+    match code {
+        -2 => Some(keys.lock.clone()),
+        -3 => Some(keys.fence.clone()),
+        -4 => Some(keys.signal.clone()),
+        _ => None,
+    }
 }
 
 /// `CLAIM`: make a popped grant ours (holder information, minimum hold, full TTL) and forget
@@ -1163,6 +1150,14 @@ pub(crate) fn raise_fence(
 mod tests {
     use super::*;
 
+    /// The full path's five integers, through the same decoding as a real reply.
+    fn decode_five(k: &LockKeys, (a, b, c, d, e): (i64, i64, i64, i64, i64)) -> Result<Attempt> {
+        decode_acquire_reply(
+            k,
+            Value::Array([a, b, c, d, e].into_iter().map(Value::Int).collect()),
+        )
+    }
+
     fn keys() -> LockKeys {
         LockKeys::new("lock:", "k").unwrap()
     }
@@ -1175,11 +1170,11 @@ mod tests {
     fn acquire_replies_decode() {
         let k = keys();
         assert_eq!(
-            decode_acquire(&k, (1, 7, 0, 0, 0)).unwrap(),
+            decode_five(&k, (1, 7, 0, 0, 0)).unwrap(),
             Attempt::Acquired { fence: 7 }
         );
         assert_eq!(
-            decode_acquire(&k, (0, 250, 251, 1, 99)).unwrap(),
+            decode_five(&k, (0, 250, 251, 1, 99)).unwrap(),
             Attempt::Busy {
                 holder_ttl: Some(Duration::from_millis(250)),
                 block: Some(Duration::from_millis(251)),
@@ -1190,18 +1185,18 @@ mod tests {
         // No expiry (-1), or free but owed to a fair head (-2); not registered (-1).
         let Attempt::Busy {
             holder_ttl, block, ..
-        } = decode_acquire(&k, (0, -2, -1, 0, 0)).unwrap()
+        } = decode_five(&k, (0, -2, -1, 0, 0)).unwrap()
         else {
             panic!("busy");
         };
         assert_eq!((holder_ttl, block), (None, None));
         for (code, key) in [(-2, &k.lock), (-3, &k.fence), (-4, &k.signal)] {
-            match decode_acquire(&k, (code, 0, 0, 0, 0)) {
+            match decode_five(&k, (code, 0, 0, 0, 0)) {
                 Err(Error::WrongType { redis_key }) => assert_eq!(&redis_key, key),
                 other => panic!("{code}: {other:?}"),
             }
         }
-        assert!(decode_acquire(&k, (9, 0, 0, 0, 0)).is_err());
+        assert!(decode_five(&k, (9, 0, 0, 0, 0)).is_err());
     }
 
     #[test]

@@ -32,8 +32,8 @@ use std::time::Duration;
 use redis::{ConnectionLike, Script, Value};
 
 use super::{
-    Attempt, AttemptArgs, Claim, LockKeys, OwnedTtl, Release, Renewal, count, decode_attempt, int,
-    ms, text, unexpected,
+    Attempt, AttemptArgs, Claim, LockKeys, OwnedTtl, Release, Renewal, count, decode_attempt_reply,
+    int, ms, text, unexpected,
 };
 use crate::error::{Error, Result};
 
@@ -632,23 +632,8 @@ fn flags(fair: bool, registered: bool) -> &'static str {
 
 /// The fast path answers with the fencing token alone; the full path with five integers.
 fn decode_acquire(keys: &LockKeys, reply: Value) -> Result<Attempt> {
-    let five = match reply {
-        Value::Int(fence) if fence > 0 => {
-            return Ok(Attempt::Acquired {
-                fence: fence.unsigned_abs(),
-            });
-        }
-        Value::Array(v) => match v.as_slice() {
-            [a, b, c, d, e] => match (int(a), int(b), int(c), int(d), int(e)) {
-                (Some(a), Some(b), Some(c), Some(d), Some(e)) => (a, b, c, d, e),
-                _ => return Err(unexpected("unexpected semaphore acquire reply")),
-            },
-            _ => return Err(unexpected("unexpected semaphore acquire reply")),
-        },
-        _ => return Err(unexpected("unexpected semaphore acquire reply")),
-    };
-    decode_attempt(
-        five,
+    decode_attempt_reply(
+        reply,
         |code| match code {
             -2 => Some(keys.lock.clone()),
             -3 => Some(keys.fence.clone()),

@@ -125,6 +125,18 @@ pub fn command_counts(redis: &mut redis::Connection) -> std::collections::BTreeM
         .collect()
 }
 
+/// Whether the server has `DELIFEQ` (Valkey 9), with which a lock taken on the native fast
+/// path is released by one native command instead of a script (`COMMAND INFO` answers a nil
+/// entry for a command it does not know).
+pub fn has_delifeq(redis: &mut redis::Connection) -> bool {
+    let info: Vec<redis::Value> = redis::cmd("COMMAND")
+        .arg("INFO")
+        .arg("DELIFEQ")
+        .query(redis)
+        .unwrap();
+    !matches!(info.first(), None | Some(redis::Value::Nil))
+}
+
 /// `CONFIG RESETSTAT`: the command counts start again from zero.
 pub fn reset_stats(redis: &mut redis::Connection) {
     redis::cmd("CONFIG")

@@ -1,13 +1,15 @@
 //! The mutex's two forms in Redis (ARCHITECTURE.md, "The native fast path"): an uncontended
-//! lock is a string taken with `SET NX PX` + `INCR` and released by a script that reads the
-//! lock key alone; a waiter's registration turns it into a hash, so the release hands it over.
-//! Against real redis-server processes.
+//! lock is a string taken with `SET NX PX` + `INCR` and released by `DELIFEQ` where the server
+//! has it (Valkey 9), elsewhere by a script that reads the lock key alone; a waiter's
+//! registration turns it into a hash, so the release hands it over. Against real
+//! redis-server processes (each server of `scripts/test-valkey` runs them).
 
 use std::time::Duration;
 
 use redis_lock::{LockOptions, ReleaseOutcome};
 use redis_lock_tests::{
-    RedisServer, client, command_counts, reset_stats, stored_fence, stored_token, wait_until,
+    RedisServer, client, command_counts, has_delifeq, reset_stats, stored_fence, stored_token,
+    wait_until,
 };
 
 fn key_type(redis: &mut redis::Connection, key: &str) -> String {
@@ -33,19 +35,19 @@ fn an_uncontended_cycle_is_two_requests_of_native_commands_and_one_script() {
     let guard = locks.acquire_with("native", &opts).unwrap();
     assert_eq!(guard.release().unwrap(), ReleaseOutcome::Released);
     assert_eq!(locks.request_count() - before, 2);
-    // Native `SET` and `INCR`; the release script reads the lock alone: no `EXISTS` of the
-    // registry, no `TIME`.
+    // Native `SET` and `INCR`; the release is `DELIFEQ` where the server has it, else a
+    // script that reads the lock alone: no `EXISTS` of the registry, no `TIME`.
     let counts = command_counts(&mut redis);
-    let expected: std::collections::BTreeMap<String, u64> = [
-        ("set", 1),
-        ("incr", 1),
-        ("evalsha", 1),
-        ("get", 1),
-        ("del", 1),
-    ]
-    .into_iter()
-    .map(|(c, n)| (c.to_owned(), n))
-    .collect();
+    let release: &[(&str, u64)] = if has_delifeq(&mut redis) {
+        &[("delifeq", 1)]
+    } else {
+        &[("evalsha", 1), ("get", 1), ("del", 1)]
+    };
+    let expected: std::collections::BTreeMap<String, u64> = [("set", 1), ("incr", 1)]
+        .iter()
+        .chain(release)
+        .map(|(c, n)| ((*c).to_owned(), *n))
+        .collect();
     assert_eq!(counts, expected);
 
     // A string `token \n host \n pid \n since \n meta`, with the TTL asked for.
@@ -183,5 +185,91 @@ fn a_release_reads_the_form_its_holder_expects_first() {
     drop(native);
     let counts = command_counts(&mut redis);
     assert_eq!(counts.get("hmget"), None, "{counts:?}");
-    assert_eq!(counts.get("get"), Some(&1), "{counts:?}");
+    // Where the server has `DELIFEQ`, the value the holder wrote is compared natively.
+    let (get, delifeq) = if has_delifeq(&mut redis) {
+        (None, Some(&1))
+    } else {
+        (Some(&1), None)
+    };
+    assert_eq!(counts.get("get"), get, "{counts:?}");
+    assert_eq!(counts.get("delifeq"), delifeq, "{counts:?}");
+}
+
+/// A native release (`DELIFEQ`, where the server has it) that deletes nothing leaves the
+/// answer to the script: late when the lock expired, lost when another holder took it. Where
+/// the server lacks the command, or the user may not run it, the script releases, and the
+/// client stops asking.
+#[test]
+fn a_native_release_that_deletes_nothing_asks_the_script_which_outcome() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let mut redis = server.connection();
+    let delifeq = has_delifeq(&mut redis);
+    let short = LockOptions::new()
+        .ttl(Duration::from_millis(100))
+        .watchdog(false);
+    // Warm up: scripts loaded, the server's commands learnt.
+    drop(locks.acquire_with("outcomes", &short).unwrap());
+
+    let late = locks.acquire_with("outcomes", &short).unwrap();
+    assert!(wait_until(Duration::from_secs(2), || {
+        locks.inspect("outcomes").unwrap().is_none()
+    }));
+    reset_stats(&mut redis);
+    assert_eq!(late.release().unwrap(), ReleaseOutcome::Late);
+    let counts = command_counts(&mut redis);
+    // The script answered (once more after loading it, where `DELIFEQ` did every release
+    // before and the script was never needed).
+    assert!(counts.get("evalsha").is_some_and(|&n| n >= 1), "{counts:?}");
+    assert_eq!(counts.get("delifeq"), delifeq.then_some(&1), "{counts:?}");
+
+    let lost = locks.acquire_with("outcomes", &short).unwrap();
+    let other = client(&server);
+    let mut taken = None;
+    assert!(
+        wait_until(Duration::from_secs(2), || {
+            taken = other.try_lock("outcomes").unwrap();
+            taken.is_some()
+        }),
+        "the expired lock is taken by another client"
+    );
+    assert_eq!(lost.release().unwrap(), ReleaseOutcome::Lost);
+    let taker = taken.expect("taken");
+    assert_eq!(
+        stored_token(&mut redis, "lock:{outcomes}").as_deref(),
+        Some(taker.token()),
+        "the other holder's lock is untouched"
+    );
+    drop(taker);
+
+    if delifeq {
+        // A user whose ACL lacks `DELIFEQ` releases through the script.
+        redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg("nodelifeq")
+            .arg("on")
+            .arg(">secret")
+            .arg("~*")
+            .arg("+@all")
+            .arg("-delifeq")
+            .query::<()>(&mut redis)
+            .unwrap();
+        let url = format!("redis://nodelifeq:secret@127.0.0.1:{}", server.port());
+        let limited = redis_lock_tests::client_for(&url);
+        for _ in 0..3 {
+            let guard = limited.lock("limited").unwrap();
+            assert_eq!(guard.release().unwrap(), ReleaseOutcome::Released);
+        }
+        assert_eq!(stored_token(&mut redis, "lock:{limited}"), None);
+        // Refused once, then not asked again.
+        let errors: String = redis::cmd("INFO")
+            .arg("errorstats")
+            .query(&mut redis)
+            .unwrap();
+        let noperm = errors
+            .lines()
+            .find_map(|l| l.strip_prefix("errorstat_NOPERM:count="))
+            .and_then(|n| n.trim().parse::<u64>().ok());
+        assert_eq!(noperm, Some(1), "{errors}");
+    }
 }

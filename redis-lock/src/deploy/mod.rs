@@ -16,7 +16,7 @@ use crate::store::{Ack, Store, Wake, combine, direct};
 use crate::wire::multi::AllAttempt;
 use crate::wire::token::new_token;
 use crate::wire::{
-    Attempt, AttemptArgs, Broken, Claim, Holder, LockKeys, OwnedTtl, Release, Renewal,
+    Attempt, AttemptArgs, Broken, Claim, Form, Holder, LockKeys, OwnedTtl, Release, Renewal,
 };
 use quorum::Quorum;
 use seam::Primitive;
@@ -50,6 +50,23 @@ pub(crate) struct ReleaseArgs<'a> {
     /// string lock), so its release reads that form first. A guess: a wrong one costs Redis
     /// one failed read, never a wrong answer.
     pub(crate) native: bool,
+    /// What that fast path wrote, when the holder kept it: a store whose server has a native
+    /// compare-and-delete releases with it (`wire::Form::Written`).
+    pub(crate) value: Option<&'a str>,
+}
+
+impl ReleaseArgs<'_> {
+    /// The form hint for a release on `store`, whose capabilities it carries.
+    fn form<'s>(&'s self, store: &'s Store) -> Form<'s> {
+        match (self.native, self.value) {
+            (false, _) => Form::Hash,
+            (true, None) => Form::String,
+            (true, Some(value)) => Form::Written {
+                value,
+                caps: &store.caps,
+            },
+        }
+    }
 }
 
 /// A waiter's claim of a popped grant. Only a single store hands out grants to pop: under
@@ -173,7 +190,7 @@ impl Deployment {
     ) -> Result<(Release, bool)> {
         match self {
             Deployment::Single(store) if store.epoch().is_some() => on_master(store, |conn| {
-                let release = release_with(conn, p.as_ref(), r)?;
+                let release = release_with(conn, p.as_ref(), r, r.form(store))?;
                 let acked = store
                     .await_replicas(conn, ack)
                     .is_ok_and(|acked| acked >= ack.count);
@@ -384,7 +401,7 @@ fn acknowledged(
             Duration::ZERO,
             &new_token()?,
             "",
-            true,
+            Form::String,
         )
     };
     let undone = if redis::ConnectionLike::is_open(&conn) {
@@ -492,7 +509,7 @@ fn renew_once(
 }
 
 fn release_on(store: &Store, p: &dyn Primitive, r: &ReleaseArgs<'_>) -> Result<Release> {
-    on_master(store, |conn| release_with(conn, p, r))
+    on_master(store, |conn| release_with(conn, p, r, r.form(store)))
 }
 
 /// A release on a connection already checked out.
@@ -500,6 +517,7 @@ fn release_with(
     con: &mut dyn redis::ConnectionLike,
     p: &dyn Primitive,
     r: &ReleaseArgs<'_>,
+    form: Form<'_>,
 ) -> Result<Release> {
     p.release(
         con,
@@ -509,7 +527,7 @@ fn release_with(
         r.cooldown,
         r.grant,
         r.registration,
-        r.native,
+        form,
     )
 }
 

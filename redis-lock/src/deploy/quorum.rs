@@ -70,7 +70,9 @@ use crate::error::{Error, Result};
 use crate::store::direct::{self, Replay, Sent};
 use crate::store::{Ack, Store, Wake};
 use crate::wire::token::{new_token, random_below};
-use crate::wire::{Attempt, AttemptArgs, Broken, Holder, LockKeys, OwnedTtl, Release, Renewal};
+use crate::wire::{
+    Attempt, AttemptArgs, Broken, Form, Holder, LockKeys, OwnedTtl, Release, Renewal,
+};
 
 /// How long a server that failed with a connection error is skipped.
 /// How long one slice of a cancellable Redlock wait blocks (see `Quorum::wait`).
@@ -332,6 +334,7 @@ impl OwnedAttempt {
             registered: self.registered,
             // A quorum sends each server one script request (the direct path captures one).
             native: false,
+            value: "",
         }
     }
 
@@ -346,6 +349,7 @@ impl OwnedAttempt {
             undo: true,
             // A quorum takes no native path.
             native: false,
+            value: None,
         }
     }
 }
@@ -384,6 +388,8 @@ impl OwnedRelease {
             registration: &self.registration,
             undo: self.undo,
             native: self.native,
+            // A quorum takes no native path: no value is kept.
+            value: None,
         }
     }
 }
@@ -1128,7 +1134,8 @@ impl Quorum {
             let (p, sent) = (Arc::clone(p), Arc::clone(&sent));
             self.fan_out_direct(
                 &undo,
-                move |c| release_with(c, &*p, &sent.undo()),
+                // A quorum takes no native path: the lock is a hash.
+                move |c| release_with(c, &*p, &sent.undo(), Form::Hash),
                 |_| false,
                 self.bound,
             )
@@ -1242,7 +1249,7 @@ impl Quorum {
             let p = Arc::clone(p);
             self.fan_out_direct(
                 &servers,
-                move |c| release_with(c, &*p, &sent.args()),
+                move |c| release_with(c, &*p, &sent.args(), Form::Hash),
                 move |a| {
                     a.ok.iter()
                         .filter(|(_, r)| matches!(r, Release::Released | Release::Kept))

@@ -16,7 +16,7 @@ use redis::ConnectionLike;
 use crate::error::Result;
 use crate::wire::multi::AllAttempt;
 use crate::wire::{
-    Attempt, AttemptArgs, Broken, Claim, Holder, LockKeys, OwnedTtl, Release, Renewal,
+    Attempt, AttemptArgs, Broken, Claim, Form, Holder, LockKeys, OwnedTtl, Release, Renewal,
 };
 
 /// A lock primitive's operations on one store. Each takes a connection checked out by the
@@ -28,6 +28,13 @@ pub(crate) trait Primitive: Send + Sync + std::fmt::Debug {
 
     /// Take the lock, or find it busy (registering as a waiter as `args` say).
     fn attempt(&self, con: &mut dyn ConnectionLike, args: &AttemptArgs<'_>) -> Result<Attempt>;
+
+    /// What the primitive's native fast path writes for this holder (`AttemptArgs::value`),
+    /// for the holder to keep for its release (see `Form::Written`). `None`: it has no native
+    /// fast path, or keeps nothing.
+    fn native_value(&self, _token: &str, _holder: &str, _meta: &str) -> Option<String> {
+        None
+    }
 
     /// Take several locks of this primitive at once, all or none, on a store where one script
     /// can name all their keys: `(keys, owner token)` per member. `Ok(None)`: the primitive
@@ -68,8 +75,8 @@ pub(crate) trait Primitive: Send + Sync + std::fmt::Debug {
 
     /// Give the lock up (handing it to a waiter under `grant`), keeping it ownerless for the
     /// rest of a minimum hold and for `cooldown`. `undo`: the acquisition is being undone (it
-    /// was never held), so neither applies. `native`: the lock was most likely taken on the
-    /// primitive's native fast path (a hint for which form to read first).
+    /// was never held), so neither applies. `form`: what the holder knows of the form the
+    /// lock has (a hint for which to read first, and the value a native release compares).
     #[allow(clippy::too_many_arguments)]
     fn release(
         &self,
@@ -80,7 +87,7 @@ pub(crate) trait Primitive: Send + Sync + std::fmt::Debug {
         cooldown: Duration,
         grant: &str,
         registration: &str,
-        native: bool,
+        form: Form<'_>,
     ) -> Result<Release>;
 
     /// The remaining TTL of a lock we hold.

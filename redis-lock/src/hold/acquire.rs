@@ -343,6 +343,20 @@ impl Acquisition<'_> {
                 Duration::ZERO
             };
             let sent = Instant::now();
+            // As `wire::mutex::acquire` takes it: not fair, not registered, no minimum hold,
+            // one store, and the lock not found busy lately.
+            let native = !self.fair
+                && registration.is_none()
+                && self.opts.hold_at_least.is_zero()
+                && !self.inner.deployment.is_quorum()
+                && !self.inner.busy.recently_busy(&self.keys.lock);
+            // What the native fast path will write, kept for a native release.
+            let value = if native {
+                self.primitive
+                    .native_value(&self.ids.token, &self.inner.holder, self.meta())
+            } else {
+                None
+            };
             let args = AttemptArgs {
                 keys: &self.keys,
                 token: &self.ids.token,
@@ -354,13 +368,8 @@ impl Acquisition<'_> {
                 register,
                 fair: self.fair,
                 registered: registration.is_some(),
-                // As `wire::mutex::acquire` takes it: not fair, not registered, no minimum
-                // hold, one store, and the lock not found busy lately.
-                native: !self.fair
-                    && registration.is_none()
-                    && self.opts.hold_at_least.is_zero()
-                    && !self.inner.deployment.is_quorum()
-                    && !self.inner.busy.recently_busy(&self.keys.lock),
+                native,
+                value: value.as_deref().unwrap_or(""),
             };
             let attempted = match self.attempt(&args) {
                 Ok(a) => a,
@@ -374,7 +383,7 @@ impl Acquisition<'_> {
             let (holder_ttl, block) = match attempted.attempt {
                 Attempt::Acquired { fence } => {
                     let lease =
-                        self.hold(self.taken(self.ids.token.clone(), fence, sent, args.native))?;
+                        self.hold(self.taken(self.ids.token.clone(), fence, sent, value))?;
                     tracing::debug!(
                         target: "redis_lock",
                         key = self.name,
@@ -457,14 +466,16 @@ impl Acquisition<'_> {
                 tracing::debug!(target: "redis_lock", key = self.name, error = %e, "acquire reply lost; asking again with the same token");
                 deployment
                     .attempt(self.primitive, args, self.ack)
-                    .inspect_err(|_| self.undo())
+                    .inspect_err(|_| self.undo(args.value))
             }
             other => other,
         }
     }
 
-    /// Gives up whatever an attempt whose outcome is unknown may have taken.
-    fn undo(&self) {
+    /// Gives up whatever an attempt whose outcome is unknown may have taken; `value`: what its
+    /// native fast path wrote, if the caller made it (a server with `DELIFEQ` then deletes it
+    /// with one native command, which runs even when its reply is lost too).
+    fn undo(&self, value: &str) {
         let undone = self.inner.deployment.release(
             self.primitive,
             &ReleaseArgs {
@@ -475,6 +486,7 @@ impl Acquisition<'_> {
                 registration: "",
                 undo: true,
                 native: true,
+                value: (!value.is_empty()).then_some(value),
             },
         );
         if let Err(error) = undone {
@@ -497,6 +509,7 @@ impl Acquisition<'_> {
                 undo: true,
                 // A grant is a hash.
                 native: false,
+                value: None,
             },
         );
         if let Err(error) = passed {
@@ -569,6 +582,7 @@ impl Acquisition<'_> {
                 unclaimed: Some(self.meta().to_owned()),
                 registration: leftover,
                 native: false,
+                value: None,
                 grant: self.ids.grant.clone(),
                 max_hold: self.opts.max_hold,
                 cooldown: self.opts.cooldown.unwrap_or_default(),
@@ -596,7 +610,7 @@ impl Acquisition<'_> {
         let Some(Claim::Claimed { fence }) = claimed else {
             return Ok(None);
         };
-        let lease = self.hold(self.taken(grant.token, fence, sent, false))?;
+        let lease = self.hold(self.taken(grant.token, fence, sent, None))?;
         observe::handoff(self.labels);
         tracing::debug!(target: "redis_lock", key = self.name, fence, waited = ?deadline.started.elapsed(), "lock handed over and claimed");
         Ok(Some(lease))
@@ -604,8 +618,9 @@ impl Acquisition<'_> {
 
     /// How a lease starts that was taken under `token` by a request (attempt or claim) sent
     /// at `sent`, which set the full TTL and the holder information.
-    /// `native`: the attempt was allowed the native fast path (see `Start::native`).
-    fn taken(&self, token: String, fence: u64, sent: Instant, native: bool) -> Start {
+    /// `value`: what the native fast path wrote, when the attempt was allowed to take it (see
+    /// `Start::native`).
+    fn taken(&self, token: String, fence: u64, sent: Instant, value: Option<String>) -> Start {
         Start {
             token,
             fence,
@@ -615,7 +630,8 @@ impl Acquisition<'_> {
             ttl: self.ttl,
             unclaimed: None,
             registration: String::new(),
-            native,
+            native: value.is_some(),
+            value,
             grant: self.ids.grant.clone(),
             max_hold: self.opts.max_hold,
             cooldown: self.opts.cooldown.unwrap_or_default(),
@@ -710,6 +726,30 @@ mod server_tests {
     use crate::wire::Release;
     use crate::wire::token::Ids;
 
+    /// Whether the server has `DELIFEQ` is learnt by the first release of a lock taken on the
+    /// native fast path, and kept by the store (not asked per call).
+    #[test]
+    fn the_first_native_release_learns_whether_the_server_has_delifeq() {
+        let server = RedisServer::start();
+        let client = crate::LockClient::open(&server.url()).unwrap();
+        let Deployment::Single(store) = &client.inner.deployment else {
+            panic!("one server is a single store");
+        };
+        assert_eq!(store.caps.has_delifeq(), None);
+        drop(client.lock("learn").unwrap());
+        let info: Vec<redis::Value> = redis::cmd("COMMAND")
+            .arg("INFO")
+            .arg("DELIFEQ")
+            .query(&mut server.connection())
+            .unwrap();
+        let has = !matches!(info.first(), None | Some(redis::Value::Nil));
+        assert_eq!(store.caps.has_delifeq(), Some(has));
+        // Learnt once: a release on a server without it sends the script alone from then on.
+        let before = client.request_count();
+        drop(client.lock("learn").unwrap());
+        assert_eq!(client.request_count() - before, 2);
+    }
+
     /// The cluster client resends a script after a reply timeout; when the first copy took the
     /// lock, the second must answer "acquired" with the same fencing token, not "busy".
     #[test]
@@ -736,6 +776,7 @@ mod server_tests {
                 fair: false,
                 registered: false,
                 native: false,
+                value: "",
             };
             crate::deploy::attempt_on(store, &*inner.mutex, &args, None).unwrap()
         };
@@ -765,7 +806,7 @@ mod server_tests {
                 Duration::ZERO,
                 &ids.grant,
                 "",
-                false,
+                crate::wire::Form::Hash,
             )
             .unwrap();
         assert_eq!(released, Release::Released);
@@ -818,6 +859,7 @@ mod server_tests {
                 fair: false,
                 registered: false,
                 native: false,
+                value: "",
             };
             crate::deploy::attempt_on(store, &*inner.mutex, &args, None).unwrap()
         };
@@ -834,7 +876,7 @@ mod server_tests {
                     grant,
                     registration,
                     // Taken through the script: a hash.
-                    false,
+                    crate::wire::Form::Hash,
                 )
                 .unwrap()
         };

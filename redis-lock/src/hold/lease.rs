@@ -99,6 +99,9 @@ pub(crate) struct Start {
     /// Most likely taken on the primitive's native fast path (the attempt was allowed to
     /// take it), rather than through a script, a grant or a claim.
     pub(crate) native: bool,
+    /// What that fast path wrote (`Primitive::native_value`), when known: a server with a
+    /// native compare-and-delete releases the lock with it.
+    pub(crate) value: Option<String>,
     /// The owner token the release hands to the waiter it wakes.
     pub(crate) grant: String,
     pub(crate) max_hold: Option<Duration>,
@@ -199,6 +202,9 @@ pub(crate) struct Lease {
     registration: String,
     /// Most likely taken on the primitive's native fast path (see `ReleaseArgs::native`).
     native: bool,
+    /// What the native fast path wrote, when known (see `ReleaseArgs::value`). Secret as the
+    /// token is (it starts with it): never in `Debug` or logs.
+    value: Option<Box<str>>,
     cooldown: Duration,
     ack: Option<Ack>,
     pub(crate) acquired_at: Instant,
@@ -256,6 +262,7 @@ impl Lease {
             grant: start.grant,
             registration: start.registration,
             native: start.native,
+            value: start.value.map(String::into_boxed_str),
             cooldown: start.cooldown,
             ack: start.ack,
             acquired_at: start.acquired,
@@ -492,6 +499,7 @@ impl Lease {
             registration: &self.registration,
             undo: false,
             native: self.native,
+            value: self.value.as_deref(),
         };
         let deployment = &self.inner.deployment;
         let result = match self.ack {
@@ -687,6 +695,8 @@ impl Resend {
                 registration: &self.registration,
                 undo: false,
                 native: self.native,
+                // Sent again after a failover: the script, which reads either form.
+                value: None,
             },
         );
         let key = self.keys.name().to_owned();

@@ -332,6 +332,8 @@ impl AllAcquisition<'_> {
                 fair: false,
                 registered: false,
                 native: !inner.deployment.is_quorum(),
+                // Made by the fast path itself: a member's lease keeps no value.
+                value: "",
             };
             match inner.deployment.attempt(&inner.mutex, &args, None) {
                 Ok(attempted) => match attempted.attempt {
@@ -371,6 +373,7 @@ impl AllAcquisition<'_> {
                     registration: "",
                     undo: true,
                     native: true,
+                    value: None,
                 },
             );
             if let Err(error) = undone {
@@ -408,6 +411,7 @@ impl AllAcquisition<'_> {
                 registration: String::new(),
                 // One script took every member as a hash (one by one: natively, a guess).
                 native: false,
+                value: None,
                 grant: self.ids.grant.clone(),
                 max_hold: self.opts.max_hold,
                 cooldown: self.opts.cooldown.unwrap_or_default(),

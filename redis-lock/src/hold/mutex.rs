@@ -10,7 +10,7 @@ use crate::error::Result;
 use crate::wire::multi::AllAttempt;
 use crate::wire::mutex::{self as script, MinHold};
 use crate::wire::{
-    Attempt, AttemptArgs, Broken, Claim, Holder, LockKeys, OwnedTtl, Release, Renewal,
+    Attempt, AttemptArgs, Broken, Claim, Form, Holder, LockKeys, OwnedTtl, Release, Renewal,
 };
 
 /// One owner at a time.
@@ -24,6 +24,10 @@ impl Primitive for Mutex {
 
     fn attempt(&self, con: &mut dyn ConnectionLike, args: &AttemptArgs<'_>) -> Result<Attempt> {
         script::acquire(con, args)
+    }
+
+    fn native_value(&self, token: &str, holder: &str, meta: &str) -> Option<String> {
+        Some(script::string_value(token, holder, meta))
     }
 
     fn attempt_all(
@@ -70,7 +74,7 @@ impl Primitive for Mutex {
         cooldown: Duration,
         grant: &str,
         registration: &str,
-        native: bool,
+        form: Form<'_>,
     ) -> Result<Release> {
         let min_hold = if undo {
             MinHold::Ignore
@@ -85,7 +89,7 @@ impl Primitive for Mutex {
             cooldown,
             grant,
             registration,
-            native,
+            form,
         )
     }
 

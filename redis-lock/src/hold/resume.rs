@@ -68,6 +68,8 @@ impl Inner {
             registration: String::new(),
             // A lock whose fence Redis does not store was taken natively (or turned hash).
             native: holder.as_ref().is_some_and(|h| h.fence_is_counter),
+            // A handle carries the token, not the whole value: released by the script.
+            value: None,
             grant: new_ids()?.grant,
             max_hold: None,
             cooldown: Duration::ZERO,

@@ -11,7 +11,7 @@ use crate::deploy::seam::{Nested, Primitive};
 use crate::error::{Error, Result};
 use crate::wire::rwlock::{self as script, Side};
 use crate::wire::{
-    Attempt, AttemptArgs, Broken, Claim, Holder, LockKeys, OwnedTtl, Release, Renewal,
+    Attempt, AttemptArgs, Broken, Claim, Form, Holder, LockKeys, OwnedTtl, Release, Renewal,
 };
 
 /// Many readers or one writer: one side of it per instance.
@@ -116,7 +116,7 @@ impl Primitive for RwLock {
         cooldown: Duration,
         _grant: &str,
         registration: &str,
-        _native: bool,
+        _form: Form<'_>,
     ) -> Result<Release> {
         script::release(con, self.side, keys, token, undo, cooldown, registration)
     }

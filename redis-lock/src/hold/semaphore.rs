@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::options::LockOptions;
 use crate::wire::semaphore::{self as script, MAX_PERMITS, Permits};
 use crate::wire::{
-    Attempt, AttemptArgs, Broken, Claim, Holder, LockKeys, OwnedTtl, Release, Renewal,
+    Attempt, AttemptArgs, Broken, Claim, Form, Holder, LockKeys, OwnedTtl, Release, Renewal,
 };
 
 /// At most `permits` holders at once; `permits` is the limit stored if the name has none yet.
@@ -64,7 +64,7 @@ impl Primitive for Semaphore {
         _cooldown: Duration,
         grant: &str,
         registration: &str,
-        _native: bool,
+        _form: Form<'_>,
     ) -> Result<Release> {
         // No minimum hold or cool-down for permits (`check`): every release gives up at once.
         script::release(con, keys, token, grant, registration)

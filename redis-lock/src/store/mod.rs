@@ -65,6 +65,9 @@ pub(crate) struct Store {
     /// Requests sent through this client (shared by all its stores and clones).
     pub(crate) requests: Arc<AtomicU64>,
     waitaof: AtomicU8,
+    /// What the server has of the native commands the primitives can use (`DELIFEQ`),
+    /// learnt by their first use.
+    pub(crate) caps: wire::commands::Capabilities,
     /// A Redis Cluster: one script may only name keys of one slot.
     pub(crate) cluster: bool,
     /// A sentinel-managed master, and how often the sentinels are asked where it is.
@@ -116,6 +119,7 @@ impl Store {
             timeouts,
             requests,
             waitaof: AtomicU8::new(WAITAOF_UNKNOWN),
+            caps: wire::commands::Capabilities::default(),
             timer,
             combiner: combine::Combiner::default(),
         }

@@ -83,6 +83,32 @@ pub(crate) fn evalsha(
     call.invoke(con)
 }
 
+/// What a holder knows of how its lock is stored, for the release: which form to read first
+/// (see `mutex.rs`, "Two forms"), and whether a native compare-and-delete can release it.
+/// A guess: a wrong one costs Redis one failed read (or the client one round trip), never a
+/// wrong answer.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Form<'a> {
+    /// Most likely a hash (and always for a primitive with one form).
+    Hash,
+    /// Most likely a string lock whose value we do not know (a lease resumed from a handle,
+    /// a multi-lock's member).
+    String,
+    /// Most likely the string lock `value` we wrote, on a server `caps` describes: where it
+    /// has `DELIFEQ`, that deletes it.
+    Written {
+        value: &'a str,
+        caps: &'a commands::Capabilities,
+    },
+}
+
+impl Form<'_> {
+    /// The lock was most likely taken on the native fast path.
+    pub(crate) fn is_string(&self) -> bool {
+        !matches!(self, Form::Hash)
+    }
+}
+
 /// What one acquisition attempt sends, the same to every store it goes to.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct AttemptArgs<'a> {
@@ -105,6 +131,9 @@ pub(crate) struct AttemptArgs<'a> {
     /// The primitive may try its native fast path first (one store, where a pipeline of
     /// native commands is one request, and no recent sign that the lock is busy).
     pub(crate) native: bool,
+    /// The string the native fast path writes (`mutex::string_value`), made by the caller so
+    /// that the holder keeps it for its release; empty: made by the fast path itself.
+    pub(crate) value: &'a str,
 }
 
 /// The answer to one acquisition attempt on one store.

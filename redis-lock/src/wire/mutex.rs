@@ -60,7 +60,7 @@ use std::time::Duration;
 use redis::{ConnectionLike, Script, Value};
 
 use super::{
-    Attempt, AttemptArgs, Broken, Claim, Holder, LockKeys, OwnedTtl, Release, Renewal, count,
+    Attempt, AttemptArgs, Broken, Claim, Form, Holder, LockKeys, OwnedTtl, Release, Renewal, count,
     decode_attempt_reply, int, millis, ms, text, unexpected,
 };
 use crate::error::{Error, Result};
@@ -695,7 +695,13 @@ fn acquire_script(
 /// let a later holder's `INCR` come first (ARCHITECTURE.md, "The native fast path").
 fn acquire_native(con: &mut dyn ConnectionLike, a: &AttemptArgs<'_>) -> Result<Result<u64, u64>> {
     let keys = a.keys;
-    let value = string_value(a);
+    let made;
+    let value = if a.value.is_empty() {
+        made = string_value(a.token, a.holder, a.meta);
+        &made
+    } else {
+        a.value
+    };
     let mut digits = [0; 20];
     let ttl = super::resp::decimal(ms(a.ttl), &mut digits);
     let mut packed = Vec::with_capacity(64 + keys.lock.len() * 2 + value.len());
@@ -731,7 +737,7 @@ fn acquire_native(con: &mut dyn ConnectionLike, a: &AttemptArgs<'_>) -> Result<R
                     Duration::ZERO,
                     "",
                     "",
-                    true,
+                    Form::String,
                 )?;
             }
             Err(Error::WrongType {
@@ -766,7 +772,11 @@ fn acquire_string(con: &mut dyn ConnectionLike, a: &AttemptArgs<'_>) -> Result<O
     let r: i64 = ACQUIRE_STRING
         .key(&a.keys.lock)
         .key(&a.keys.fence)
-        .arg(string_value(a))
+        .arg(if a.value.is_empty() {
+            string_value(a.token, a.holder, a.meta)
+        } else {
+            a.value.to_owned()
+        })
         .arg(ms(a.ttl))
         .invoke(con)?;
     match r {
@@ -779,13 +789,14 @@ fn acquire_string(con: &mut dyn ConnectionLike, a: &AttemptArgs<'_>) -> Result<O
     }
 }
 
-/// A string lock's value: `token \n host \n pid \n since \n meta`.
-fn string_value(a: &AttemptArgs<'_>) -> String {
-    let mut value = String::with_capacity(a.token.len() + a.holder.len() + a.meta.len() + 16);
-    value.push_str(a.token);
+/// A string lock's value: `token \n host \n pid \n since \n meta` (`holder`: `host \n pid \n`,
+/// since: now, on this machine's clock).
+pub(crate) fn string_value(token: &str, holder: &str, meta: &str) -> String {
+    let mut value = String::with_capacity(token.len() + holder.len() + meta.len() + 16);
+    value.push_str(token);
     value.push('\n');
-    value.push_str(a.holder);
-    push_since_and_meta(&mut value, a.meta);
+    value.push_str(holder);
+    push_since_and_meta(&mut value, meta);
     value
 }
 
@@ -963,8 +974,21 @@ pub(crate) fn release(
     cooldown: Duration,
     grant: &str,
     registration: &str,
-    native: bool,
+    form: Form<'_>,
 ) -> Result<Release> {
+    // The usual release (or an undo) of a string lock we wrote, on a server with `DELIFEQ`:
+    // one native command. A string lock has no minimum hold and nobody waiting for it (a
+    // registration makes it a hash), so deleting it is all the script would do. Anything
+    // else (gone, another value, a hash now, no `DELIFEQ`) goes to the script, which tells
+    // which; so does a release with a cool-down or a registration of its own to forget.
+    if let Form::Written { value, caps } = form
+        && caps.delifeq()
+        && registration.is_empty()
+        && cooldown.is_zero()
+        && super::commands::delete_if_equal(con, caps, &keys.lock, value)? == Some(true)
+    {
+        return Ok(Release::Released);
+    }
     let all_keys = [
         &keys.lock,
         &keys.fence,
@@ -986,7 +1010,7 @@ pub(crate) fn release(
     let all_args: [&[u8]; 6] = [
         token.as_bytes(),
         grant.as_bytes(),
-        if native { b"s" } else { b"h" },
+        if form.is_string() { b"s" } else { b"h" },
         if min_hold == MinHold::Ignore {
             b"1"
         } else {

@@ -87,7 +87,7 @@ pub(crate) fn evalsha(
 /// (see `mutex.rs`, "Two forms"), and whether a native compare-and-delete can release it.
 /// A guess: a wrong one costs Redis one failed read (or the client one round trip), never a
 /// wrong answer.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub(crate) enum Form<'a> {
     /// Most likely a hash (and always for a primitive with one form).
     Hash,
@@ -100,6 +100,17 @@ pub(crate) enum Form<'a> {
         value: &'a str,
         caps: &'a commands::Capabilities,
     },
+}
+
+/// Without the value: it starts with the owner token.
+impl std::fmt::Debug for Form<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Form::Hash => "Hash",
+            Form::String => "String",
+            Form::Written { .. } => "Written",
+        })
+    }
 }
 
 impl Form<'_> {

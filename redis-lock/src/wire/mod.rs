@@ -147,6 +147,22 @@ pub(crate) struct AttemptArgs<'a> {
     pub(crate) value: &'a str,
 }
 
+impl AttemptArgs<'_> {
+    /// The first six `ARGV` of the semaphore's and the read-write lock's acquire scripts:
+    /// token, ttl_ms, holder, meta, waiter id, register_ms (`digits`: room for the numbers).
+    pub(crate) fn script_args<'d>(&'d self, digits: &'d mut [[u8; 20]; 2]) -> [&'d [u8]; 6] {
+        let [d_ttl, d_register] = digits;
+        [
+            self.token.as_bytes(),
+            resp::decimal(ms(self.ttl), d_ttl),
+            self.holder.as_bytes(),
+            self.meta.as_bytes(),
+            self.waiter.as_bytes(),
+            resp::decimal(ms(self.register), d_register),
+        ]
+    }
+}
+
 /// The answer to one acquisition attempt on one store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Attempt {

@@ -656,10 +656,6 @@ pub(crate) fn acquire(
         Side::Write => &*WRITE,
     };
     let (writers, readers) = (keys.writers(), keys.readers());
-    let mut digits = [[0; 20]; 2];
-    let [d_ttl, d_register] = &mut digits;
-    let ttl = super::resp::decimal(ms(a.ttl), d_ttl);
-    let register = super::resp::decimal(ms(a.register), d_register);
     let keys_ = [
         keys.lock.as_bytes(),
         keys.fence.as_bytes(),
@@ -667,15 +663,9 @@ pub(crate) fn acquire(
         writers.as_bytes(),
         readers.as_bytes(),
     ];
-    let args = [
-        a.token.as_bytes(),
-        ttl,
-        a.holder.as_bytes(),
-        a.meta.as_bytes(),
-        a.waiter.as_bytes(),
-        register,
-        under.as_bytes(),
-    ];
+    let mut digits = [[0; 20]; 2];
+    let [token, ttl, holder, meta, waiter, register] = a.script_args(&mut digits);
+    let args = [token, ttl, holder, meta, waiter, register, under.as_bytes()];
     // `WRITE` takes no downgrade token.
     let args = match side {
         Side::Read => &args[..],

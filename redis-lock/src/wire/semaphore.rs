@@ -589,11 +589,10 @@ pub(crate) fn acquire(
         keys.holders(),
         keys.limit(),
     );
-    let mut digits = [[0; 20]; 3];
-    let [d_ttl, d_register, d_limit] = &mut digits;
-    let ttl = super::resp::decimal(ms(a.ttl), d_ttl);
-    let register = super::resp::decimal(ms(a.register), d_register);
-    let limit = super::resp::decimal(u64::from(limit), d_limit);
+    let mut digits = [[0; 20]; 2];
+    let [token, ttl, holder, meta, waiter, register] = a.script_args(&mut digits);
+    let mut d_limit = [0; 20];
+    let limit = super::resp::decimal(u64::from(limit), &mut d_limit);
     let reply = super::evalsha(
         con,
         &ACQUIRE,
@@ -608,11 +607,11 @@ pub(crate) fn acquire(
             limit_key.as_bytes(),
         ],
         &[
-            a.token.as_bytes(),
+            token,
             ttl,
-            a.holder.as_bytes(),
-            a.meta.as_bytes(),
-            a.waiter.as_bytes(),
+            holder,
+            meta,
+            waiter,
             register,
             flags(a.fair, a.registered).as_bytes(),
             limit,

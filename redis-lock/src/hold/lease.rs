@@ -204,7 +204,7 @@ pub(crate) struct Lease {
     native: bool,
     /// What the native fast path wrote, when known (see `ReleaseArgs::value`). Secret as the
     /// token is (it starts with it): never in `Debug` or logs.
-    value: Option<Box<str>>,
+    value: Option<String>,
     cooldown: Duration,
     ack: Option<Ack>,
     pub(crate) acquired_at: Instant,
@@ -262,7 +262,7 @@ impl Lease {
             grant: start.grant,
             registration: start.registration,
             native: start.native,
-            value: start.value.map(String::into_boxed_str),
+            value: start.value,
             cooldown: start.cooldown,
             ack: start.ack,
             acquired_at: start.acquired,

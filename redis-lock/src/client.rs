@@ -603,8 +603,10 @@ impl LockClient {
 
     /// How many Redis requests this client (all clones) has sent so far: one per script call,
     /// command or pipeline (the native acquisition's `SET NX` + `INCR` is one), including
-    /// renewals (one each, also when several share a round trip) and blocking waits. For
-    /// benchmarks and diagnostics.
+    /// renewals (one each, also when several share a round trip), blocking waits, and the one
+    /// `DELIFEQ` a client sends to a server that turns out not to have it (Redis, Valkey
+    /// before 9: the first release learns that, once per client). For benchmarks and
+    /// diagnostics.
     ///
     /// # Examples
     ///

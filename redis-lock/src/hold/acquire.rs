@@ -735,7 +735,7 @@ mod server_tests {
         let Deployment::Single(store) = &client.inner.deployment else {
             panic!("one server is a single store");
         };
-        assert_eq!(store.caps.has_delifeq(), None);
+        assert_eq!(store.caps.delifeq.known(), None);
         drop(client.lock("learn").unwrap());
         let info: Vec<redis::Value> = redis::cmd("COMMAND")
             .arg("INFO")
@@ -743,7 +743,7 @@ mod server_tests {
             .query(&mut server.connection())
             .unwrap();
         let has = !matches!(info.first(), None | Some(redis::Value::Nil));
-        assert_eq!(store.caps.has_delifeq(), Some(has));
+        assert_eq!(store.caps.delifeq.known(), Some(has));
         // Learnt once: a release on a server without it sends the script alone from then on.
         let before = client.request_count();
         drop(client.lock("learn").unwrap());

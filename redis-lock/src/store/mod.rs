@@ -9,7 +9,7 @@ pub(crate) mod plain;
 pub(crate) mod sentinel;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
 use scheduled_thread_pool::{JobHandle, ScheduledThreadPool};
@@ -29,11 +29,6 @@ const WAKE_AFTER: [Duration; 2] = [Duration::from_millis(2), Duration::from_mill
 
 /// How long the wake-up may wait for a pooled connection before it gives up.
 const WAKE_CHECKOUT: Duration = Duration::from_millis(20);
-
-/// Whether the server has `WAITAOF`, learnt from the first fsynced acknowledgement.
-const WAITAOF_UNKNOWN: u8 = 0;
-const WAITAOF_YES: u8 = 1;
-const WAITAOF_NO: u8 = 2;
 
 /// Replica acknowledgement asked of an acquisition: `count` replicas within `timeout`,
 /// fsynced to their append-only files when `fsync` is set.
@@ -64,9 +59,8 @@ pub(crate) struct Store {
     pub(crate) timeouts: Timeouts,
     /// Requests sent through this client (shared by all its stores and clones).
     pub(crate) requests: Arc<AtomicU64>,
-    waitaof: AtomicU8,
-    /// What the server has of the native commands the primitives can use (`DELIFEQ`),
-    /// learnt by their first use.
+    /// Which commands that not every supported server has this one has (`WAITAOF`,
+    /// `DELIFEQ`), each learnt by its first use.
     pub(crate) caps: wire::commands::Capabilities,
     /// A Redis Cluster: one script may only name keys of one slot.
     pub(crate) cluster: bool,
@@ -118,7 +112,6 @@ impl Store {
             connect_error,
             timeouts,
             requests,
-            waitaof: AtomicU8::new(WAITAOF_UNKNOWN),
             caps: wire::commands::Capabilities::default(),
             timer,
             combiner: combine::Combiner::default(),
@@ -147,15 +140,15 @@ impl Store {
     /// the whole `timeout`, so the connection's reply timeout is raised for it. Returns how
     /// many replicas acknowledged.
     pub(crate) fn await_replicas(&self, conn: &mut PooledConn, ack: Ack) -> Result<u32> {
-        if ack.fsync && self.waitaof.load(Ordering::Relaxed) != WAITAOF_NO {
+        if ack.fsync && self.caps.waitaof.may_try() {
             let cmd = commands::wait_replicas_fsynced(ack.count, ack.timeout);
             match conn.blocking_query::<(i64, i64)>(&cmd, ack.timeout) {
                 Ok((_local, replicas)) => {
-                    self.waitaof.store(WAITAOF_YES, Ordering::Relaxed);
+                    self.caps.waitaof.has();
                     return Ok(u32::try_from(replicas).unwrap_or(0));
                 }
                 Err(e) if commands::is_unknown_command(&e) => {
-                    if self.waitaof.swap(WAITAOF_NO, Ordering::Relaxed) != WAITAOF_NO {
+                    if self.caps.waitaof.lacks() {
                         tracing::warn!(
                             target: "redis_lock",
                             "the redis server has no WAITAOF (it needs redis 7.2); replica acknowledgement falls back to WAIT: replicas hold the lock in memory, not necessarily on disk"

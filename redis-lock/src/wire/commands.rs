@@ -1,6 +1,6 @@
 //! The plain commands the crate sends besides its scripts: replica acknowledgement, blocking
 //! waits on wake-up lists, `SCAN`, `PING`, and the server-native compare-and-delete
-//! (`DELIFEQ`) with what this client has learnt about the server's commands
+//! (`DELIFEQ`), with what a store has learnt of which of them its server has
 //! (`Capabilities`). Each builds its command here; the store layer runs the blocking ones
 //! with a raised reply timeout.
 
@@ -41,39 +41,51 @@ pub(crate) fn is_no_permission(e: &redis::RedisError) -> bool {
     e.code() == Some("NOPERM")
 }
 
-/// Whether a server has `DELIFEQ` (Valkey 9), learnt by the first use and kept per store:
-/// not asked per call. Unknown until the first native release; a server that answers
-/// "unknown command" (Redis, Valkey before 9) or refuses it to the user (an ACL without it)
-/// is not asked again, and its releases use the script.
+/// Whether the server has a command, learnt by its first use rather than asked per call:
+/// unknown until then; a server that answers "unknown command" (or refuses it to the user,
+/// an ACL without it) is not sent it again.
 #[derive(Debug, Default)]
-pub(crate) struct Capabilities {
-    delifeq: AtomicU8,
-}
+pub(crate) struct Learnt(AtomicU8);
 
 const UNKNOWN: u8 = 0;
 const YES: u8 = 1;
 const NO: u8 = 2;
 
-impl Capabilities {
-    /// `DELIFEQ` may be tried: the server has it, or has not been asked yet.
-    pub(crate) fn delifeq(&self) -> bool {
-        self.delifeq.load(Ordering::Relaxed) != NO
+impl Learnt {
+    /// The command may be sent: the server has it, or has not been asked yet.
+    pub(crate) fn may_try(&self) -> bool {
+        self.0.load(Ordering::Relaxed) != NO
     }
 
-    fn learn_delifeq(&self, has: bool) {
-        self.delifeq
-            .store(if has { YES } else { NO }, Ordering::Relaxed);
+    /// The server answered the command: it has it.
+    pub(crate) fn has(&self) {
+        self.0.store(YES, Ordering::Relaxed);
     }
 
-    /// Learnt: the server has `DELIFEQ` (`Some(true)`), has not (`Some(false)`), not yet asked.
+    /// The server does not run the command; `true` the first time this is learnt.
+    pub(crate) fn lacks(&self) -> bool {
+        self.0.swap(NO, Ordering::Relaxed) != NO
+    }
+
+    /// What was learnt: `Some(true)` has it, `Some(false)` not, `None` not asked yet.
     #[cfg_attr(not(test), allow(dead_code))]
-    pub(crate) fn has_delifeq(&self) -> Option<bool> {
-        match self.delifeq.load(Ordering::Relaxed) {
+    pub(crate) fn known(&self) -> Option<bool> {
+        match self.0.load(Ordering::Relaxed) {
             UNKNOWN => None,
             YES => Some(true),
             _ => Some(false),
         }
     }
+}
+
+/// What one store's server has of the commands that are not in every server the crate
+/// supports, each learnt by its first use (`Learnt`).
+#[derive(Debug, Default)]
+pub(crate) struct Capabilities {
+    /// `WAITAOF` (Redis 7.2+, Valkey): replica acknowledgement fsynced.
+    pub(crate) waitaof: Learnt,
+    /// `DELIFEQ` (Valkey 9): the native release of a string lock.
+    pub(crate) delifeq: Learnt,
 }
 
 /// `DELIFEQ key value` (Valkey 9): delete `key` if it holds exactly the string `value`, one
@@ -95,7 +107,7 @@ pub(crate) fn delete_if_equal(
     };
     match reply {
         Ok(Value::Int(n)) => {
-            caps.learn_delifeq(true);
+            caps.delifeq.has();
             Ok(Some(n == 1))
         }
         Ok(_) => Err(redis::RedisError::from((
@@ -103,11 +115,11 @@ pub(crate) fn delete_if_equal(
             "unexpected DELIFEQ reply",
         ))),
         Err(e) if e.code() == Some("WRONGTYPE") => {
-            caps.learn_delifeq(true);
+            caps.delifeq.has();
             Ok(Some(false))
         }
         Err(e) if is_unknown_command(&e) || is_no_permission(&e) => {
-            caps.learn_delifeq(false);
+            caps.delifeq.lacks();
             Ok(None)
         }
         Err(e) => Err(e),

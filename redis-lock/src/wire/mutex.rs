@@ -54,6 +54,7 @@
 //! waiter) or `<lock>:signal:<waiter id>` (fair: that waiter), one element at most each.
 //! Every one of these keys expires; only the fencing counter `<lock>:fence` stays.
 
+use std::borrow::Cow;
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -695,13 +696,7 @@ fn acquire_script(
 /// let a later holder's `INCR` come first (ARCHITECTURE.md, "The native fast path").
 fn acquire_native(con: &mut dyn ConnectionLike, a: &AttemptArgs<'_>) -> Result<Result<u64, u64>> {
     let keys = a.keys;
-    let made;
-    let value = if a.value.is_empty() {
-        made = string_value(a.token, a.holder, a.meta);
-        &made
-    } else {
-        a.value
-    };
+    let value = value_of(a);
     let mut digits = [0; 20];
     let ttl = super::resp::decimal(ms(a.ttl), &mut digits);
     let mut packed = Vec::with_capacity(64 + keys.lock.len() * 2 + value.len());
@@ -772,11 +767,7 @@ fn acquire_string(con: &mut dyn ConnectionLike, a: &AttemptArgs<'_>) -> Result<O
     let r: i64 = ACQUIRE_STRING
         .key(&a.keys.lock)
         .key(&a.keys.fence)
-        .arg(if a.value.is_empty() {
-            string_value(a.token, a.holder, a.meta)
-        } else {
-            a.value.to_owned()
-        })
+        .arg(&*value_of(a))
         .arg(ms(a.ttl))
         .invoke(con)?;
     match r {
@@ -786,6 +777,16 @@ fn acquire_string(con: &mut dyn ConnectionLike, a: &AttemptArgs<'_>) -> Result<O
         }),
         fence if fence > 0 => Ok(Some(fence.unsigned_abs())),
         _ => Err(unexpected("unexpected acquire reply")),
+    }
+}
+
+/// The string lock an attempt writes: the one its caller made (and keeps for the release), or
+/// one made now.
+fn value_of<'a>(a: &AttemptArgs<'a>) -> Cow<'a, str> {
+    if a.value.is_empty() {
+        Cow::Owned(string_value(a.token, a.holder, a.meta))
+    } else {
+        Cow::Borrowed(a.value)
     }
 }
 
@@ -982,7 +983,7 @@ pub(crate) fn release(
     // else (gone, another value, a hash now, no `DELIFEQ`) goes to the script, which tells
     // which; so does a release with a cool-down or a registration of its own to forget.
     if let Form::Written { value, caps } = form
-        && caps.delifeq()
+        && caps.delifeq.may_try()
         && registration.is_empty()
         && cooldown.is_zero()
         && super::commands::delete_if_equal(con, caps, &keys.lock, value)? == Some(true)

@@ -95,6 +95,9 @@ impl LockGuard {
     /// acquisition of the same lock (as long as Redis keeps its data). Pass it to the resource
     /// you write to, and have the resource reject tokens lower than the highest it has seen:
     /// that stops a holder that paused past its TTL from overwriting its successor's work.
+    /// Tokens are not always consecutive: an attempt that finds the lock busy gives back the
+    /// number it drew, unless another attempt drew one after it (two racing), so a number
+    /// can be skipped; never reused.
     ///
     /// Under Redlock ([`LockClient::redlock_builder`](crate::LockClient::redlock_builder)) the
     /// token is the highest counter of the majority that granted the lock, and lagging

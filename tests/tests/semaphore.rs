@@ -382,6 +382,83 @@ fn a_release_wakes_a_blocked_waiter_at_once() {
     assert!(took[2] < Duration::from_millis(50), "{took:?}");
 }
 
+/// A release that grants its permit to a blocked waiter reads only what decides something:
+/// no fair queue (none exists) and no wake-up list's type (none pending); one `EXISTS` says
+/// so. And every key of the semaphore still expires after the grant: when the released
+/// permit was the last, its keys went with it and the grant makes them anew, with a TTL.
+#[test]
+fn a_grant_reads_only_what_it_needs_and_every_key_keeps_a_ttl() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    // The scripts loaded (the first EVALSHA of each answers NOSCRIPT).
+    drop(locks.semaphore("warm", 1).unwrap().acquire().unwrap());
+    let mut probe = server.connection();
+    let pttl = |probe: &mut redis::Connection, key: &str| -> i64 {
+        redis::cmd("PTTL").arg(key).query(probe).unwrap()
+    };
+    for (name, permits) in [("last", 1u32), ("others", 3)] {
+        let semaphore = locks.semaphore(name, permits).unwrap();
+        let opts = LockOptions::new().ttl(Duration::from_secs(30));
+        // One client per holder: a thread holds one permit of a semaphore per client.
+        let mut held: Vec<_> = (0..permits)
+            .map(|_| {
+                client(&server)
+                    .semaphore(name, permits)
+                    .unwrap()
+                    .acquire_with(&opts)
+                    .unwrap()
+            })
+            .collect();
+        let waiter = {
+            let s = semaphore.clone();
+            std::thread::spawn(move || s.try_acquire_for(Duration::from_secs(20)).unwrap())
+        };
+        assert!(wait_until(Duration::from_secs(5), || {
+            server.info_field("clients", "blocked_clients").unwrap() == "1"
+        }));
+        // A grant stamped in the registration's millisecond is claimed (a round trip and a
+        // script more, see `take_grant`): release once the server clock has moved on.
+        let server_ms = |probe: &mut redis::Connection| -> u64 {
+            let (s, us): (u64, u64) = redis::cmd("TIME").query(probe).unwrap();
+            s * 1000 + us / 1000
+        };
+        let registered = server_ms(&mut probe);
+        assert!(wait_until(Duration::from_secs(1), || server_ms(&mut probe)
+            > registered + 1));
+        reset_stats(&mut probe);
+        let released = held.pop().unwrap();
+        assert_eq!(released.release().unwrap(), ReleaseOutcome::Released);
+        let granted = waiter.join().unwrap().expect("the waiter got the permit");
+        let calls = command_counts(&mut probe);
+        let get = |name: &str| calls.get(name).copied().unwrap_or(0);
+        assert_eq!(get("evalsha"), 1, "{name}: the release alone: {calls:?}");
+        assert_eq!(
+            get("type"),
+            0,
+            "{name}: no wake-up list to probe: {calls:?}"
+        );
+        assert_eq!(get("zrange"), 1, "{name}: the grants, no queue: {calls:?}");
+        let (permits_key, holders_key) = (
+            format!("lock:{{{name}}}"),
+            format!("lock:{{{name}}}:holders"),
+        );
+        let (p, h) = (
+            pttl(&mut probe, &permits_key),
+            pttl(&mut probe, &holders_key),
+        );
+        if permits == 1 {
+            assert!(p > 0 && h > 0, "{name}: the grant's keys expire: {p} {h}");
+        } else {
+            assert!(
+                p > 25_000 && h > 25_000,
+                "{name}: still the holders' TTL: {p} {h}"
+            );
+        }
+        drop(granted);
+        drop(held);
+    }
+}
+
 #[test]
 fn fencing_tokens_increase_across_permits() {
     let server = RedisServer::start();

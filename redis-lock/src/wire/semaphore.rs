@@ -50,7 +50,8 @@ pub const MAX_PERMITS: u32 = 10_000;
 /// registered waiters are a `ZCARD` when the prune left only live ones (fewer than its 100),
 /// the outstanding grants one `ZRANGE … WITHSCORES` that also finds the lapsed ones, and the
 /// grants key's TTL is set outright (every grant lives for the same grace, so the newest
-/// one's is the longest).
+/// one's is the longest). A release passes what it found out as `known`: whether the fair
+/// queue exists (its head is read only then).
 macro_rules! permits_lua {
     () => {
         concat!(
@@ -79,10 +80,11 @@ macro_rules! permits_lua {
                local t = redis.call('TYPE', key)['ok']\n\
                return t ~= 'none' and t ~= want\n\
              end\n\
-             local function hand_permit(permits, holders, fence, signal, waiters, queue, grants, grant)\n\
+             local function hand_permit(permits, holders, fence, signal, waiters, queue, grants, grant, known)\n\
                local forgot = prune(waiters, queue)\n\
                local now = clock()\n\
-               local head = redis.call('ZRANGE', queue, 0, 0)[1]\n\
+               local head = nil\n\
+               if not known or known.queue then head = redis.call('ZRANGE', queue, 0, 0)[1] end\n\
                local wake = signal\n\
                if head then\n\
                  wake = signal .. ':' .. head\n\
@@ -353,7 +355,14 @@ static RELEASE: LazyLock<Script> = LazyLock::new(|| {
         clock!(),
         prune!(),
         permits_lua!(),
-        "if waiting and wrong(KEYS[3], 'list') then return -4 end\n",
+        // Wake-up list 1, queue 2: which of them exist, in one command; the list's type is
+        // checked only when it exists, the queue's head only read when it exists.
+        "local known = nil\n",
+        "if waiting then\n",
+        "  local m = redis.call('EXISTS', KEYS[3], KEYS[5], KEYS[5])\n",
+        "  known = {queue = m >= 2}\n",
+        "  if m % 2 == 1 and wrong(KEYS[3], 'list') then return -4 end\n",
+        "end\n",
         // The holder's entry goes first: a holders key of another type fails here, unwritten.
         "if type(redis.pcall('HDEL', KEYS[6], ARGV[1])) == 'table' then return -1 end\n",
         "redis.call('ZREM', KEYS[1], ARGV[1])\n",
@@ -373,7 +382,7 @@ static RELEASE: LazyLock<Script> = LazyLock::new(|| {
         "    held = redis.call('ZCARD', KEYS[1])\n",
         "  end\n",
         "  if held < limit then\n",
-        "    hand_permit(KEYS[1], KEYS[6], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[8], ARGV[2])\n",
+        "    hand_permit(KEYS[1], KEYS[6], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[8], ARGV[2], known)\n",
         "  end\n",
         "end\n",
         "if tonumber(s) <= clock() then return 0 end\n",

@@ -173,6 +173,44 @@ fn a_crashed_holder_is_noticed_when_its_ttl_runs_out() {
     );
 }
 
+/// A waiter takes a lock whose holder died (its guard forgotten, no watchdog) soon after the
+/// lock expires, also on a server whose event loop turns once a second (`hz 1`): Redis ends a
+/// blocked `BLPOP` only at its loop's next turn, up to 1/`hz` late, so the client wakes the
+/// loop when the wait should end (`Store::wake_at`). Without that, each round would be late
+/// by 0-1000 ms (all three under 250 ms by chance: 3 %).
+#[test]
+fn a_waiter_takes_an_expired_lock_on_time_whatever_the_servers_hz() {
+    const TTL: Duration = Duration::from_millis(300);
+    let server = RedisServer::start_with(&["--hz", "1"]);
+    let holders = client(&server);
+    let waiters = client(&server);
+    let mut late = Vec::new();
+    for round in 0..3 {
+        let name = format!("expired-{round}");
+        let sent = Instant::now();
+        let guard = holders
+            .options(&name)
+            .ttl(TTL)
+            .watchdog(false)
+            .acquire()
+            .unwrap();
+        std::mem::forget(guard); // as if its process had died: nothing is released
+        let got = waiters
+            .try_lock_for(&name, Duration::from_secs(5))
+            .unwrap()
+            .expect("free once it expired");
+        let at = Instant::now();
+        // Redis set the TTL after `sent`: the lock cannot have been free before this.
+        assert!(at >= sent + TTL, "round {round}: taken before its expiry");
+        late.push(at - (sent + TTL));
+        drop(got);
+    }
+    assert!(
+        late.iter().all(|l| *l < Duration::from_millis(250)),
+        "taken this long after the expiry: {late:?}"
+    );
+}
+
 #[test]
 fn try_lock_for_keeps_its_budget_and_leaves_no_registration() {
     let server = RedisServer::start();

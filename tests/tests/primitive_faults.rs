@@ -3,7 +3,8 @@
 //! delays them or stalls, and a server that is killed and restarted. Each kind must come
 //! through as the mutex does: no phantom permit or share left behind by a lost reply, an
 //! acquisition that cannot learn its outcome gives up what it took, a loss reported at the
-//! expiry when the server is unreachable, and a client that works again after a restart.
+//! expiry when the server is unreachable, a client that works again after a restart, and a
+//! dead holder's hold taken soon after it expires, whatever the server's `hz`.
 
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -260,6 +261,41 @@ fn every_kind_is_reported_lost_when_redis_dies_and_works_again_after_a_restart()
         );
     }
     assert!(rx.try_recv().is_err(), "no loss reported twice");
+}
+
+/// A dead holder's permit, share or write lock (its guard forgotten, no watchdog) is taken
+/// by the caller waiting for it soon after it expires, also on a server whose event loop
+/// turns once a second (`hz 1`, which would end a blocked wait up to 1 s late; see
+/// `contention.rs::a_waiter_takes_an_expired_lock_on_time_whatever_the_servers_hz`).
+#[test]
+fn a_dead_holders_permit_or_share_is_taken_on_time_whatever_the_servers_hz() {
+    const TTL: Duration = Duration::from_millis(300);
+    let server = RedisServer::start_with(&["--hz", "1"]);
+    let holders = client(&server);
+    let waiters = client(&server);
+    for kind in KINDS {
+        let name = kind.name();
+        let sent = Instant::now();
+        let guard = kind
+            .take(&holders, name, LockOptions::new().ttl(TTL).watchdog(false))
+            .unwrap()
+            .unwrap();
+        std::mem::forget(guard); // as if its process had died: nothing is released
+        let asked = sent.elapsed();
+        let took = kind
+            .rival(&waiters, name, Duration::from_secs(5))
+            .unwrap_or_else(|| panic!("{kind:?}: never free"));
+        let at = asked + took;
+        assert!(
+            at >= TTL,
+            "{kind:?}: taken {at:?} after a {TTL:?} hold began"
+        );
+        assert!(
+            at < TTL + Duration::from_millis(250),
+            "{kind:?}: taken {:?} after the expiry",
+            at - TTL
+        );
+    }
 }
 
 /// A caller blocked waiting for a permit or a write lock while Redis goes away does not hang

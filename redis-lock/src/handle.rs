@@ -3,17 +3,73 @@
 //! for environment variables and, behind the `serde` feature, any serde format.
 
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::client::LockClient;
+use crate::deploy::seam::Primitive;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
+use crate::hold::semaphore as sem;
+use crate::options::LockMode;
 use crate::options::MAX_TTL;
 use crate::wire::keys::{MAX_KEY_LEN, MAX_NAMESPACE_LEN};
 use crate::wire::token::is_token;
 
 /// What starts the text form (`to_string_secret`), with its version.
 const TEXT_PREFIX: &str = "redis-lock-handle:v1:";
+
+/// What a handle holds, so that it is resumed through the primitive that took it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(rename_all = "lowercase")
+)]
+enum HoldKind {
+    /// A mutex lock (and every handle made before handles carried their kind).
+    #[default]
+    Mutex,
+    /// A read share of a read-write lock.
+    Read,
+    /// The write lock of a read-write lock.
+    Write,
+    /// A permit of a semaphore.
+    Permit,
+}
+
+impl HoldKind {
+    /// The kind of a lease taken through the primitive of kind `primitive`
+    /// (`Primitive::kind`).
+    fn of(primitive: &str) -> HoldKind {
+        match primitive {
+            "read" => HoldKind::Read,
+            "write" => HoldKind::Write,
+            "semaphore" => HoldKind::Permit,
+            _ => HoldKind::Mutex,
+        }
+    }
+
+    fn word(self) -> &'static str {
+        match self {
+            HoldKind::Mutex => "mutex",
+            HoldKind::Read => "read",
+            HoldKind::Write => "write",
+            HoldKind::Permit => "permit",
+        }
+    }
+
+    fn from_word(word: &str) -> Option<HoldKind> {
+        [
+            HoldKind::Mutex,
+            HoldKind::Read,
+            HoldKind::Write,
+            HoldKind::Permit,
+        ]
+        .into_iter()
+        .find(|k| k.word() == word)
+    }
+}
 
 /// A held lock as a value: its name and namespace, the owner token, the fencing token, the
 /// TTL it is renewed to and when it expires unless renewed. Made by
@@ -48,6 +104,9 @@ pub struct LeaseHandle {
     fencing_token: u64,
     ttl_ms: u64,
     expires_unix_ms: u64,
+    /// Absent from handles made before handles carried their kind: those are all mutexes.
+    #[cfg_attr(feature = "serde", serde(default))]
+    kind: HoldKind,
 }
 
 impl std::fmt::Debug for LeaseHandle {
@@ -56,6 +115,7 @@ impl std::fmt::Debug for LeaseHandle {
         f.debug_struct("LeaseHandle")
             .field("name", &self.name)
             .field("namespace", &self.namespace)
+            .field("kind", &self.kind.word())
             .field("fencing_token", &self.fencing_token)
             .field("ttl", &self.ttl())
             .finish_non_exhaustive()
@@ -152,10 +212,27 @@ impl LeaseHandle {
         UNIX_EPOCH + Duration::from_millis(self.expires_unix_ms)
     }
 
+    /// What the handle holds: `"mutex"`, `"read"` (a read share), `"write"` (a write lock)
+    /// or `"permit"` (a semaphore's permit). [`LockClient::resume`] resumes it as that.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redis_lock::Result<()> {
+    /// # let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+    /// let handle = locks.read_lock("report")?.into_handle();
+    /// assert_eq!(handle.kind(), "read");
+    /// # Ok(()) }
+    /// ```
+    pub fn kind(&self) -> &'static str {
+        self.kind.word()
+    }
+
     /// The handle as one line of text, owner token included, for an environment variable or
     /// a pipe: `redis-lock-handle:v1:` then hex-encoded namespace and name, token, fencing
-    /// token, TTL and expiry. [`FromStr`] reads it back. **A secret**: whoever has it owns
-    /// the lock.
+    /// token, TTL and expiry, and for anything but a mutex its [`kind`](Self::kind) (a
+    /// mutex's handle reads as it did before handles had kinds). [`FromStr`] reads it back.
+    /// **A secret**: whoever has it owns the lock.
     ///
     /// # Examples
     ///
@@ -170,7 +247,7 @@ impl LeaseHandle {
     /// ```
     #[must_use]
     pub fn to_string_secret(&self) -> String {
-        format!(
+        let mut text = format!(
             "{TEXT_PREFIX}{}:{}:{}:{}:{}:{}",
             hex(self.namespace.as_bytes()),
             hex(self.name.as_bytes()),
@@ -178,7 +255,12 @@ impl LeaseHandle {
             self.fencing_token,
             self.ttl_ms,
             self.expires_unix_ms
-        )
+        );
+        if self.kind != HoldKind::Mutex {
+            text.push(':');
+            text.push_str(self.kind.word());
+        }
+        text
     }
 
     pub(crate) fn token(&self) -> &str {
@@ -217,7 +299,11 @@ impl FromStr for LeaseHandle {
         let malformed = || Error::invalid("handle", "not a lease handle of this version");
         let rest = s.trim().strip_prefix(TEXT_PREFIX).ok_or_else(malformed)?;
         let parts: Vec<&str> = rest.split(':').collect();
-        let [namespace, name, token, fence, ttl, expires] = parts[..] else {
+        let (kind, parts) = match parts[..] {
+            [.., kind] if parts.len() == 7 => (HoldKind::from_word(kind), &parts[..6]),
+            _ => (Some(HoldKind::Mutex), &parts[..]),
+        };
+        let (Some(kind), &[namespace, name, token, fence, ttl, expires]) = (kind, parts) else {
             return Err(malformed());
         };
         let text = |h: &str| unhex(h).and_then(|b| String::from_utf8(b).ok());
@@ -228,6 +314,7 @@ impl FromStr for LeaseHandle {
             fencing_token: fence.parse().map_err(|_| malformed())?,
             ttl_ms: ttl.parse().map_err(|_| malformed())?,
             expires_unix_ms: expires.parse().map_err(|_| malformed())?,
+            kind,
         };
         handle.validate()?;
         Ok(handle)
@@ -280,6 +367,7 @@ impl LockGuard {
             expires_unix_ms: expires
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            kind: HoldKind::of(lease.kind()),
         }
     }
 
@@ -372,12 +460,26 @@ impl LockClient {
                 ),
             ));
         }
+        // The primitive that took it; only a lock with one holder (a mutex, a write lock) has
+        // a fencing token of its holder's to compare with the handle's.
+        let (primitive, check_fence): (Arc<dyn Primitive>, bool) = match handle.kind {
+            HoldKind::Mutex => (self.primitive(None), true),
+            HoldKind::Read => (self.primitive(Some(LockMode::Read)), false),
+            HoldKind::Write => (self.primitive(Some(LockMode::Write)), true),
+            HoldKind::Permit => {
+                self.inner.check_semaphore(None)?;
+                // The limit is only stored by an acquisition; a resumed permit never attempts.
+                (Arc::new(sem::Semaphore { permits: 1 }), false)
+            }
+        };
         let lease = self.inner.resume(
+            &primitive,
             &handle.name,
             handle.token(),
             handle.fencing_token,
             handle.ttl(),
             watchdog,
+            check_fence,
         )?;
         Ok(LockGuard::new(lease))
     }
@@ -395,6 +497,39 @@ mod tests {
             fencing_token: 42,
             ttl_ms: 30_000,
             expires_unix_ms: 1_700_000_000_000,
+            kind: HoldKind::Mutex,
+        }
+    }
+
+    #[test]
+    fn every_kind_reads_back_and_a_mutex_handle_reads_as_before_kinds() {
+        let mutex = handle().to_string_secret();
+        // Six fields after the prefix, as written before handles had kinds.
+        assert_eq!(
+            mutex.strip_prefix(TEXT_PREFIX).unwrap().split(':').count(),
+            6
+        );
+        for kind in [
+            HoldKind::Mutex,
+            HoldKind::Read,
+            HoldKind::Write,
+            HoldKind::Permit,
+        ] {
+            let h = LeaseHandle { kind, ..handle() };
+            let back: LeaseHandle = h.to_string_secret().parse().unwrap();
+            assert_eq!(back, h);
+            assert_eq!(back.kind(), kind.word());
+            assert!(format!("{h:?}").contains(kind.word()));
+        }
+        assert_eq!(HoldKind::of("semaphore"), HoldKind::Permit);
+        for bad in ["mutex", "upgrade", ""] {
+            // A seventh field that is not one of the other kinds (a mutex has none).
+            let text = format!("{mutex}:{bad}");
+            if bad == "mutex" {
+                assert!(text.parse::<LeaseHandle>().is_ok());
+            } else {
+                assert!(text.parse::<LeaseHandle>().is_err(), "{text}");
+            }
         }
     }
 

@@ -1493,6 +1493,31 @@ fn a_run_command_releases_its_lock_early_through_the_handle() {
     assert!(!held(&locks, "early"));
 }
 
+/// The same with `--read` and `--permits`: the handle in `$REDIS_LOCK_HANDLE` is the read
+/// share's or the permit's, and `extend` and `release` work on that, not on a mutex.
+#[test]
+fn a_run_command_extends_and_releases_its_share_or_permit_through_the_handle() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let script = "\"$TOOL\" extend --handle \"$REDIS_LOCK_HANDLE\" --ttl 1m && \
+                  \"$TOOL\" release --handle \"$REDIS_LOCK_HANDLE\"";
+    for (flags, name) in [(vec!["--read"], "shared"), (vec!["--permits", "2"], "pool")] {
+        let done = finish(
+            tool(&server)
+                .env("TOOL", cli_binary())
+                .arg("run")
+                .args(&flags)
+                .args([name, "--ttl", "5s", "--"])
+                .args(sh(script)),
+        );
+        assert_eq!(done.code, 0, "{flags:?}: {done:?}");
+        assert!(done.stdout.contains("released"), "{flags:?}: {done:?}");
+    }
+    // Released by the command, not left to expire: free at once.
+    assert!(locks.try_write_lock("shared").unwrap().is_some());
+    assert_eq!(locks.semaphore("pool", 2).unwrap().available().unwrap(), 2);
+}
+
 #[test]
 fn bad_handles_are_one_clear_line_and_change_nothing() {
     let server = RedisServer::start();

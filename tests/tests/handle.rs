@@ -1,11 +1,13 @@
 //! Lease handles against a real redis-server: a guard given up to a handle stays held with
 //! no watchdog, a resumed guard extends and releases, the text and serde forms read back,
-//! and handles for another namespace, altered or malformed ones are refused with Redis
-//! untouched.
+//! handles of permits, read shares and write locks resume as what they hold, and handles for
+//! another namespace, altered or malformed ones are refused with Redis untouched.
 
 use std::time::Duration;
 
-use redis_lock::{Error, LeaseHandle, LockClient, LostReason, ReleaseOutcome};
+use redis_lock::{
+    Error, LeaseHandle, LockClient, LockMode, LockOptions, LostReason, ReleaseOutcome,
+};
 use redis_lock_tests::{RedisServer, client};
 
 fn dump(server: &RedisServer, name: &str) -> (Vec<u8>, i64) {
@@ -204,4 +206,115 @@ fn a_reentrant_sibling_of_a_handed_off_guard_reports_it_handed_off() {
     );
     locks.resume(&handle).unwrap().release().unwrap();
     assert!(locks.inspect("nested").unwrap().is_none());
+}
+
+/// A permit, a read share and a write lock given up to handles are resumed as what they hold
+/// (not as a mutex, which would find a key of another type and call it taken over): the
+/// resumed guard renews, extends and releases that permit or share, the hold stays one hold
+/// (no second permit or share), and the text form says the kind (a mutex's stays as it was
+/// before handles had kinds).
+#[test]
+fn handles_of_permits_and_read_write_locks_resume_as_what_they_hold() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let other = client(&server);
+    let semaphore = locks.semaphore("exports", 2).unwrap();
+    let mutex = locks.lock("plain").unwrap().into_handle();
+    assert_eq!(mutex.kind(), "mutex");
+    assert_eq!(mutex.to_string_secret().split(':').count(), 8, "as before");
+    for kind in ["permit", "read", "write"] {
+        let opts = LockOptions::new().ttl(Duration::from_millis(600));
+        let guard = match kind {
+            "permit" => semaphore.acquire_with(&opts).unwrap(),
+            "read" => locks
+                .acquire_with("report", &opts.mode(LockMode::Read))
+                .unwrap(),
+            _ => locks
+                .acquire_with("rebuild", &opts.mode(LockMode::Write))
+                .unwrap(),
+        };
+        let (name, fence) = (guard.key().to_owned(), guard.fencing_token());
+        let handle = guard.into_handle();
+        assert_eq!(handle.kind(), kind);
+        let text = handle.to_string_secret();
+        assert!(
+            text.ends_with(&format!(":{kind}")),
+            "{kind}: the text says it"
+        );
+        let back: LeaseHandle = text.parse().unwrap();
+        assert_eq!(back, handle, "{kind}");
+
+        let resumed = other
+            .resume(&back)
+            .unwrap_or_else(|e| panic!("{kind}: {e}"));
+        assert_eq!(
+            (resumed.key(), resumed.fencing_token()),
+            (name.as_str(), fence)
+        );
+        resumed.ensure_held().unwrap();
+        resumed.extend(Duration::from_secs(30)).unwrap();
+        assert!(resumed.remaining_ttl().unwrap().unwrap() > Duration::from_secs(20));
+        // Still one hold, and it keeps the others out as it did.
+        match kind {
+            "permit" => assert_eq!(semaphore.available().unwrap(), 1, "one of two in use"),
+            "read" => {
+                assert_eq!(locks.inspect(&name).unwrap().unwrap().readers, 1);
+                assert!(locks.try_write_lock(&name).unwrap().is_none());
+            }
+            _ => assert!(locks.try_read_lock(&name).unwrap().is_none()),
+        }
+        assert_eq!(resumed.release().unwrap(), ReleaseOutcome::Released);
+        match kind {
+            "permit" => assert_eq!(semaphore.available().unwrap(), 2, "given back"),
+            _ => {
+                let next = locks.try_write_lock(&name).unwrap();
+                assert!(
+                    next.is_some(),
+                    "{kind}: free once the resumed guard released it"
+                );
+            }
+        }
+    }
+    // An unknown kind is not a handle of this version.
+    let text = mutex.to_string_secret() + ":upgrade";
+    let err = text.parse::<LeaseHandle>().unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidInput { what: "handle", .. }),
+        "{err:?}"
+    );
+    drop(locks.resume(&mutex).unwrap());
+}
+
+/// Handles of permits and read-write locks are refused under Redlock (as those primitives
+/// are), before anything is sent.
+#[test]
+fn permit_and_read_write_handles_are_refused_under_redlock() {
+    let servers = [
+        RedisServer::start(),
+        RedisServer::start(),
+        RedisServer::start(),
+    ];
+    let single = client(&servers[0]);
+    let handles = [
+        single
+            .semaphore("exports", 2)
+            .unwrap()
+            .acquire()
+            .unwrap()
+            .into_handle(),
+        single.read_lock("report").unwrap().into_handle(),
+        single.write_lock("rebuild").unwrap().into_handle(),
+    ];
+    let redlock = redis_lock_tests::redlock_client(&servers.iter().collect::<Vec<_>>());
+    for handle in &handles {
+        let sent = redlock.request_count();
+        let err = redlock.resume(handle).unwrap_err();
+        assert!(
+            matches!(err, Error::InvalidInput { .. }),
+            "{}: {err:?}",
+            handle.kind()
+        );
+        assert_eq!(redlock.request_count(), sent, "nothing sent");
+        drop(single.resume(handle).unwrap());
+    }
 }

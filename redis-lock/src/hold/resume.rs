@@ -1,6 +1,7 @@
 //! Resuming a held lock from what a lease handle carries (name, owner token, fencing token,
-//! TTL): check with Redis that the token still owns the lock and that the fencing token is
-//! the lock's, then hold it as a lease like an acquired one (registry, watchdog).
+//! TTL, and which primitive holds it): check with Redis that the token still owns the lock
+//! (and, where the lock has one holder, that the fencing token is its), then hold it as a
+//! lease like an acquired one (registry, watchdog).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -11,24 +12,39 @@ use super::Inner;
 use super::acquire::start_lease;
 use super::lease::{Lease, Start};
 use super::observe::{self, Labels};
+use crate::deploy::seam::Primitive;
 use crate::error::{Error, LostReason, Result};
 use crate::options::validate_ttl;
 use crate::wire::OwnedTtl;
 use crate::wire::token::new_ids;
 
 impl Inner {
-    /// The lease of `name` held under `token` (fencing token `fence`), renewed to `ttl` by a
-    /// watchdog if `watchdog`. Sends only reads: the remaining TTL under the token, then the
-    /// holder (for the fencing token).
+    /// The lease of `name` held through `primitive` under `token` (fencing token `fence`),
+    /// renewed to `ttl` by a watchdog if `watchdog`. Sends only reads: the remaining TTL under
+    /// the token, then, with `check_fence` (a primitive whose lock has one holder, so what
+    /// `inspect` reports is the holder's), the holder, for the fencing token.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn resume(
         self: &Arc<Self>,
+        primitive: &Arc<dyn Primitive>,
         name: &str,
         token: &str,
         fence: u64,
         ttl: Duration,
         watchdog: bool,
+        check_fence: bool,
     ) -> Result<Arc<Lease>> {
         let keys = self.keys(name)?;
+        if !primitive.quorum_sound() && self.deployment.is_quorum() {
+            return Err(Error::invalid(
+                "handle",
+                format!(
+                    "{} locks are not available under Redlock; use a single server, Sentinel \
+                     or Cluster",
+                    primitive.kind()
+                ),
+            ));
+        }
         validate_ttl(ttl).map_err(|e| match e {
             Error::InvalidInput { reason, .. } => Error::invalid("handle", reason),
             other => other,
@@ -38,19 +54,24 @@ impl Inner {
             reason,
         };
         let sent = Instant::now();
-        let left = match self.deployment.owned_ttl(&self.mutex, &keys, token)? {
+        let left = match self.deployment.owned_ttl(primitive, &keys, token)? {
             OwnedTtl::Left(left) => left,
             // No expiry (not written by this library): renewals give it one.
             OwnedTtl::NoExpiry => ttl,
             OwnedTtl::Gone => return Err(lost(LostReason::Expired)),
             OwnedTtl::NotOurs => return Err(lost(LostReason::TakenOver)),
         };
-        let holder = self.deployment.inspect(&self.mutex, &keys)?;
+        let holder = if check_fence {
+            self.deployment.inspect(primitive, &keys)?
+        } else {
+            None
+        };
         // A lock taken natively does not store its fencing token: inspect reports the
         // counter, which is at least the holder's.
-        let fence_matches = holder.as_ref().is_some_and(|h| {
-            h.fence == fence || (h.fence_is_counter && fence > 0 && fence <= h.fence)
-        });
+        let fence_matches = !check_fence
+            || holder.as_ref().is_some_and(|h| {
+                h.fence == fence || (h.fence_is_counter && fence > 0 && fence <= h.fence)
+            });
         if !fence_matches {
             return Err(Error::invalid(
                 "handle",
@@ -79,11 +100,11 @@ impl Inner {
         };
         let labels = Labels {
             label: std::borrow::Cow::Borrowed(observe::OTHER),
-            primitive: self.mutex.kind(),
+            primitive: primitive.kind(),
         };
         let lease = start_lease(
             self,
-            &self.mutex,
+            primitive,
             name,
             keys,
             &labels,

@@ -39,35 +39,26 @@ enum HoldKind {
 }
 
 impl HoldKind {
-    /// The kind of a lease taken through the primitive of kind `primitive`
-    /// (`Primitive::kind`).
-    fn of(primitive: &str) -> HoldKind {
-        match primitive {
-            "read" => HoldKind::Read,
-            "write" => HoldKind::Write,
-            "semaphore" => HoldKind::Permit,
-            _ => HoldKind::Mutex,
-        }
-    }
+    const ALL: [HoldKind; 4] = [
+        HoldKind::Mutex,
+        HoldKind::Read,
+        HoldKind::Write,
+        HoldKind::Permit,
+    ];
 
+    /// Its word: the kind of the primitive that holds it (`Primitive::kind`, as in metrics
+    /// and spans), which is also how the text form spells it.
     fn word(self) -> &'static str {
         match self {
             HoldKind::Mutex => "mutex",
             HoldKind::Read => "read",
             HoldKind::Write => "write",
-            HoldKind::Permit => "permit",
+            HoldKind::Permit => "semaphore",
         }
     }
 
     fn from_word(word: &str) -> Option<HoldKind> {
-        [
-            HoldKind::Mutex,
-            HoldKind::Read,
-            HoldKind::Write,
-            HoldKind::Permit,
-        ]
-        .into_iter()
-        .find(|k| k.word() == word)
+        HoldKind::ALL.into_iter().find(|k| k.word() == word)
     }
 }
 
@@ -213,7 +204,8 @@ impl LeaseHandle {
     }
 
     /// What the handle holds: `"mutex"`, `"read"` (a read share), `"write"` (a write lock)
-    /// or `"permit"` (a semaphore's permit). [`LockClient::resume`] resumes it as that.
+    /// or `"semaphore"` (a semaphore's permit), as metrics and spans name the primitives.
+    /// [`LockClient::resume`] resumes it as that.
     ///
     /// # Examples
     ///
@@ -367,7 +359,8 @@ impl LockGuard {
             expires_unix_ms: expires
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
-            kind: HoldKind::of(lease.kind()),
+            // Every primitive's kind is one of these (`every_primitive_kind_is_a_hold_kind`).
+            kind: HoldKind::from_word(lease.kind()).unwrap_or_default(),
         }
     }
 
@@ -502,6 +495,25 @@ mod tests {
     }
 
     #[test]
+    fn every_primitive_kind_is_a_hold_kind() {
+        let primitives: [(Arc<dyn Primitive>, HoldKind); 4] = [
+            (Arc::new(crate::hold::mutex::Mutex), HoldKind::Mutex),
+            (
+                Arc::new(crate::hold::rwlock::RwLock::read()),
+                HoldKind::Read,
+            ),
+            (
+                Arc::new(crate::hold::rwlock::RwLock::write()),
+                HoldKind::Write,
+            ),
+            (Arc::new(sem::Semaphore { permits: 1 }), HoldKind::Permit),
+        ];
+        for (primitive, kind) in primitives {
+            assert_eq!(HoldKind::from_word(primitive.kind()), Some(kind));
+        }
+    }
+
+    #[test]
     fn every_kind_reads_back_and_a_mutex_handle_reads_as_before_kinds() {
         let mutex = handle().to_string_secret();
         // Six fields after the prefix, as written before handles had kinds.
@@ -521,7 +533,6 @@ mod tests {
             assert_eq!(back.kind(), kind.word());
             assert!(format!("{h:?}").contains(kind.word()));
         }
-        assert_eq!(HoldKind::of("semaphore"), HoldKind::Permit);
         for bad in ["mutex", "upgrade", ""] {
             // A seventh field that is not one of the other kinds (a mutex has none).
             let text = format!("{mutex}:{bad}");

@@ -222,10 +222,10 @@ fn handles_of_permits_and_read_write_locks_resume_as_what_they_hold() {
     let mutex = locks.lock("plain").unwrap().into_handle();
     assert_eq!(mutex.kind(), "mutex");
     assert_eq!(mutex.to_string_secret().split(':').count(), 8, "as before");
-    for kind in ["permit", "read", "write"] {
+    for kind in ["semaphore", "read", "write"] {
         let opts = LockOptions::new().ttl(Duration::from_millis(600));
         let guard = match kind {
-            "permit" => semaphore.acquire_with(&opts).unwrap(),
+            "semaphore" => semaphore.acquire_with(&opts).unwrap(),
             "read" => locks
                 .acquire_with("report", &opts.mode(LockMode::Read))
                 .unwrap(),
@@ -256,7 +256,7 @@ fn handles_of_permits_and_read_write_locks_resume_as_what_they_hold() {
         assert!(resumed.remaining_ttl().unwrap().unwrap() > Duration::from_secs(20));
         // Still one hold, and it keeps the others out as it did.
         match kind {
-            "permit" => assert_eq!(semaphore.available().unwrap(), 1, "one of two in use"),
+            "semaphore" => assert_eq!(semaphore.available().unwrap(), 1, "one of two in use"),
             "read" => {
                 assert_eq!(locks.inspect(&name).unwrap().unwrap().readers, 1);
                 assert!(locks.try_write_lock(&name).unwrap().is_none());
@@ -265,7 +265,7 @@ fn handles_of_permits_and_read_write_locks_resume_as_what_they_hold() {
         }
         assert_eq!(resumed.release().unwrap(), ReleaseOutcome::Released);
         match kind {
-            "permit" => assert_eq!(semaphore.available().unwrap(), 2, "given back"),
+            "semaphore" => assert_eq!(semaphore.available().unwrap(), 2, "given back"),
             _ => {
                 let next = locks.try_write_lock(&name).unwrap();
                 assert!(

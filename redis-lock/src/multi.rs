@@ -253,7 +253,7 @@ impl LockClient {
     /// [`Error::InvalidInput`] (nothing sent) for an empty list, a name given twice, more
     /// than [`MAX_LOCK_ALL`](crate::MAX_LOCK_ALL) names, a bad name, or an option a
     /// multi-lock cannot honour (minimum hold, replica acknowledgement, reentrancy, fair
-    /// waiting); [`Error::AlreadyHeld`] when this thread holds one of them;
+    /// waiting, a read or write mode); [`Error::AlreadyHeld`] when this thread holds one of them;
     /// [`Error::Timeout`] (naming the names) when the wait ran out; Redis and pool errors.
     ///
     /// # Examples

@@ -260,7 +260,8 @@ impl Semaphore {
     ///
     /// [`Error::Busy`] when the budget was zero and every permit is held, [`Error::Timeout`]
     /// when the budget ran out; [`Error::InvalidInput`] for a minimum hold or a cool-down
-    /// (a permit is given back at once), or a bad TTL or metadata; otherwise as
+    /// (a permit is given back at once), a read or write mode, or a bad TTL or metadata;
+    /// otherwise as
     /// [`acquire`](Self::acquire).
     ///
     /// # Examples

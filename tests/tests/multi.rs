@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use redis_lock::{
-    CancelToken, Error, LockClient, LockOptions, MAX_LOCK_ALL, ReleaseOutcome, RetryStrategy,
+    CancelToken, Error, LockClient, LockMode, LockOptions, MAX_LOCK_ALL, ReleaseOutcome,
+    RetryStrategy,
 };
 use redis_lock_tests::holder::Holder;
 use redis_lock_tests::{
@@ -493,6 +494,8 @@ fn bad_input_is_refused_before_anything_is_sent() {
             vec!["a".into()],
             LockOptions::new().retry(RetryStrategy::fair()),
         ),
+        (vec!["a".into()], LockOptions::new().mode(LockMode::Read)),
+        (vec!["a".into()], LockOptions::new().mode(LockMode::Write)),
     ];
     for (names, opts) in cases {
         let err = locks.try_acquire_all_with(&names, &opts).unwrap_err();

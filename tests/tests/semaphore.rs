@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use redis_lock::testing::RedisCluster;
 use redis_lock::{
-    Error, LockClient, LockOptions, MAX_PERMITS, ReleaseOutcome, RetryStrategy, Semaphore,
+    Error, LockClient, LockMode, LockOptions, MAX_PERMITS, ReleaseOutcome, RetryStrategy, Semaphore,
 };
 use redis_lock_tests::{
     RedisServer, client, cluster_client, command_counts, read_line_starting, redlock_client,
@@ -581,6 +581,8 @@ fn bad_input_is_refused_and_redis_left_untouched() {
         ),
         (LockOptions::new().ttl(Duration::ZERO), "ttl"),
         (LockOptions::new().metadata("x".repeat(1 << 20)), "metadata"),
+        (LockOptions::new().mode(LockMode::Read), "mode"),
+        (LockOptions::new().mode(LockMode::Write), "mode"),
     ] {
         match semaphore.acquire_with(&opts) {
             Err(Error::InvalidInput { what: w, .. }) => assert_eq!(w, what),

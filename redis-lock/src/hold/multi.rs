@@ -87,6 +87,12 @@ fn validate(opts: &LockOptions, retry: &RetryStrategy, ttl: Duration) -> Result<
     if opts.reentrant {
         return refuse("reentrant", "a multi-lock is not reentrant");
     }
+    if opts.mode.is_some() {
+        return refuse(
+            "mode",
+            "a multi-lock takes mutex locks; take read and write locks one at a time",
+        );
+    }
     if retry.is_fair() {
         return refuse(
             "retry",

@@ -167,6 +167,12 @@ impl Inner {
             return Err(redlock_refused());
         }
         let Some(opts) = opts else { return Ok(()) };
+        if opts.mode.is_some() {
+            return Err(Error::invalid(
+                "mode",
+                "a semaphore's permits have no read or write mode",
+            ));
+        }
         if !opts.hold_at_least.is_zero() {
             return Err(Error::invalid(
                 "hold_at_least",

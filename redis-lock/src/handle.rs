@@ -459,11 +459,8 @@ impl LockClient {
             HoldKind::Mutex => (self.primitive(None), true),
             HoldKind::Read => (self.primitive(Some(LockMode::Read)), false),
             HoldKind::Write => (self.primitive(Some(LockMode::Write)), true),
-            HoldKind::Permit => {
-                self.inner.check_semaphore(None)?;
-                // The limit is only stored by an acquisition; a resumed permit never attempts.
-                (Arc::new(sem::Semaphore { permits: 1 }), false)
-            }
+            // The limit is only stored by an acquisition; a resumed permit never attempts.
+            HoldKind::Permit => (Arc::new(sem::Semaphore { permits: 1 }), false),
         };
         let lease = self.inner.resume(
             &primitive,

@@ -197,16 +197,7 @@ impl Inner {
             }
         }
         let primitive = nested_primitive.as_ref().unwrap_or(primitive);
-        if !primitive.quorum_sound() && self.deployment.is_quorum() {
-            return Err(Error::invalid(
-                "primitive",
-                format!(
-                    "{} locks are not available under Redlock; use a single server, Sentinel \
-                     or Cluster",
-                    primitive.kind()
-                ),
-            ));
-        }
+        self.check_quorum(primitive.as_ref(), "primitive")?;
         let retry = opts.retry.as_ref().unwrap_or(&self.config.default_retry);
         if retry.is_fair() && !self.deployment.allows_fair() {
             return Err(Error::invalid(

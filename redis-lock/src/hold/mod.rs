@@ -28,7 +28,7 @@ use scheduled_thread_pool::ScheduledThreadPool;
 
 use crate::deploy::Deployment;
 use crate::deploy::seam::Primitive;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::wire;
 use retry::RetryStrategy;
 
@@ -114,5 +114,21 @@ impl Inner {
 
     pub(crate) fn keys(&self, name: &str) -> Result<wire::LockKeys> {
         wire::LockKeys::new(&self.config.namespace, name)
+    }
+
+    /// `InvalidInput` (about `what`, the caller's argument) when `primitive` is not sound on
+    /// this client's deployment: a Redlock quorum (`Primitive::quorum_sound`). Nothing is sent.
+    pub(crate) fn check_quorum(&self, primitive: &dyn Primitive, what: &'static str) -> Result<()> {
+        if primitive.quorum_sound() || !self.deployment.is_quorum() {
+            return Ok(());
+        }
+        Err(Error::invalid(
+            what,
+            format!(
+                "{} locks are not available under Redlock; use a single server, Sentinel or \
+                 Cluster",
+                primitive.kind()
+            ),
+        ))
     }
 }

@@ -35,16 +35,7 @@ impl Inner {
         check_fence: bool,
     ) -> Result<Arc<Lease>> {
         let keys = self.keys(name)?;
-        if !primitive.quorum_sound() && self.deployment.is_quorum() {
-            return Err(Error::invalid(
-                "handle",
-                format!(
-                    "{} locks are not available under Redlock; use a single server, Sentinel \
-                     or Cluster",
-                    primitive.kind()
-                ),
-            ));
-        }
+        self.check_quorum(primitive.as_ref(), "handle")?;
         validate_ttl(ttl).map_err(|e| match e {
             Error::InvalidInput { reason, .. } => Error::invalid("handle", reason),
             other => other,

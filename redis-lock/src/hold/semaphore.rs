@@ -131,6 +131,12 @@ impl Primitive for Semaphore {
     ) -> Result<Broken> {
         script::force_release(con, keys)
     }
+
+    /// Not under Redlock (`redlock_refused`): `check_semaphore` refuses it with its own
+    /// reason before a `Semaphore` exists; this also covers a permit's lease handle.
+    fn quorum_sound(&self) -> bool {
+        false
+    }
 }
 
 fn redlock_refused() -> Error {

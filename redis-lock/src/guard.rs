@@ -288,8 +288,10 @@ impl LockGuard {
     /// # Errors
     ///
     /// [`Error::InvalidInput`] for a zero `cooldown` or one above
-    /// [`MAX_TTL`](crate::MAX_TTL), before anything is sent; the guard is then dropped, which
-    /// releases the lock as a drop does (with the acquisition's own cool-down, if any).
+    /// [`MAX_TTL`](crate::MAX_TTL), and for a semaphore's permit (given back at once, as
+    /// [`LockOptions::cooldown`](crate::LockOptions::cooldown) says), before anything is sent;
+    /// the guard is then dropped, which releases the lock as a drop does (with the
+    /// acquisition's own cool-down, if any).
     /// Otherwise as [`release`](Self::release).
     ///
     /// # Examples
@@ -305,6 +307,7 @@ impl LockGuard {
     /// ```
     pub fn release_after(mut self, cooldown: Duration) -> Result<ReleaseOutcome> {
         validate_cooldown(cooldown)?;
+        self.lease.check_cooldown()?;
         self.live = false;
         if self.lease.drop_hold() {
             self.lease.release_after(cooldown)

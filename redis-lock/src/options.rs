@@ -204,8 +204,9 @@ impl LockOptions {
     /// [`inspect`](crate::LockClient::inspect) shows [`cooling_until`](crate::LockInfo::cooling_until).
     ///
     /// Zero, or more than [`MAX_TTL`], is refused with
-    /// [`Error::InvalidInput`](crate::Error::InvalidInput) when acquiring. For one release
-    /// only, see [`LockGuard::release_after`](crate::LockGuard::release_after).
+    /// [`Error::InvalidInput`](crate::Error::InvalidInput) when acquiring, and so is any
+    /// cool-down for a semaphore's permit (given back at once). For one release only, see
+    /// [`LockGuard::release_after`](crate::LockGuard::release_after).
     ///
     /// # Examples
     ///

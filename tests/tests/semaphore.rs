@@ -598,6 +598,25 @@ fn bad_input_is_refused_and_redis_left_untouched() {
     ));
     assert!(keys_of(&server).is_empty(), "nothing was sent");
 
+    // A cool-down for one release of a permit: refused like the option (it used to answer
+    // `Released` and give the permit back at once); the guard is then dropped, which gives
+    // the permit back as a drop does.
+    let permit = semaphore.acquire().unwrap();
+    let sent = locks.request_count();
+    match permit.release_after(Duration::from_secs(1)) {
+        Err(Error::InvalidInput { what, reason }) => {
+            assert_eq!(what, "cooldown");
+            assert!(reason.contains("semaphore"), "{reason}");
+        }
+        other => panic!("release_after of a permit: {other:?}"),
+    }
+    assert_eq!(
+        locks.request_count(),
+        sent + 1,
+        "one request: the drop's release"
+    );
+    assert_eq!(semaphore.available().unwrap(), 3, "given back by the drop");
+
     // A mutex's name used as a semaphore, and the reverse: a clear error, nothing changed.
     let mutex = locks.lock("shared-name").unwrap();
     let before = keys_of(&server);

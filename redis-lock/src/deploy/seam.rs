@@ -150,6 +150,14 @@ pub(crate) trait Primitive: Send + Sync + std::fmt::Debug {
     fn quorum_sound(&self) -> bool {
         true
     }
+
+    /// The refusal of a cool-down (`Error::InvalidInput`, sent before anything else) when a
+    /// release of this primitive cannot keep what it held taken by nobody for a while; `None`
+    /// when it can. The same refusal for `LockOptions::cooldown` and for
+    /// `LockGuard::release_after`.
+    fn refuse_cooldown(&self) -> Option<crate::error::Error> {
+        None
+    }
 }
 
 /// See [`Primitive::nested`].

@@ -598,6 +598,11 @@ impl Lease {
         self.primitive.kind()
     }
 
+    /// `Err` when a release of this lease cannot keep it for a cool-down (a permit).
+    pub(crate) fn check_cooldown(&self) -> Result<()> {
+        self.primitive.refuse_cooldown().map_or(Ok(()), Err)
+    }
+
     /// Gives ownership away without releasing (a lease handle now owns the lock): the
     /// watchdog stops, nothing is sent, and a later release of this lease reports
     /// `HandedOff`. `false` when it was already released or handed off.

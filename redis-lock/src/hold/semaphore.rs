@@ -137,6 +137,10 @@ impl Primitive for Semaphore {
     fn quorum_sound(&self) -> bool {
         false
     }
+
+    fn refuse_cooldown(&self) -> Option<Error> {
+        Some(cooldown_refused())
+    }
 }
 
 fn redlock_refused() -> Error {
@@ -145,6 +149,15 @@ fn redlock_refused() -> Error {
         "semaphores are not available under Redlock: each server would count its own permits, \
          and two majorities can each see a different set of holders; use a single server, \
          Sentinel or Cluster",
+    )
+}
+
+/// A permit is given back at once: no cool-down keeps it taken by nobody (in the options, and
+/// in `LockGuard::release_after` through `Primitive::refuse_cooldown`).
+fn cooldown_refused() -> Error {
+    Error::invalid(
+        "cooldown",
+        "a cool-down is not available for semaphore permits: a permit is given back at once",
     )
 }
 
@@ -186,10 +199,7 @@ impl Inner {
             ));
         }
         if opts.cooldown.is_some_and(|c| !c.is_zero()) {
-            return Err(Error::invalid(
-                "cooldown",
-                "a cool-down is not available for semaphore permits",
-            ));
+            return Err(cooldown_refused());
         }
         Ok(())
     }

@@ -451,6 +451,24 @@ fn a_writer_may_downgrade_and_a_reader_may_not_upgrade() {
             .unwrap()
     };
     assert!(!try_read(), "still exclusive while the write lock is held");
+    // Holding both, a read asks for the share it holds, not a second one: refused without
+    // reentrancy, joined with it (one share, whichever lease the thread took first).
+    assert!(matches!(
+        locks.read_lock("grade"),
+        Err(Error::AlreadyHeld { .. })
+    ));
+    let joined = locks
+        .options("grade")
+        .mode(LockMode::Read)
+        .reentrant(true)
+        .acquire()
+        .unwrap();
+    assert_eq!((joined.hold_count(), joined.token()), (2, share.token()));
+    assert!(matches!(
+        locks.write_lock("grade"),
+        Err(Error::AlreadyHeld { .. })
+    ));
+    drop(joined);
     assert_eq!(writer.release().unwrap(), ReleaseOutcome::Released);
     let info = locks.inspect("grade").unwrap().unwrap();
     assert_eq!((info.mode, info.readers), (Some(LockMode::Read), 1));

@@ -174,27 +174,32 @@ impl Inner {
         if opts.cancel.as_ref().is_some_and(CancelToken::is_cancelled) {
             return Err(cancelled(name));
         }
-        let mut nested_primitive = None;
-        if let Some(lease) = registry::held_here(self, name) {
+        // What this thread already holds of the name decides, and a lease the request would
+        // join wins over the others: a thread that holds a write lock and a share taken under
+        // it (a downgrade) and asks for a read joins that share, not a second one.
+        let (mut join, mut refuse, mut nested_primitive) = (None, false, None);
+        for lease in registry::all_held_here(self, name) {
             match primitive.nested(lease.kind(), &lease.token) {
-                Nested::Join => {
-                    if !opts.reentrant {
-                        // Waiting would wait for this very thread: say so at once.
-                        return Err(Error::AlreadyHeld {
-                            key: name.to_owned(),
-                        });
-                    }
-                    lease.add_hold();
-                    tracing::debug!(target: "redis_lock", key = name, "lock re-entered");
-                    return Ok(Some(lease));
-                }
-                Nested::Refuse => {
-                    return Err(Error::UpgradeRefused {
-                        key: name.to_owned(),
-                    });
-                }
-                Nested::Attempt(other) => nested_primitive = other,
+                Nested::Join => join = join.or(Some(lease)),
+                Nested::Refuse => refuse = true,
+                Nested::Attempt(other) => nested_primitive = nested_primitive.or(other),
             }
+        }
+        if let Some(lease) = join {
+            if !opts.reentrant {
+                // Waiting would wait for this very thread: say so at once.
+                return Err(Error::AlreadyHeld {
+                    key: name.to_owned(),
+                });
+            }
+            lease.add_hold();
+            tracing::debug!(target: "redis_lock", key = name, "lock re-entered");
+            return Ok(Some(lease));
+        }
+        if refuse {
+            return Err(Error::UpgradeRefused {
+                key: name.to_owned(),
+            });
         }
         let primitive = nested_primitive.as_ref().unwrap_or(primitive);
         self.check_quorum(primitive.as_ref(), "primitive")?;

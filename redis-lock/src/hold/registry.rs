@@ -47,14 +47,21 @@ thread_local! {
     static HELD_HERE: RefCell<Vec<(*const Inner, String, Weak<Lease>)>> = const { RefCell::new(Vec::new()) };
 }
 
-/// The live lease of `name` acquired on this thread through this client, if any.
+/// A live lease of `name` acquired on this thread through this client, if any.
 pub(crate) fn held_here(inner: &Arc<Inner>, name: &str) -> Option<Arc<Lease>> {
+    all_held_here(inner, name).into_iter().next()
+}
+
+/// Every live lease of `name` acquired on this thread through this client, oldest first: a
+/// thread holds two when it took a read share under its own write lock (a downgrade).
+pub(crate) fn all_held_here(inner: &Arc<Inner>, name: &str) -> Vec<Arc<Lease>> {
     let me = Arc::as_ptr(inner);
     HELD_HERE.with_borrow(|held| {
         held.iter()
             .filter(|(client, n, _)| *client == me && n == name)
             .filter_map(|(_, _, lease)| lease.upgrade())
-            .find(|lease| !lease.is_released() && lease.lost_reason().is_none())
+            .filter(|lease| !lease.is_released() && lease.lost_reason().is_none())
+            .collect()
     })
 }
 

@@ -187,6 +187,9 @@ impl Primitive for RwLock {
 /// | read         | join (reentrant) or `AlreadyHeld` | refused: `UpgradeRefused`  |
 /// | write        | a new share beside it (downgrade) | join (reentrant) or `AlreadyHeld` |
 /// | mutex        | an attempt (`WrongType`)     | an attempt (`WrongType`)       |
+///
+/// A thread that holds both a write lock and a share under it is asked per lease; the
+/// acquisition lets a join win over the others (`Inner::acquire_in_span`).
 fn nested(side: Side, held: &'static str, token: &str) -> Nested {
     match (side, held) {
         (Side::Read, "read") | (Side::Write, "write") => Nested::Join,

@@ -1,7 +1,8 @@
 //! Lease handles against a real redis-server: a guard given up to a handle stays held with
 //! no watchdog, a resumed guard extends and releases, the text and serde forms read back,
-//! handles of permits, read shares and write locks resume as what they hold, and handles for
-//! another namespace, altered or malformed ones are refused with Redis untouched.
+//! handles of permits, read shares and write locks resume as what they hold (also on a Cluster
+//! and through Sentinel), and handles for another namespace, altered or malformed ones are
+//! refused with Redis untouched.
 
 use std::time::Duration;
 
@@ -317,4 +318,54 @@ fn permit_and_read_write_handles_are_refused_under_redlock() {
         assert_eq!(redlock.request_count(), sent, "nothing sent");
         drop(single.resume(handle).unwrap());
     }
+}
+
+/// A handle of every kind made on one client is resumed by another on a Cluster (each name in
+/// its own slot, on whichever master serves it) and through Sentinel: the resumed guard
+/// extends and releases what the handle holds, and nothing is left held.
+fn every_kind_resumes_elsewhere(locks: &LockClient, tag: &str) {
+    for (i, kind) in ["mutex", "read", "write", "semaphore"]
+        .into_iter()
+        .enumerate()
+    {
+        let name = format!("{tag}-{i}");
+        let guard = match kind {
+            "mutex" => locks.lock(&name),
+            "read" => locks.read_lock(&name),
+            "write" => locks.write_lock(&name),
+            _ => locks.semaphore(&name, 2).unwrap().acquire(),
+        };
+        let handle = guard.unwrap().into_handle();
+        assert_eq!(handle.kind(), kind);
+        let text = handle.to_string_secret();
+        let other = locks.clone();
+        // Another thread, as another process would: nothing of this thread's registry.
+        let (outcome, ttl) = std::thread::spawn(move || {
+            let resumed = other.resume(&text.parse().unwrap()).unwrap();
+            resumed.extend(Duration::from_secs(20)).unwrap();
+            let ttl = resumed.remaining_ttl().unwrap().unwrap();
+            (resumed.release().unwrap(), ttl)
+        })
+        .join()
+        .unwrap();
+        assert_eq!(outcome, ReleaseOutcome::Released, "{kind}");
+        assert!(ttl > Duration::from_secs(15), "{kind}: extended, {ttl:?}");
+        if kind == "semaphore" {
+            assert_eq!(locks.semaphore(&name, 2).unwrap().available().unwrap(), 2);
+        } else {
+            assert!(locks.inspect(&name).unwrap().is_none(), "{kind}");
+        }
+    }
+}
+
+#[test]
+fn handles_of_every_kind_resume_on_a_cluster() {
+    let cluster = redis_lock::testing::RedisCluster::start(3);
+    every_kind_resumes_elsewhere(&redis_lock_tests::cluster_client(&cluster), "c");
+}
+
+#[test]
+fn handles_of_every_kind_resume_through_sentinel() {
+    let group = redis_lock::testing::SentinelGroup::start();
+    every_kind_resumes_elsewhere(&redis_lock_tests::sentinel_client(&group), "s");
 }

@@ -333,7 +333,17 @@ pub(crate) fn check(args: LockArgs, func: &ItemFn) -> syn::Result<Plan> {
 /// lock taken (a permit is given back at once).
 fn check_permits(errors: &mut Errors, args: &LockArgs) -> Option<u32> {
     let lit = args.permits.as_ref()?;
+    // A type suffix (`3u32`) is still a count; any other (`3ms`) is nonsense `base10_parse`
+    // would ignore.
+    let counted = matches!(lit.suffix(), "" | "u8" | "u16" | "u32" | "u64" | "usize");
     let permits = match lit.base10_parse::<u32>() {
+        _ if !counted => {
+            errors.spanned(
+                lit,
+                format!("`permits = {lit}` is not a number of permits: write a whole number"),
+            );
+            None
+        }
         Ok(0) => {
             errors.spanned(
                 lit,
@@ -404,6 +414,17 @@ impl ToTokens for DurationArg {
 
 fn duration_ms(arg: &DurationArg, name: &str) -> syn::Result<u64> {
     match arg {
+        // `ttl = 500ms` lexes as the integer 500 with the suffix `ms`, and `base10_parse`
+        // ignores suffixes: without this, the unit would be dropped and 500 seconds taken.
+        DurationArg::Secs(lit) if !lit.suffix().is_empty() => Err(syn::Error::new_spanned(
+            lit,
+            format!(
+                "`{name} = {lit}`: a unit goes in a string (`{name} = \"{digits}{suffix}\"`); \
+                 a bare integer is whole seconds",
+                digits = lit.base10_digits(),
+                suffix = lit.suffix(),
+            ),
+        )),
         DurationArg::Secs(lit) => {
             let too_long = || {
                 syn::Error::new_spanned(
@@ -609,6 +630,30 @@ mod tests {
             Ok(_) => panic!("accepted {args} on {func}"),
             Err(e) => e.to_string(),
         }
+    }
+
+    #[test]
+    fn a_unit_outside_a_string_is_refused_not_dropped() {
+        let ok = "fn f() -> Result<(), E> {}";
+        for (args, hint) in [
+            ("key = \"a\", ttl = 500ms", "`ttl = \"500ms\"`"),
+            ("key = \"a\", wait = 2ms", "`wait = \"2ms\"`"),
+            (
+                "key = \"a\", hold_at_least = 1h",
+                "`hold_at_least = \"1h\"`",
+            ),
+            ("key = \"a\", cooldown = 2m", "`cooldown = \"2m\"`"),
+            ("key = \"a\", ttl = 5u64", "`ttl = \"5u64\"`"),
+        ] {
+            let m = message(args, ok);
+            assert!(
+                m.contains(hint) && m.contains("whole seconds"),
+                "{args}: {m}"
+            );
+        }
+        assert!(message("key = \"a\", permits = 3ms", ok).contains("not a number of permits"));
+        assert!(plan("key = \"a\", permits = 3u32", ok).is_ok());
+        assert!(plan("key = \"a\", ttl = 5, wait = \"500ms\"", ok).is_ok());
     }
 
     #[test]

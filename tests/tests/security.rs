@@ -441,6 +441,30 @@ fn credentials_never_appear_in_debug_display_errors_or_log_events() {
     texts.push(format!("{err} {err:?}"));
     let err = LockClient::open(&format!("redis://:{SECRET}@[::1")).unwrap_err();
     texts.push(format!("{err} {err:?}"));
+    // A password with a `/`, `#` or `?` (unencoded, so the URL does not parse as meant).
+    for bad in ["/", "#", "?"] {
+        let url = format!("redis://:{SECRET}{bad}x@127.0.0.1:{port}/");
+        texts.push(format!("{:?}", LockClient::builder(&url)));
+        match LockClient::open(&url) {
+            Ok(c) => texts.push(format!("{c:?} {:?}", c.ping())),
+            Err(err) => texts.push(format!("{err} {err:?}")),
+        }
+    }
+    // A Unix socket's password, in the query where redis-rs reads it.
+    let dir = std::env::temp_dir().join(format!("no-such-{}.sock", std::process::id()));
+    for scheme in ["redis+unix", "unix"] {
+        let url = format!("{scheme}://{}?pass={SECRET}", dir.display());
+        let builder = LockClient::builder(&url).connect_timeout(Duration::from_millis(200));
+        texts.push(format!("{builder:?}"));
+        match builder.build() {
+            Ok(c) => {
+                texts.push(format!("{c:?}"));
+                let err = c.try_lock("secret").unwrap_err();
+                texts.push(format!("{err} {err:?}"));
+            }
+            Err(err) => texts.push(format!("{err} {err:?}")),
+        }
+    }
 
     let events = EVENTS.lock().unwrap().clone();
     // The capture works: the events this test provoked are there.

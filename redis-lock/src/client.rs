@@ -13,9 +13,6 @@ use crate::hold::retry::RetryStrategy;
 use crate::info::LockInfo;
 use crate::options::{LockMode, LockOptions};
 
-/// How far away "wait until the lock is free" puts the deadline.
-const UNTIL_FREE: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
-
 /// A client for distributed locks on one Redis server: a connection pool plus settings.
 ///
 /// Cheap to clone (an `Arc` inside), `Send` and `Sync`: create one per process and share it.
@@ -483,16 +480,7 @@ impl LockClient {
     /// # Ok(()) }
     /// ```
     pub fn try_acquire_with(&self, key: &str, opts: &LockOptions) -> Result<Option<LockGuard>> {
-        let started = Instant::now();
-        let at = match opts.wait.or(self.inner.config.default_wait) {
-            Some(wait) => started
-                .checked_add(wait)
-                .ok_or_else(|| Error::invalid("wait", format!("{wait:?} overflows the clock")))?,
-            // Until the lock is free: a deadline no wait reaches (the acquire loop bounds each
-            // wait by the holder's TTL, and registrations by MAX_TTL).
-            None => started + UNTIL_FREE,
-        };
-        let deadline = Deadline { at, started };
+        let deadline = Deadline::after(opts.wait.or(self.inner.config.default_wait))?;
         let primitive = self.primitive(opts.mode);
         Ok(self
             .inner

@@ -12,9 +12,6 @@ use crate::hold::multi::members;
 use crate::hold::retry::RetryStrategy;
 use crate::options::{LockOptions, validate_ttl};
 
-/// How far away "wait until the locks are free" puts the deadline.
-const UNTIL_FREE: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
-
 /// Several locks held together, taken all or none by [`LockClient::lock_all`] and its
 /// siblings. Released together when the guard is dropped.
 ///
@@ -223,6 +220,13 @@ impl MultiGuard {
     }
 }
 
+impl MultiGuard {
+    /// Its members' leases, in the order `release` reports them.
+    pub(crate) fn leases(&self) -> &[Arc<Lease>] {
+        &self.leases
+    }
+}
+
 impl Drop for MultiGuard {
     fn drop(&mut self) {
         if self.live {
@@ -398,15 +402,8 @@ impl LockClient {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        let started = Instant::now();
         let names = members(collect(keys))?;
-        let at = match opts.wait.or(self.inner.config.default_wait) {
-            Some(wait) => started
-                .checked_add(wait)
-                .ok_or_else(|| Error::invalid("wait", format!("{wait:?} overflows the clock")))?,
-            None => started + UNTIL_FREE,
-        };
-        let deadline = Deadline { at, started };
+        let deadline = Deadline::after(opts.wait.or(self.inner.config.default_wait))?;
         Ok(self
             .inner
             .acquire_all(&names, opts, &deadline)?

@@ -16,12 +16,13 @@
 //! their `on_unimplemented` messages are the macro's error messages for it.
 
 use std::ops::ControlFlow;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::client::LockClient;
 use crate::error::{Error, LostReason, Result};
 use crate::guard::LockGuard;
-use crate::hold::lease::ReleaseOutcome;
+use crate::hold::lease::{Lease, ReleaseOutcome};
 use crate::multi::MultiGuard;
 use crate::options::LockOptions;
 
@@ -117,14 +118,16 @@ fn lost_during_call(holding: Holding) -> Option<Error> {
 /// [`lost_one`] for every member: the first member lost, by name.
 fn lost_all(guard: MultiGuard) -> Option<Error> {
     let seen = guard.ensure_held().err();
+    let leases = guard.leases().to_vec();
     let outcomes = guard.release().unwrap_or_default();
     seen.or_else(|| {
         outcomes
             .into_iter()
-            .find_map(|(key, outcome)| match outcome {
+            .zip(leases)
+            .find_map(|((key, outcome), lease)| match outcome {
                 ReleaseOutcome::Late => Some(Error::Lost {
                     key,
-                    reason: LostReason::Expired,
+                    reason: found_gone(&lease),
                 }),
                 ReleaseOutcome::Lost => Some(Error::Lost {
                     key,
@@ -140,14 +143,21 @@ fn lost_all(guard: MultiGuard) -> Option<Error> {
 fn lost_one(guard: LockGuard) -> Option<Error> {
     let seen = guard.ensure_held().err();
     let key = guard.key().to_owned();
+    let lease = Arc::clone(&guard.lease);
     let lost = |reason| Error::Lost { key, reason };
     match guard.release() {
-        Ok(ReleaseOutcome::Late) => seen.or_else(|| Some(lost(LostReason::Expired))),
+        Ok(ReleaseOutcome::Late) => seen.or_else(|| Some(lost(found_gone(&lease)))),
         Ok(ReleaseOutcome::Lost) => seen.or_else(|| Some(lost(LostReason::TakenOver))),
         // A failed release is logged by the lease and the lock expires with its TTL; as far
         // as this process can tell it was held for the whole call.
         Ok(_) | Err(_) => seen,
     }
+}
+
+/// Why a `Late` release found the lock gone: the reason the lease kept (`Deleted` when it
+/// went before its TTL could have run out).
+fn found_gone(lease: &Lease) -> LostReason {
+    lease.lost_reason().unwrap_or(LostReason::Expired)
 }
 
 /// Takes the lock for a function whose lock failures go through its `Result`.

@@ -14,9 +14,6 @@ use crate::hold::semaphore::{self as sem, validate_permits};
 use crate::options::LockOptions;
 use crate::wire::LockKeys;
 
-/// How far away "wait until a permit is free" puts the deadline (as for locks).
-const UNTIL_FREE: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
-
 /// A distributed semaphore: at most [`limit`](Self::limit) holders of one name at once, across
 /// threads, processes and hosts. Made by [`LockClient::semaphore`].
 ///
@@ -322,14 +319,7 @@ impl Semaphore {
     pub fn try_acquire_with(&self, opts: &LockOptions) -> Result<Option<LockGuard>> {
         let inner = &self.client.inner;
         inner.check_semaphore(Some(opts))?;
-        let started = Instant::now();
-        let at = match opts.wait.or(inner.config.default_wait) {
-            Some(wait) => started
-                .checked_add(wait)
-                .ok_or_else(|| Error::invalid("wait", format!("{wait:?} overflows the clock")))?,
-            None => started + UNTIL_FREE,
-        };
-        let deadline = Deadline { at, started };
+        let deadline = Deadline::after(opts.wait.or(inner.config.default_wait))?;
         Ok(inner
             .acquire(&self.primitive, &self.name, opts, &deadline)?
             .map(LockGuard::new))

@@ -238,6 +238,34 @@ fn renewals_and_losses_are_counted_and_end_the_hold() {
     assert_eq!(counter("redis_lock_losses_total", &losses), 1);
 }
 
+#[test]
+fn a_release_that_finds_the_lock_deleted_counts_a_deletion_not_an_expiry() {
+    LazyLock::force(&SNAPSHOTTER);
+    let server = RedisServer::start();
+    let locks = client(&server);
+    const L: &str = "deleted-early";
+    // A 10 s TTL: the watchdog's first renewal is 3.3 s away, so the release finds it first.
+    let guard = locks
+        .options("m-3")
+        .label(L)
+        .ttl(Duration::from_secs(10))
+        .acquire()
+        .unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg("lock:{m-3}")
+        .query(&mut server.connection())
+        .unwrap();
+    assert_eq!(guard.release().unwrap(), ReleaseOutcome::Late);
+    let by_reason = |reason| {
+        counter(
+            "redis_lock_losses_total",
+            &[("reason", reason), ("primitive", "mutex"), ("label", L)],
+        )
+    };
+    assert_eq!((by_reason("deleted"), by_reason("expired")), (1, 0));
+    assert_eq!(hold_samples(L, "late").len(), 1);
+}
+
 #[redis_lock::distributed_lock(key = "invoice:{id}", ttl = 5, client = locks)]
 fn settle(locks: &LockClient, id: u64) -> redis_lock::Result<u64> {
     Ok(id * 2)
@@ -428,11 +456,31 @@ fn acquire_and_hold_spans_carry_their_fields_and_no_secret() {
     }
     assert_eq!(first.fields["lock.fencing_token"], fence.to_string());
     assert!(first.fields.contains_key("lock.waited_ms"));
+    // Waiting until free: said so, not as a budget of a hundred years.
+    assert_eq!(
+        first.fields.get("lock.until_free").map(String::as_str),
+        Some("true")
+    );
+    assert!(!first.fields.contains_key("lock.wait_ms"), "{first:#?}");
     assert!(first.closed);
     let (_, busy) = &acquires[1];
     assert_eq!(busy.fields["lock.outcome"], "busy");
     assert_eq!(busy.fields["lock.label"], "other", "no label set");
     assert!(!busy.fields.contains_key("lock.fencing_token"));
+    assert!(
+        !busy.fields.contains_key("lock.wait_ms") && !busy.fields.contains_key("lock.until_free")
+    );
+    // A budget is the budget.
+    drop(
+        other
+            .options("s-2")
+            .wait(Duration::from_millis(1500))
+            .acquire()
+            .unwrap(),
+    );
+    let budgeted = spans.named("acquire", Some("s-2"));
+    assert_eq!(budgeted[0].1.fields["lock.wait_ms"], "1500");
+    assert!(!budgeted[0].1.fields.contains_key("lock.until_free"));
 
     let holds = spans.named("hold", Some("s-1"));
     assert_eq!(holds.len(), 1, "{holds:#?}");

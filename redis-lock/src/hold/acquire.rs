@@ -44,6 +44,31 @@ pub(crate) struct Deadline {
     pub(crate) started: Instant,
 }
 
+/// How far away "wait until free" puts the deadline: further than any wait reaches (the
+/// acquire loop bounds each wait by the holder's TTL, and registrations by `MAX_TTL`).
+const UNTIL_FREE: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+impl Deadline {
+    /// From now, waiting up to `wait`, or until free with `None`: what every acquisition
+    /// with options computes (`wait`, else the client's `default_wait`).
+    pub(crate) fn after(wait: Option<Duration>) -> Result<Deadline> {
+        let started = Instant::now();
+        let at = match wait {
+            Some(wait) => started
+                .checked_add(wait)
+                .ok_or_else(|| Error::invalid("wait", format!("{wait:?} overflows the clock")))?,
+            None => started + UNTIL_FREE,
+        };
+        Ok(Deadline { at, started })
+    }
+
+    /// The wait budget, `None` when it waits until free.
+    pub(crate) fn budget(&self) -> Option<Duration> {
+        let budget = self.at.saturating_duration_since(self.started);
+        (budget < UNTIL_FREE).then_some(budget)
+    }
+}
+
 /// What a registered waiter remembers of its latest registration, to judge a grant it pops.
 #[derive(Debug, Clone, Copy)]
 struct Registration {
@@ -127,11 +152,7 @@ impl Inner {
         // Not acquired: a timeout if it could wait, else busy (as `acquire_with` reports it).
         let retry = opts.retry.as_ref().unwrap_or(&self.config.default_retry);
         let waits = deadline.at > deadline.started && *retry != RetryStrategy::none();
-        let span = observe::acquire_span(
-            name,
-            &labels,
-            waits.then(|| deadline.at.saturating_duration_since(deadline.started)),
-        );
+        let span = observe::acquire_span(name, &labels, waits, deadline.budget());
         let attempts = Cell::new(0);
         let result = span.in_scope(|| {
             self.acquire_in_span(primitive, name, opts, deadline, &labels, &parent, &attempts)

@@ -305,8 +305,19 @@ impl Lease {
         }
     }
 
+    /// Why a release found the lock gone (`Late`), kept as the lease's loss: what the
+    /// watchdog saw, if it saw it first; else, as the watchdog would judge it, `Deleted` when
+    /// the local expiry (never later than Redis's) had not passed yet, `Expired` when it had.
+    /// No `on_lost` and no "lock lost" event: the release reports it to its caller.
+    fn found_gone(&self) -> LostReason {
+        let mut st = self.state.lock();
+        let judged = loss(Renewal::Gone, Instant::now(), st.expires_at);
+        *st.lost.get_or_insert(judged)
+    }
+
     /// Why the lock is no longer held, if it is not: a loss seen by the watchdog, or the local
-    /// expiry estimate running out (no watchdog, or renewals not getting through).
+    /// expiry estimate running out (no watchdog, or renewals not getting through); after a
+    /// `Late` release, why the release found it gone.
     pub(crate) fn lost_reason(&self) -> Option<LostReason> {
         let st = self.state.lock();
         st.lost
@@ -522,7 +533,7 @@ impl Lease {
                 ReleaseOutcome::Released
                 | ReleaseOutcome::StillHeld
                 | ReleaseOutcome::HandedOff => (Ended::Released, None),
-                ReleaseOutcome::Late => (Ended::Late, Some(LostReason::Expired)),
+                ReleaseOutcome::Late => (Ended::Late, Some(self.found_gone())),
                 ReleaseOutcome::Lost => (Ended::Lost, Some(LostReason::TakenOver)),
             };
             let mut hold = self.hold.lock();

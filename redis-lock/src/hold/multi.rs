@@ -139,11 +139,7 @@ impl Inner {
         let retry = opts.retry.as_ref().unwrap_or(&self.config.default_retry);
         let waits = deadline.at > deadline.started && *retry != RetryStrategy::none();
         let joined = names.join(",");
-        let span = observe::acquire_span(
-            &joined,
-            &labels,
-            waits.then(|| deadline.at.saturating_duration_since(deadline.started)),
-        );
+        let span = observe::acquire_span(&joined, &labels, waits, deadline.budget());
         let parent = Span::current();
         let mut attempts = 0;
         let result = span.in_scope(|| {

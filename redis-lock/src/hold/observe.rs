@@ -106,8 +106,15 @@ fn loss_str(reason: LostReason) -> &'static str {
     }
 }
 
-/// The span of one acquisition. Its outcome fields are filled by [`acquired`].
-pub(crate) fn acquire_span(name: &str, labels: &Labels, wait: Option<Duration>) -> Span {
+/// The span of one acquisition. Its outcome fields are filled by [`acquired`]. `lock.wait_ms`
+/// is the wait budget of an acquisition that waits (`budget`; `None`: until free), absent when
+/// it does not wait; `lock.until_free` says it waits with no budget.
+pub(crate) fn acquire_span(
+    name: &str,
+    labels: &Labels,
+    waits: bool,
+    budget: Option<Duration>,
+) -> Span {
     tracing::info_span!(
         target: "redis_lock",
         "acquire",
@@ -115,7 +122,8 @@ pub(crate) fn acquire_span(name: &str, labels: &Labels, wait: Option<Duration>) 
         lock.name = name,
         lock.label = &*labels.label,
         lock.primitive = labels.primitive,
-        lock.wait_ms = wait.map(|w| w.as_millis() as u64),
+        lock.wait_ms = budget.filter(|_| waits).map(|w| w.as_millis() as u64),
+        lock.until_free = (waits && budget.is_none()).then_some(true),
         lock.outcome = tracing::field::Empty,
         lock.waited_ms = tracing::field::Empty,
         lock.attempts = tracing::field::Empty,
@@ -283,7 +291,7 @@ pub(crate) fn handoff(labels: &Labels) {
 /// | metric | kind | labels |
 /// |---|---|---|
 /// | `redis_lock_acquire_seconds` | histogram, seconds | `outcome` (acquired, busy, timeout, error), `primitive`, `label` |
-/// | `redis_lock_hold_seconds` | histogram, seconds | `ended` (released, late, lost, expired), `primitive`, `label` |
+/// | `redis_lock_hold_seconds` | histogram, seconds | `ended` (released, late, lost, expired, handed_off), `primitive`, `label` |
 /// | `redis_lock_held` | gauge | `primitive`, `label`: locks this process holds |
 /// | `redis_lock_waiting` | gauge | `primitive`, `label`: threads of this process waiting |
 /// | `redis_lock_renewals_total` | counter | `primitive`, `label` |

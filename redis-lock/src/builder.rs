@@ -572,10 +572,14 @@ pub(crate) fn redact_url(url: &str) -> String {
 }
 
 fn redact_userinfo(url: &str) -> String {
-    let Some(scheme_end) = url.find("://") else {
+    // After the scheme and its slashes, however many were typed (`redis:/:pw@h/` does not
+    // parse, and its error quotes it).
+    let Some(colon) = url.find(':') else {
         return url.to_owned();
     };
-    let rest = &url[scheme_end + 3..];
+    let slashes = url[colon + 1..].len() - url[colon + 1..].trim_start_matches('/').len();
+    let start = colon + 1 + slashes;
+    let rest = &url[start..];
     let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let at = match rest[..authority_end].rfind('@') {
         Some(at) => at,
@@ -591,7 +595,7 @@ fn redact_userinfo(url: &str) -> String {
         Some((user, _)) if !user.contains(['/', '?', '#']) => user,
         _ => "",
     };
-    format!("{}{user}:***{}", &url[..scheme_end + 3], &rest[at..])
+    format!("{}{user}:***{}", &url[..start], &rest[at..])
 }
 
 fn redact_query(url: &str) -> String {
@@ -644,6 +648,8 @@ mod tests {
                 "redis+unix:///tmp/x.sock?PASSWORD=hunter2pw#frag",
                 "hunter2pw",
             ),
+            ("redis:/:hunter2pw@127.0.0.1:notaport/", "hunter2pw"),
+            ("redis::hunter2pw@127.0.0.1/", "hunter2pw"),
         ] {
             let shown = redact_url(url);
             assert!(!shown.contains(secret), "{url} -> {shown}");

@@ -47,6 +47,8 @@ pub(crate) fn is_no_permission(e: &redis::RedisError) -> bool {
 #[derive(Debug, Default)]
 pub(crate) struct Learnt(AtomicU8);
 
+// The derived `Default` (0) is this state; only `known` names it.
+#[cfg_attr(not(all(test, feature = "testing")), allow(dead_code))]
 const UNKNOWN: u8 = 0;
 const YES: u8 = 1;
 const NO: u8 = 2;
@@ -67,8 +69,9 @@ impl Learnt {
         self.0.swap(NO, Ordering::Relaxed) != NO
     }
 
-    /// What was learnt: `Some(true)` has it, `Some(false)` not, `None` not asked yet.
-    #[cfg_attr(not(test), allow(dead_code))]
+    /// What was learnt: `Some(true)` has it, `Some(false)` not, `None` not asked yet (read by
+    /// the server tests, which need the `testing` feature).
+    #[cfg_attr(not(all(test, feature = "testing")), allow(dead_code))]
     pub(crate) fn known(&self) -> Option<bool> {
         match self.0.load(Ordering::Relaxed) {
             UNKNOWN => None,

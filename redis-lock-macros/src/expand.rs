@@ -79,6 +79,41 @@ fn mentions_impl(tokens: TokenStream) -> bool {
     })
 }
 
+/// `ty` with every `impl Trait` in it replaced by `_`, so that it can be named in an
+/// expression (where `impl Trait` cannot be written).
+fn infer_impl(ty: &syn::Type) -> syn::Type {
+    use syn::{GenericArgument, PathArguments, Type};
+    let mut ty = ty.clone();
+    fn walk(ty: &mut Type) {
+        match ty {
+            Type::ImplTrait(t) => {
+                let span = t.impl_token.span;
+                *ty = syn::parse_quote_spanned!(span=> _);
+            }
+            Type::Path(p) => {
+                for seg in &mut p.path.segments {
+                    if let PathArguments::AngleBracketed(args) = &mut seg.arguments {
+                        for arg in &mut args.args {
+                            if let GenericArgument::Type(t) = arg {
+                                walk(t);
+                            }
+                        }
+                    }
+                }
+            }
+            Type::Reference(r) => walk(&mut r.elem),
+            Type::Tuple(t) => t.elems.iter_mut().for_each(walk),
+            Type::Array(a) => walk(&mut a.elem),
+            Type::Slice(s) => walk(&mut s.elem),
+            Type::Paren(p) => walk(&mut p.elem),
+            Type::Group(g) => walk(&mut g.elem),
+            _ => {}
+        }
+    }
+    walk(&mut ty);
+    ty
+}
+
 /// The function with the lock around its body.
 pub(crate) fn wrap(plan: Plan, func: ItemFn) -> TokenStream {
     let krate = plan.krate.clone();
@@ -152,7 +187,13 @@ pub(crate) fn wrap(plan: Plan, func: ItemFn) -> TokenStream {
         let n = Literal::u32_unsuffixed(n);
         quote!(#n,)
     });
-    let turbofish = ret_ty.as_ref().map(|ty| quote_spanned!(ret_span=> ::<#ty>));
+    // With `impl Trait` in it, the type is named with `_` in those places: the rest (an
+    // error type that lacks `From<redis_lock::Error>`, say) is still checked on it.
+    let named = ret_ty.clone().or_else(|| match &sig.output {
+        ReturnType::Type(_, ty) => Some(infer_impl(ty).to_token_stream()),
+        ReturnType::Default => None,
+    });
+    let turbofish = named.as_ref().map(|ty| quote_spanned!(ret_span=> ::<#ty>));
     let take = quote! {
         let #held = match #krate::__private::#enter #turbofish(#client, #key, #permits #options, #function) {
             ::core::ops::ControlFlow::Continue(#held) => #held,

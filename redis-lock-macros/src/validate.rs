@@ -429,7 +429,13 @@ fn duration_ms(arg: &DurationArg, name: &str) -> syn::Result<u64> {
             let too_long = || {
                 syn::Error::new_spanned(
                     lit,
-                    format!("`{name}` is longer than 365 days (`redis_lock::MAX_TTL`)"),
+                    // Too many seconds to count in milliseconds: past any limit. A wait
+                    // is not bounded by `MAX_TTL` (only by the clock), so it is not named.
+                    if name == "wait" {
+                        format!("`wait` is too long: {lit} seconds do not fit in milliseconds")
+                    } else {
+                        format!("`{name}` is longer than 365 days (`redis_lock::MAX_TTL`)")
+                    },
                 )
             };
             match lit.base10_parse::<u64>() {
@@ -723,6 +729,11 @@ mod tests {
         assert!(
             message(r#"key = "a", ttl = 99999999999999999999999"#, ok).contains("365 days"),
             "an overflowing ttl says so"
+        );
+        let wait = message(r#"key = "a", wait = 99999999999999999999999"#, ok);
+        assert!(
+            wait.contains("too long") && !wait.contains("MAX_TTL"),
+            "a wait has no 365-day limit: {wait}"
         );
         assert!(message(r#"key = "a", retry = "poll""#, ok).contains("unknown retry"));
         assert!(message(r#"key = "a", on_busy = "wait""#, ok).contains("on_busy"));

@@ -2,7 +2,7 @@
 //! run with warnings denied) and what it rejects, with the exact messages (`ui/fail/*.stderr`).
 //!
 //! The messages depend on the compiler version, so this runs on stable only. After a change,
-//! regenerate with `TRYBUILD=overwrite cargo test -p redis-lock-macros --test ui` and read
+//! regenerate with `TRYBUILD=overwrite cargo test -p redis-lock-sync-macros --test ui` and read
 //! every changed `.stderr`: the caret must point at the offending token.
 
 #[rustversion::stable]

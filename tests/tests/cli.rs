@@ -2,9 +2,9 @@
 //! processes: mutual exclusion of `run`, busy handling, exit codes, signal forwarding, crash
 //! and loss behaviour, `status` / `list` / `release --force`, and the error cases.
 //!
-//! The binary lives in the `redis-lock` package behind the `cli` feature, so cargo does not
+//! The binary lives in the `redis-lock-sync` package behind the `cli` feature, so cargo does not
 //! build it for this package's tests; the first test that needs it runs
-//! `cargo build -p redis-lock --features cli --bin redis-lock` (a no-op when it is up to
+//! `cargo build -p redis-lock-sync --features cli --bin redis-lock` (a no-op when it is up to
 //! date) and takes the executable's path from cargo's JSON messages. Set
 //! `REDIS_LOCK_TOOL_BIN` to test another build instead.
 
@@ -1710,4 +1710,427 @@ fn read_runs_share_the_lock_and_status_shows_readers_and_writers() {
     );
     let both = finish(tool(&server).args(["run", "catalog", "--read", "--write", "--", "true"]));
     assert_eq!(both.code, USAGE, "{both:?}");
+}
+
+// ---------------------------------------------------------------------------------------
+// Bounds, holders that are nobody, losses under --also, nested runs, watch of anything
+
+/// Durations that would overflow the clock (`Instant + grace`, `elapsed + interval`) are
+/// refused on the command line; the longest accepted ones work.
+#[test]
+fn kill_grace_and_watch_interval_past_their_bounds_are_usage_errors_not_panics() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let huge = "18446744073709551615.999999999";
+    for (args, needle) in [
+        (
+            &[
+                "run",
+                "--kill-on-loss",
+                "--kill-grace",
+                huge,
+                "big",
+                "--",
+                "true",
+            ][..],
+            "--kill-grace",
+        ),
+        (&["watch", "big", "--interval", huge], "--interval"),
+        (
+            &["run", "--cooldown", huge, "big", "--", "true"],
+            "--cooldown",
+        ),
+    ] {
+        let done = finish(tool(&server).args(args));
+        assert_eq!(done.code, USAGE, "{args:?}: {done:?}");
+        one_line(&done.stderr);
+        assert!(
+            done.stderr.contains(needle) && done.stderr.contains("365 days"),
+            "{args:?}: {}",
+            done.stderr
+        );
+    }
+    assert!(!held(&locks, "big"));
+
+    // The longest interval: one look, then --duration is over.
+    let done =
+        finish(tool(&server).args(["watch", "big", "--interval", "8760h", "--duration", "1s"]));
+    assert_eq!(done.code, 0, "{done:?}");
+    assert!(done.stdout.contains("free"), "{done:?}");
+
+    // The longest grace: a loss sends SIGTERM (no panic, the command does not outlive it).
+    let pid_file = server.dir().join("graceful.pid");
+    let script = format!("echo $$ > {}; exec sleep 60", path_arg(&pid_file));
+    let running = Running::start(
+        tool(&server)
+            .args([
+                "run",
+                "big",
+                "--ttl",
+                "1s",
+                "--kill-on-loss",
+                "--kill-grace",
+                "8760h",
+            ])
+            .arg("--")
+            .args(sh(&script)),
+    );
+    assert!(wait_until(QUICK, || pid_file.exists() && held(&locks, "big")));
+    let pid: libc::pid_t = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(locks.force_release("big").unwrap().is_some());
+    let done = running.finish(QUICK);
+    assert_eq!(done.code, LOST, "{done:?}");
+    assert!(!done.stderr.contains("panicked"), "{}", done.stderr);
+    assert!(!alive(pid), "the command still runs");
+}
+
+/// A lock cooling down after `run --cooldown`, or handed to a waiter that has not claimed it,
+/// has no holder stored: nothing says `(pid 0)` or 1970, JSON says null.
+#[test]
+fn a_lock_cooling_down_or_handed_over_shows_what_it_is_not_a_fake_holder() {
+    let server = RedisServer::start();
+    let no_fake = |what: &str, text: &str| {
+        assert!(!text.contains("(pid 0)"), "{what}: {text}");
+        assert!(!text.contains("1970"), "{what}: {text}");
+    };
+    let done = finish(tool(&server).args(["run", "cool", "--cooldown", "60s", "--", "true"]));
+    assert_eq!(done.code, 0, "{done:?}");
+
+    let status = finish(tool(&server).args(["status", "cool"]));
+    assert_eq!(status.code, 0, "{status:?}");
+    no_fake("status", &status.stdout);
+    assert!(
+        status.stdout.contains("nobody: cooling down until"),
+        "{}",
+        status.stdout
+    );
+    let v = json(&finish(tool(&server).args(["status", "cool", "--json"])).stdout);
+    for field in ["host", "pid", "acquired_at", "acquired_at_unix_ms"] {
+        assert!(v[field].is_null(), "{field}: {v}");
+    }
+    assert!(v["cooling_until"].is_string(), "{v}");
+    assert_eq!(v["fencing_token"], 1, "{v}");
+
+    let list = finish(tool(&server).arg("list"));
+    no_fake("list", &list.stdout);
+    assert!(list.stdout.contains("(cooling down)"), "{}", list.stdout);
+    let items = json(&finish(tool(&server).args(["list", "--json"])).stdout);
+    assert!(items[0]["host"].is_null(), "{items}");
+
+    let busy = finish(tool(&server).args(["run", "cool", "-n", "--", "true"]));
+    assert_eq!(busy.code, BUSY, "{busy:?}");
+    no_fake("busy", &busy.stderr);
+    assert!(
+        busy.stderr.contains("cooling down until"),
+        "{}",
+        busy.stderr
+    );
+
+    let watched = finish(tool(&server).args([
+        "watch",
+        "cool",
+        "--json",
+        "--interval",
+        "50ms",
+        "--duration",
+        "10ms",
+    ]));
+    let event = json(watched.stdout.lines().next().unwrap_or(""));
+    assert_eq!(
+        (
+            event["event"].as_str(),
+            event["host"].is_null(),
+            event["pid"].is_null()
+        ),
+        (Some("held"), true, true),
+        "{event}"
+    );
+    let watched =
+        finish(tool(&server).args(["watch", "cool", "--interval", "50ms", "--duration", "10ms"]));
+    no_fake("watch", &watched.stdout);
+    assert!(watched.stdout.contains("cooling down"), "{watched:?}");
+
+    let broke = finish(tool(&server).args(["release", "cool", "--force"]));
+    assert_eq!(broke.code, 0, "{broke:?}");
+    no_fake("release", &broke.stdout);
+    assert!(
+        broke.stdout.contains("nobody: cooling down"),
+        "{}",
+        broke.stdout
+    );
+    let done = finish(tool(&server).args(["run", "cool", "--cooldown", "60s", "--", "true"]));
+    assert_eq!(done.code, 0, "{done:?}");
+    let v = json(&finish(tool(&server).args(["release", "cool", "--force", "--json"])).stdout);
+    assert_eq!(v["broken"], true, "{v}");
+    assert!(v["host"].is_null() && v["pid"].is_null(), "{v}");
+
+    // A read-write lock cooling down: the library gives no mode then, so none is claimed
+    // (not "mutex"), and no fencing token is stored with it.
+    let done =
+        finish(tool(&server).args(["run", "rw", "--read", "--cooldown", "60s", "--", "true"]));
+    assert_eq!(done.code, 0, "{done:?}");
+    let v = json(&finish(tool(&server).args(["status", "rw", "--json"])).stdout);
+    assert!(v["mode"].is_null() && v["fencing_token"].is_null(), "{v}");
+    let list = finish(tool(&server).args(["list", "rw"]));
+    let row = list.stdout.lines().nth(1).unwrap_or_default().to_owned();
+    assert_eq!(
+        row.split_whitespace().take(4).collect::<Vec<_>>(),
+        ["rw", "-", "(cooling", "down)"],
+        "{}",
+        list.stdout
+    );
+
+    // Just handed to a waiter, which has not written its information yet: the state a
+    // handoff leaves (`lua.rs`: token, fence and an empty `info`).
+    let mut redis = server.connection();
+    redis::cmd("HSET")
+        .arg("lock:{handed}")
+        .arg(&["token", "0123456789abcdef", "fence", "7", "info", ""])
+        .query::<()>(&mut redis)
+        .unwrap();
+    redis::cmd("PEXPIRE")
+        .arg("lock:{handed}")
+        .arg(60_000)
+        .query::<()>(&mut redis)
+        .unwrap();
+    let status = finish(tool(&server).args(["status", "handed"]));
+    assert_eq!(status.code, 0, "{status:?}");
+    no_fake("status", &status.stdout);
+    assert!(
+        status.stdout.contains("handed over to a waiter"),
+        "{}",
+        status.stdout
+    );
+    let v = json(&finish(tool(&server).args(["status", "handed", "--json"])).stdout);
+    assert!(v["host"].is_null() && v["pid"].is_null(), "{v}");
+    assert_eq!(v["fencing_token"], 7, "{v}");
+    let busy = finish(tool(&server).args(["run", "handed", "-n", "--", "true"]));
+    assert_eq!(busy.code, BUSY, "{busy:?}");
+    no_fake("busy", &busy.stderr);
+    assert!(
+        busy.stderr.contains("handed over to a waiter"),
+        "{}",
+        busy.stderr
+    );
+    let broke = finish(tool(&server).args(["release", "handed", "--force"]));
+    no_fake("release", &broke.stdout);
+    assert!(broke.stdout.contains("handed over"), "{}", broke.stdout);
+}
+
+/// With `--also`, the warning names the lock that was lost, not KEY.
+#[test]
+fn a_loss_under_also_names_the_lock_that_was_lost() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let ready = server.dir().join("also-ready");
+    let script = format!("echo ready > {}; exec sleep 60", path_arg(&ready));
+    let running = Running::start(
+        tool(&server)
+            .args([
+                "run",
+                "--kill-on-loss",
+                "--ttl",
+                "3s",
+                "acc7",
+                "--also",
+                "acc9",
+                "--",
+            ])
+            .args(sh(&script)),
+    );
+    assert!(wait_until(QUICK, || ready.exists()
+        && held(&locks, "acc7")
+        && held(&locks, "acc9")));
+    let deleted: i64 = redis::cmd("DEL")
+        .arg("lock:{acc9}")
+        .query(&mut server.connection())
+        .unwrap();
+    assert_eq!(deleted, 1);
+    let done = running.finish(QUICK);
+    assert_eq!(done.code, LOST, "{done:?}");
+    assert!(
+        done.stderr.contains("lock \"acc9\" was lost"),
+        "{}",
+        done.stderr
+    );
+    assert!(
+        !done.stderr.contains("lock \"acc7\" was lost"),
+        "{}",
+        done.stderr
+    );
+    assert!(!held(&locks, "acc7"), "released after the command");
+}
+
+/// A `run` inside another `run` gets only its own lock's variables: the outer handle does not
+/// reach a command of an inner `--also` run (which has no handle), nor the outer key lists a
+/// command of an inner single-lock run.
+#[test]
+fn a_run_inside_a_run_does_not_pass_the_outer_lock_on() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let inner = "echo \"handle=${REDIS_LOCK_HANDLE:-none}\"; \
+                 \"$TOOL\" release --handle \"$REDIS_LOCK_HANDLE\"; \
+                 \"$TOOL\" status outer >/dev/null && echo outer-held";
+    let done = finish(
+        tool(&server)
+            .env("TOOL", cli_binary())
+            .args(["run", "outer", "--"])
+            .arg(cli_binary())
+            .args(["run", "inA", "--also", "inB", "--"])
+            .args(sh(inner)),
+    );
+    assert_eq!(done.code, 0, "{done:?}");
+    assert!(done.stdout.contains("handle=none"), "{done:?}");
+    assert!(
+        done.stdout.contains("outer-held"),
+        "the outer lock was released: {done:?}"
+    );
+    assert!(!done.stderr.contains("had been lost"), "{done:?}");
+
+    let inner = "echo \"keys=${REDIS_LOCK_KEYS:-none}|${REDIS_LOCK_FENCING_TOKENS:-none}\"; \
+                 test -n \"$REDIS_LOCK_HANDLE\" && echo has-handle";
+    let done = finish(
+        tool(&server)
+            .args(["run", "outer", "--also", "other", "--"])
+            .arg(cli_binary())
+            .args(["run", "inner", "--"])
+            .args(sh(inner)),
+    );
+    assert_eq!(done.code, 0, "{done:?}");
+    assert!(done.stdout.contains("keys=none|none"), "{done:?}");
+    assert!(done.stdout.contains("has-handle"), "{done:?}");
+    for name in ["outer", "inA", "inB", "other", "inner"] {
+        assert!(!held(&locks, name), "{name}");
+    }
+}
+
+/// A name the library refuses ends `watch` at once with a usage error, as for `status`.
+#[test]
+fn watch_of_a_bad_name_is_a_usage_error_at_once() {
+    let server = RedisServer::start();
+    let long = "a".repeat(3000);
+    for name in ["", long.as_str()] {
+        let done =
+            finish(tool(&server).args(["watch", name, "--interval", "20ms", "--duration", "5s"]));
+        assert_eq!(done.code, USAGE, "{done:?}");
+        one_line(&done.stderr);
+        assert!(done.stderr.contains("key"), "{}", done.stderr);
+        assert!(done.stdout.is_empty(), "{done:?}");
+    }
+}
+
+/// `watch` shows a semaphore, by name and in a pattern, as `status` and `list` do.
+#[test]
+fn watch_shows_semaphores_by_name_and_by_pattern() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let exports = locks.semaphore("w-exports", 3).unwrap();
+    let first = exports.acquire().unwrap();
+    let _lock = locks.lock("w-lock").unwrap();
+    let by_name = Running::start(tool(&server).args([
+        "watch",
+        "w-exports",
+        "--json",
+        "--interval",
+        "20ms",
+        "--duration",
+        "60s",
+    ]));
+    let by_pattern = Running::start(tool(&server).args([
+        "watch",
+        "w-*",
+        "--json",
+        "--interval",
+        "20ms",
+        "--duration",
+        "60s",
+    ]));
+    for running in [&by_name, &by_pattern] {
+        assert!(
+            has_event(running, "held", |e| e["key"] == "w-exports"
+                && e["kind"] == "semaphore"
+                && e["in_use"] == 1
+                && e["limit"] == 3),
+            "{:?} {}",
+            watch_events(running),
+            running.stderr()
+        );
+    }
+    assert!(has_event(&by_pattern, "held", |e| e["key"] == "w-lock"
+        && e["pid"] == std::process::id()));
+    // Another client: one holding a permit cannot take a second of the same semaphore.
+    let other = client(&server);
+    let second = other.semaphore("w-exports", 3).unwrap().acquire().unwrap();
+    for running in [&by_name, &by_pattern] {
+        assert!(
+            has_event(running, "permits", |e| e["in_use"] == 2),
+            "{:?}",
+            watch_events(running)
+        );
+    }
+    drop((first, second));
+    for running in [&by_name, &by_pattern] {
+        assert!(
+            has_event(running, "released", |e| e["key"] == "w-exports"
+                && e["held"] == false),
+            "{:?}",
+            watch_events(running)
+        );
+        assert!(
+            !running.stderr().contains("another type"),
+            "{}",
+            running.stderr()
+        );
+    }
+    let text = finish(tool(&server).args(["watch", "w-exports", "--duration", "10ms"]));
+    assert_eq!(text.code, 0, "{text:?}");
+    assert!(text.stdout.contains("free"), "{text:?}");
+}
+
+/// `--hold-at-least 0` and `--cooldown 0` both mean none (the library's minimum hold
+/// defaults to zero); neither is refused and the lock frees at once.
+#[test]
+fn zero_hold_at_least_and_cooldown_mean_none() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    for flag in ["--hold-at-least", "--cooldown"] {
+        let done = finish(tool(&server).args(["run", "zero", flag, "0", "--", "true"]));
+        assert_eq!(done.code, 0, "{flag}: {done:?}");
+        assert!(!held(&locks, "zero"), "{flag}: released at once");
+    }
+}
+
+/// Every `cargo … -p NAME` in the README names a package of the workspace.
+#[test]
+fn readme_cargo_commands_name_real_packages() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let packages: Vec<String> = std::fs::read_dir(&root)
+        .unwrap()
+        .filter_map(|entry| std::fs::read_to_string(entry.ok()?.path().join("Cargo.toml")).ok())
+        .filter_map(|manifest| {
+            let package = manifest.split("[package]").nth(1)?;
+            let line = package
+                .lines()
+                .find(|l| l.trim_start().starts_with("name"))?;
+            Some(line.split('"').nth(1)?.to_owned())
+        })
+        .collect();
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let named: Vec<&str> = readme
+        .lines()
+        .filter(|line| line.contains("cargo "))
+        .flat_map(|line| line.split(" -p ").skip(1))
+        .filter_map(|rest| rest.split([' ', '`']).next())
+        .collect();
+    assert!(named.contains(&"redis-lock-sync"), "{named:?}");
+    for name in named {
+        assert!(
+            packages.iter().any(|p| p == name),
+            "README: `-p {name}` is not a package ({packages:?})"
+        );
+    }
 }

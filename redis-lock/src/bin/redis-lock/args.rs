@@ -39,7 +39,9 @@ pub(crate) struct RunArgs {
     pub(crate) wait: Option<Duration>,
     pub(crate) on_busy: OnBusy,
     pub(crate) busy_exit_code: i32,
+    /// `None`: no minimum hold (the option left out, or 0).
     pub(crate) hold_at_least: Option<Duration>,
+    /// `None`: no cool-down (the option left out, or 0).
     pub(crate) cooldown: Option<Duration>,
     /// `--read` / `--write`: a side of a read-write lock; `None`: a mutex.
     pub(crate) mode: Option<redis_lock::LockMode>,
@@ -139,6 +141,8 @@ The command inherits stdin, stdout and stderr, and gets these environment variab
                             'extend --handle' (a secret: whoever has it owns the lock)
   REDIS_LOCK_KEYS           with --also: every lock name, sorted, comma-separated
   REDIS_LOCK_FENCING_TOKENS with --also: NAME=TOKEN for each lock, comma-separated
+Those of them this run does not set are removed from the command's environment (a run
+inside another run does not pass the outer lock's handle or key list on).
 
 With --also NAME (repeatable) the command runs holding KEY and every NAME together: all are
 taken at once or none (no deadlock with another run asking for the same names in another
@@ -169,7 +173,12 @@ scripts can test it:
 The JSON form is one object: {\"key\", \"namespace\", \"held\"} and, when held, \"host\", \"pid\",
 \"acquired_at\" (RFC 3339, Redis clock), \"acquired_at_unix_ms\", \"remaining_ttl_ms\" (null
 without expiry), \"fencing_token\", \"metadata\" (null when none), \"owned\" (false during a
-minimum hold after release) and \"hold_until\" (null when none).";
+minimum hold or cool-down after release), \"hold_until\" and \"cooling_until\" (null when
+none). \"host\", \"pid\" and the \"acquired_at\" fields are null while nobody's information is
+stored with the lock: cooling down after its release, or just handed to a waiter that has
+not claimed it yet (the text form says which); \"fencing_token\" is null when none is stored.
+\"mode\" is \"read\" or \"write\" for a read-write lock, null for a mutex and for any lock
+cooling down (a read-write lock's cool-down is not told apart from a mutex's).";
 
 const LIST_AFTER: &str = "\
 PATTERN is a Redis glob on lock names (default '*'): 'report-*', 'job-?', 'db-[ab]'.
@@ -210,6 +219,27 @@ fn duration_arg(name: &'static str, value: &'static str) -> Arg {
         .value_name(value)
         .value_parser(duration::parse)
 }
+
+/// A duration option refused outside `min..=max` when parsed (exit 64), for values that feed
+/// clock arithmetic (`Instant + grace` panics past the clock's range) or that the library
+/// would refuse only after connecting.
+fn bounded_duration_arg(
+    name: &'static str,
+    value: &'static str,
+    min: Duration,
+    max: Duration,
+) -> Arg {
+    Arg::new(name)
+        .long(name)
+        .value_name(value)
+        .value_parser(move |text: &str| duration::parse_within(text, min, max))
+}
+
+/// The shortest `--ttl` the library takes (Redis expiry has millisecond resolution).
+const MIN_TTL: Duration = Duration::from_millis(1);
+
+/// The shortest `watch --interval`: every look is a round trip to Redis.
+const MIN_INTERVAL: Duration = Duration::from_millis(10);
 
 fn key_arg() -> Arg {
     Arg::new("key")
@@ -279,9 +309,11 @@ pub(crate) fn command() -> Command {
                         ),
                 )
                 .arg(
-                    duration_arg("ttl", "DURATION").default_value("30s").help(
-                        "Lock TTL: renewed every TTL/3; a crashed holder's lock frees after it",
-                    ),
+                    bounded_duration_arg("ttl", "DURATION", MIN_TTL, redis_lock::MAX_TTL)
+                        .default_value("30s")
+                        .help(
+                            "Lock TTL: renewed every TTL/3; a crashed holder's lock frees after it",
+                        ),
                 )
                 .arg(
                     duration_arg("wait", "DURATION").short('w').help(
@@ -313,14 +345,33 @@ pub(crate) fn command() -> Command {
                         .default_value("75")
                         .help("Exit code for a busy lock with --on-busy fail (flock -E)"),
                 )
+                // 0 is none for both, as the library's default minimum hold is zero (a
+                // zero `LockOptions::cooldown` is refused there, so it is not passed on).
                 .arg(
-                    duration_arg("hold-at-least", "DURATION")
-                        .help("Keep the lock at least this long, even if the command ends sooner"),
+                    bounded_duration_arg(
+                        "hold-at-least",
+                        "DURATION",
+                        Duration::ZERO,
+                        redis_lock::MAX_TTL,
+                    )
+                    .help(
+                        "Keep the lock at least this long, even if the command ends sooner \
+                         (0: none)",
+                    ),
                 )
-                .arg(duration_arg("cooldown", "DURATION").help(
-                    "Keep the lock taken, by nobody, this long after the command ends: the next \
-                     run cannot start sooner (the later of this and --hold-at-least)",
-                ))
+                .arg(
+                    bounded_duration_arg(
+                        "cooldown",
+                        "DURATION",
+                        Duration::ZERO,
+                        redis_lock::MAX_TTL,
+                    )
+                    .help(
+                        "Keep the lock taken, by nobody, this long after the command ends: the \
+                         next run cannot start sooner (the later of this and --hold-at-least; \
+                         0: none)",
+                    ),
+                )
                 .arg(
                     Arg::new("read")
                         .long("read")
@@ -360,10 +411,15 @@ pub(crate) fn command() -> Command {
                         ),
                 )
                 .arg(
-                    duration_arg("kill-grace", "DURATION")
-                        .default_value("10s")
-                        .requires("kill-on-loss")
-                        .help("Time between SIGTERM and SIGKILL for --kill-on-loss"),
+                    bounded_duration_arg(
+                        "kill-grace",
+                        "DURATION",
+                        Duration::ZERO,
+                        redis_lock::MAX_TTL,
+                    )
+                    .default_value("10s")
+                    .requires("kill-on-loss")
+                    .help("Time between SIGTERM and SIGKILL for --kill-on-loss"),
                 )
                 .arg(
                     Arg::new("permits")
@@ -427,9 +483,22 @@ pub(crate) fn command() -> Command {
                         .help("A lock name, or a glob on lock names (with * ? or [)"),
                 )
                 .arg(
-                    duration_arg("interval", "DURATION")
+                    Arg::new("interval")
+                        .long("interval")
+                        .value_name("DURATION")
+                        .value_parser(|text: &str| {
+                            duration::parse_within(text, MIN_INTERVAL, redis_lock::MAX_TTL).map_err(
+                                |e| {
+                                    if e.contains("shorter") {
+                                        format!("{e}: every look is a round trip to Redis")
+                                    } else {
+                                        e
+                                    }
+                                },
+                            )
+                        })
                         .default_value("500ms")
-                        .help("How often to look"),
+                        .help("How often to look (10ms at least)"),
                 )
                 .arg(
                     duration_arg("duration", "DURATION")
@@ -460,7 +529,7 @@ pub(crate) fn command() -> Command {
                 .after_help(EXTEND_AFTER)
                 .arg(handle_arg().required(true))
                 .arg(
-                    duration_arg("ttl", "DURATION")
+                    bounded_duration_arg("ttl", "DURATION", MIN_TTL, redis_lock::MAX_TTL)
                         .required(true)
                         .help("The lock expires this long from now unless renewed"),
                 )
@@ -469,17 +538,23 @@ pub(crate) fn command() -> Command {
 }
 
 const WATCH_AFTER: &str = "\
-Looks every --interval (one round trip for a name; a SCAN and one per lock for a pattern) and
-shows what changed since the look before: held or free (at the first look; free only for a
-name), acquired, handoff (a new fencing token under a lock that stayed held: it changed hands
-between two looks), released, waiters (the number of waiting threads changed). Changes faster
-than the interval are seen only as their net effect.
+Looks every --interval (one round trip for a lock name, two for a semaphore's; for a pattern
+two SCANs, one for locks and one for semaphores, and one round trip per match) and shows what
+changed since the look before: held or free (at the first look; free only for a name),
+acquired, handoff (a new fencing token under a lock that stayed held: it changed hands
+between two looks), released, waiters (the number of waiting threads changed), permits (a
+semaphore's permits in use or its limit changed, or a permit was taken anew). A semaphore
+counts as held while a permit of it is. Changes faster than the interval are seen only as
+their net effect.
 
-On a terminal the screen is redrawn: one row per lock (holder, pid, time to expiry, fencing
-token, waiters) and the latest changes. Otherwise one line per change; with --json one JSON
-object per change (event, key, held, host, pid, remaining_ttl_ms, fencing_token, waiters,
-queued, time). A failed look is reported and the next one tried. Runs until interrupted, or
-for --duration.
+On a terminal the screen is redrawn: one row per lock or semaphore (holder, pid, time to
+expiry, fencing token, waiters; for a semaphore its permits in use of the limit) and the
+latest changes. Otherwise one line per change; with --json one JSON object per change (event,
+key, held, host, pid, acquired_at, remaining_ttl_ms, fencing_token, waiters, queued, time;
+host, pid and acquired_at null while nobody's information is stored, as in 'status --json';
+for a semaphore kind, limit and in_use instead of the holder fields). A failed look is
+reported and the next one tried; a name the library refuses (empty, too long) is a usage
+error, exit 64. Runs until interrupted, or for --duration.
 
 Examples:
   redis-lock watch nightly-report
@@ -527,11 +602,6 @@ pub(crate) fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Parsed, 
                 .get_one::<Duration>("interval")
                 .copied()
                 .unwrap_or(Duration::from_millis(500));
-            if interval < Duration::from_millis(10) {
-                return Err(Failure::usage(
-                    "--interval must be at least 10ms: every look is a round trip to Redis",
-                ));
-            }
             Action::Watch(crate::watch::WatchArgs {
                 target: string(m, "target"),
                 interval,
@@ -582,8 +652,14 @@ fn run_args(m: &ArgMatches) -> Result<RunArgs, Failure> {
             _ => OnBusy::Fail,
         },
         busy_exit_code: i32::from(*m.get_one::<u8>("busy-exit-code").unwrap_or(&75)),
-        hold_at_least: m.get_one::<Duration>("hold-at-least").copied(),
-        cooldown: m.get_one::<Duration>("cooldown").copied(),
+        hold_at_least: m
+            .get_one::<Duration>("hold-at-least")
+            .copied()
+            .filter(|d| !d.is_zero()),
+        cooldown: m
+            .get_one::<Duration>("cooldown")
+            .copied()
+            .filter(|d| !d.is_zero()),
         mode: if m.get_flag("read") {
             Some(redis_lock::LockMode::Read)
         } else if m.get_flag("write") {
@@ -728,6 +804,86 @@ mod tests {
                 Ok(other) => panic!("{args:?} parsed as {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn durations_past_their_bounds_are_usage_errors() {
+        let huge = "18446744073709551615.999999999";
+        for (args, needle) in [
+            (
+                &[
+                    "run",
+                    "--kill-on-loss",
+                    "--kill-grace",
+                    huge,
+                    "j",
+                    "--",
+                    "true",
+                ][..],
+                "--kill-grace",
+            ),
+            (&["run", "--ttl", "8761h", "j", "--", "true"], "--ttl"),
+            (&["run", "--ttl", "0", "j", "--", "true"], "--ttl"),
+            (
+                &["run", "--cooldown", huge, "j", "--", "true"],
+                "--cooldown",
+            ),
+            (
+                &["run", "--hold-at-least", huge, "j", "--", "true"],
+                "--hold-at-least",
+            ),
+            (&["watch", "x", "--interval", huge], "--interval"),
+            (&["watch", "x", "--interval", "5ms"], "round trip"),
+            (&["extend", "--handle", "h", "--ttl", huge], "--ttl"),
+        ] {
+            match parse_args(args) {
+                Err(f) => {
+                    assert_eq!(f.code, exit::USAGE, "{args:?}");
+                    assert!(f.message.contains(needle), "{args:?}: {}", f.message);
+                    assert!(!f.message.contains('\n'), "{args:?}: {}", f.message);
+                }
+                Ok(other) => panic!("{args:?} parsed as {other:?}"),
+            }
+        }
+        let r = run(&[
+            "run",
+            "--kill-on-loss",
+            "--kill-grace",
+            "8760h",
+            "j",
+            "--",
+            "true",
+        ]);
+        assert_eq!(r.kill_on_loss, Some(redis_lock::MAX_TTL));
+    }
+
+    #[test]
+    fn zero_minimum_hold_and_cooldown_are_none() {
+        let r = run(&[
+            "run",
+            "--hold-at-least",
+            "0",
+            "--cooldown",
+            "0s",
+            "j",
+            "--",
+            "true",
+        ]);
+        assert_eq!((r.hold_at_least, r.cooldown), (None, None));
+        let r = run(&[
+            "run",
+            "--hold-at-least",
+            "1s",
+            "--cooldown",
+            "2s",
+            "j",
+            "--",
+            "true",
+        ]);
+        assert_eq!(
+            (r.hold_at_least, r.cooldown),
+            (Some(Duration::from_secs(1)), Some(Duration::from_secs(2)))
+        );
     }
 
     #[test]

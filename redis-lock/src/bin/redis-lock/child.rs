@@ -9,13 +9,21 @@ use libc::c_int;
 
 use crate::exit::{self, Failure};
 
-/// Starts `command` with stdio inherited and `env` added to the environment.
-pub(crate) fn spawn(command: &[OsString], env: &[(&str, String)]) -> Result<Child, Failure> {
+/// Starts `command` with stdio inherited, `env` added to the environment and the variables
+/// named in `unset` removed from it.
+pub(crate) fn spawn(
+    command: &[OsString],
+    env: &[(&str, String)],
+    unset: &[&str],
+) -> Result<Child, Failure> {
     let (program, args) = command
         .split_first()
         .ok_or_else(|| Failure::usage("missing command after `--`"))?;
     let mut cmd = Command::new(program);
     cmd.args(args);
+    for name in unset {
+        cmd.env_remove(name);
+    }
     for (name, value) in env {
         cmd.env(name, value);
     }

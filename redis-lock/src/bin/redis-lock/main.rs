@@ -9,6 +9,7 @@ mod child;
 mod clock;
 mod duration;
 mod exit;
+mod holder;
 mod json;
 mod report;
 mod run;
@@ -53,7 +54,7 @@ fn dispatch() -> Result<i32, Failure> {
         Action::Extend { handle, ttl, json } => {
             report::extend_handle(&locks, &server, &handle, ttl, json)
         }
-        Action::Watch(watch_args) => Ok(watch::watch(&locks, &server, &watch_args)),
+        Action::Watch(watch_args) => watch::watch(&locks, &server, &watch_args),
     }
 }
 

@@ -7,9 +7,10 @@ use redis_lock::{
     Error, LeaseHandle, LockClient, LockGuard, LockInfo, LockMode, ReleaseOutcome, SemaphoreInfo,
 };
 
-use crate::clock::{rfc3339, unix_ms};
+use crate::clock::rfc3339;
 use crate::duration::human;
 use crate::exit::{self, Failure};
+use crate::holder::{self, printable};
 use crate::json::Json;
 
 /// `redis-lock status KEY`: exit 0 when held, 1 when free.
@@ -87,6 +88,9 @@ pub(crate) fn release(
     key: &str,
     json: bool,
 ) -> Result<i32, Failure> {
+    // Only to say what was broken when nobody's information is stored with the lock (a
+    // cool-down, a handoff): `force_release` then answers an empty host.
+    let before = locks.inspect(key).ok().flatten();
     let broken = match locks.force_release(key) {
         // Not a lock: perhaps a semaphore, whose permits are all broken.
         Err(Error::WrongType { .. }) => locks.semaphore(key, 1).and_then(|s| s.force_release()),
@@ -98,8 +102,15 @@ pub(crate) fn release(
             ("key", Json::Str(key.to_owned())),
             ("namespace", Json::Str(locks.namespace().to_owned())),
             ("broken", Json::Bool(true)),
-            ("host", Json::Str(host.clone())),
-            ("pid", Json::Int(u128::from(*pid))),
+            // Null when no holder was stored (cooling down, just handed over).
+            (
+                "host",
+                Json::opt_str((!host.is_empty()).then(|| host.clone())),
+            ),
+            (
+                "pid",
+                Json::opt_int((!host.is_empty()).then_some(u128::from(*pid))),
+            ),
         ])
         .render(),
         (None, true) => Json::Object(vec![
@@ -108,8 +119,20 @@ pub(crate) fn release(
             ("broken", Json::Bool(false)),
         ])
         .render(),
-        (Some((host, pid)), false) => {
-            format!("broke lock {key:?}, held by {host} (pid {pid})")
+        (Some((host, pid)), false) if !host.is_empty() => {
+            format!(
+                "broke lock {key:?}, held by {} (pid {pid})",
+                printable(host)
+            )
+        }
+        (Some(_), false) => {
+            // What the look before the break saw, if it too had no holder; otherwise the
+            // state changed in between, and only "nobody" is known.
+            let what = match before.as_ref().filter(|i| holder::nobody(i).is_some()) {
+                Some(info) => holder::describe(info),
+                None => "nobody: released or handed over to a waiter not yet claimed".to_owned(),
+            };
+            format!("broke lock {key:?}, held by {what}")
         }
         (None, false) => format!("lock {key:?} was not held; nothing to break"),
     };
@@ -197,19 +220,22 @@ fn print(text: &str) {
 }
 
 fn lock_json(namespace: &str, info: &LockInfo) -> Json {
-    Json::Object(vec![
+    let mut fields = vec![
         ("key", Json::Str(info.key.clone())),
         ("namespace", Json::Str(namespace.to_owned())),
         ("held", Json::Bool(true)),
-        ("host", Json::Str(info.host.clone())),
-        ("pid", Json::Int(u128::from(info.pid))),
-        ("acquired_at", Json::Str(rfc3339(info.acquired_at))),
-        ("acquired_at_unix_ms", Json::Int(unix_ms(info.acquired_at))),
+    ];
+    // Null for what is not stored: cooling down, or just handed to a waiter.
+    fields.extend(holder::json_fields(info));
+    fields.extend([
         (
             "remaining_ttl_ms",
             Json::opt_int(info.remaining_ttl.map(|d| d.as_millis())),
         ),
-        ("fencing_token", Json::Int(u128::from(info.fencing_token))),
+        (
+            "fencing_token",
+            Json::opt_int(holder::fence(info).map(u128::from)),
+        ),
         ("metadata", Json::opt_str(info.metadata.clone())),
         ("owned", Json::Bool(info.owned)),
         ("hold_until", Json::opt_str(info.hold_until.map(rfc3339))),
@@ -219,13 +245,16 @@ fn lock_json(namespace: &str, info: &LockInfo) -> Json {
         ),
         ("waiters", Json::Int(u128::from(info.waiters))),
         ("queued", Json::Int(u128::from(info.queued))),
+        // Null for a mutex, and for a lock cooling down: the library does not tell a
+        // read-write lock's cool-down from a mutex's.
         ("mode", Json::opt_str(info.mode.map(|m| m.to_string()))),
         ("readers", Json::Int(u128::from(info.readers))),
         (
             "writers_waiting",
             Json::Int(u128::from(info.writers_waiting)),
         ),
-    ])
+    ]);
+    Json::Object(fields)
 }
 
 fn ago(t: SystemTime) -> String {
@@ -250,17 +279,18 @@ fn status_text(info: &LockInfo) -> String {
     } else {
         "holder"
     };
-    field(holder, format!("{} (pid {})", info.host, info.pid));
-    field(
-        "since",
-        format!("{} ({})", rfc3339(info.acquired_at), ago(info.acquired_at)),
-    );
+    field(holder, holder::describe(info));
+    if let Some(since) = holder::since(info) {
+        field("since", format!("{} ({})", rfc3339(since), ago(since)));
+    }
     field(
         "expires in",
         info.remaining_ttl
             .map_or_else(|| "never (the key has no TTL)".to_owned(), human),
     );
-    field("fencing", info.fencing_token.to_string());
+    if let Some(fence) = holder::fence(info) {
+        field("fencing", fence.to_string());
+    }
     if info.waiters > 0 || info.queued > 0 {
         let fair = if info.queued > 0 {
             format!(" ({} queued fairly)", info.queued)
@@ -318,13 +348,15 @@ fn table(infos: &[LockInfo]) -> String {
                 match i.mode {
                     Some(LockMode::Read) => format!("read({})", i.readers),
                     Some(LockMode::Write) => "write".to_owned(),
+                    // Cooling down, a read-write lock has no mode either: not known.
+                    None if i.cooling_until.is_some() => "-".to_owned(),
                     None => "mutex".to_owned(),
                 },
-                printable(&i.host),
-                i.pid.to_string(),
-                rfc3339(i.acquired_at),
+                holder::short(i),
+                holder::pid(i).map_or_else(String::new, |p| p.to_string()),
+                holder::since(i).map_or_else(String::new, rfc3339),
                 i.remaining_ttl.map_or_else(|| "never".to_owned(), human),
-                i.fencing_token.to_string(),
+                holder::fence(i).map_or_else(String::new, |f| f.to_string()),
                 i.waiters.to_string(),
                 i.metadata.as_deref().map_or_else(String::new, printable),
             ]
@@ -350,13 +382,6 @@ fn table(infos: &[LockInfo]) -> String {
     let mut out = vec![render(&header.map(str::to_owned))];
     out.extend(rows.iter().map(|r| render(r)));
     out.join("\n")
-}
-
-/// Control characters (a newline in metadata) would break the one-line-per-lock layout.
-fn printable(text: &str) -> String {
-    text.chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect()
 }
 
 /// `status` of a semaphore: exit 0 when a permit is held, 1 when none is.
@@ -390,12 +415,19 @@ fn semaphore_status(
                 .metadata
                 .as_deref()
                 .map_or_else(String::new, |m| format!(", metadata {}", printable(m)));
+            let who = if p.host.is_empty() {
+                "nobody yet: handed over to a waiter that has not claimed it".to_owned()
+            } else {
+                format!(
+                    "{} (pid {}) since {}",
+                    printable(&p.host),
+                    p.pid,
+                    rfc3339(p.acquired_at)
+                )
+            };
             lines.push(format!(
-                "  {:<11} {} (pid {}) since {}, expires in {}, fencing {}{meta}",
+                "  {:<11} {who}, expires in {}, fencing {}{meta}",
                 "permit",
-                printable(&p.host),
-                p.pid,
-                rfc3339(p.acquired_at),
                 human(p.remaining_ttl),
                 p.fencing_token
             ));
@@ -411,10 +443,15 @@ fn semaphore_json(namespace: &str, info: &SemaphoreInfo) -> Json {
         .holders
         .iter()
         .map(|p| {
+            // A permit just handed to a waiter has no holder stored yet: null, not pid 0.
+            let known = !p.host.is_empty();
             Json::Object(vec![
-                ("host", Json::Str(p.host.clone())),
-                ("pid", Json::Int(u128::from(p.pid))),
-                ("acquired_at", Json::Str(rfc3339(p.acquired_at))),
+                ("host", Json::opt_str(known.then(|| p.host.clone()))),
+                ("pid", Json::opt_int(known.then_some(u128::from(p.pid)))),
+                (
+                    "acquired_at",
+                    Json::opt_str(known.then(|| rfc3339(p.acquired_at))),
+                ),
                 ("remaining_ttl_ms", Json::Int(p.remaining_ttl.as_millis())),
                 ("fencing_token", Json::Int(u128::from(p.fencing_token))),
                 ("metadata", Json::opt_str(p.metadata.clone())),

@@ -16,18 +16,29 @@ use crate::args::{OnBusy, RunArgs};
 use crate::child;
 use crate::duration::human;
 use crate::exit::{self, Failure};
+use crate::holder;
 use crate::signals::{self, Received};
-use crate::waitline::{self, WaitLine};
+use crate::waitline::WaitLine;
 
 /// A wait for a busy lock is cut into slices this long, so that a signal or the end of the
 /// wait budget is noticed within one slice. Each slice still blocks on the lock's wake-up
 /// list, so a release hands the lock over at once.
 const SLICE: Duration = Duration::from_millis(250);
 
+/// The variables `run` sets in one mode and not in another (`Holding::env`); those it does
+/// not set are removed from the command's environment.
+const PER_MODE_ENV: [&str; 4] = [
+    "REDIS_LOCK_FENCING_TOKEN",
+    "REDIS_LOCK_HANDLE",
+    "REDIS_LOCK_KEYS",
+    "REDIS_LOCK_FENCING_TOKENS",
+];
+
 #[derive(Debug)]
 enum Event {
     Signal(Received),
-    Lost(LostReason),
+    /// The lock named (with `--also`, the member that was lost) and why.
+    Lost(String, LostReason),
     ChildExited,
 }
 
@@ -44,7 +55,8 @@ enum Holding {
 }
 
 impl Holding {
-    /// What the command finds in its environment about the lock(s) besides the key.
+    /// What the command finds in its environment about the lock(s) besides the key. Every
+    /// name either arm sets is in [`PER_MODE_ENV`].
     fn env(&self, key: &str) -> Vec<(&'static str, String)> {
         match self {
             // A secret: whoever has it owns the lock (`redis-lock release/extend --handle`).
@@ -103,7 +115,14 @@ pub(crate) fn run(locks: &LockClient, server: &str, args: &RunArgs) -> Result<i3
         ("REDIS_LOCK_TTL_MS", args.ttl.as_millis().to_string()),
     ];
     env.extend(guard.env(&args.key));
-    let mut child = match child::spawn(&args.command, &env) {
+    // A run under another run (or a shell that exported them) would otherwise pass the outer
+    // lock's variables on: a handle to the outer lock, its key list.
+    let unset: Vec<&str> = PER_MODE_ENV
+        .iter()
+        .copied()
+        .filter(|name| env.iter().all(|(set, _)| set != name))
+        .collect();
+    let mut child = match child::spawn(&args.command, &env, &unset) {
         Ok(child) => child,
         Err(failure) => {
             release(guard, &args.key, false);
@@ -172,7 +191,7 @@ fn acquire(
         }
         let lost_tx = tx.clone();
         opts = opts.on_lost(move |event| {
-            let _ = lost_tx.send(Event::Lost(event.reason));
+            let _ = lost_tx.send(Event::Lost(event.key.clone(), event.reason));
         });
         let acquired = match &semaphore {
             Some(semaphore) => semaphore
@@ -223,10 +242,8 @@ fn busy(locks: &LockClient, args: &RunArgs) -> Result<i32, Failure> {
         None => names
             .iter()
             .find_map(|name| match locks.inspect(name) {
-                Ok(Some(info)) if names.len() == 1 => {
-                    Some(format!(": held by {}", waitline::holder(&info)))
-                }
-                Ok(Some(info)) => Some(format!(": {name:?} held by {}", waitline::holder(&info))),
+                Ok(Some(info)) if names.len() == 1 => Some(format!(": {}", holder::phrase(&info))),
+                Ok(Some(info)) => Some(format!(": {name:?} {}", holder::phrase(&info))),
                 _ => None,
             })
             .unwrap_or_default(),
@@ -286,26 +303,27 @@ fn supervise(child: &Child, args: &RunArgs, rx: &Receiver<Event>) -> Option<bool
                     child::signal(child, r.signo);
                 }
             }
-            Event::Lost(reason) if lost.is_none() => match args.kill_on_loss {
+            Event::Lost(key, reason) if lost.is_none() => match args.kill_on_loss {
                 Some(grace) => {
                     eprintln!(
-                        "redis-lock: warning: lock {:?} was lost ({reason}); stopping the command: SIGTERM now, SIGKILL in {}",
-                        args.key,
+                        "redis-lock: warning: lock {key:?} was lost ({reason}); stopping the command: SIGTERM now, SIGKILL in {}",
                         human(grace)
                     );
                     child::signal(child, libc::SIGTERM);
-                    kill_at = Some(Instant::now() + grace);
+                    // `--kill-grace` is bounded when parsed; past the clock's range (never,
+                    // then) there is no SIGKILL rather than a panic that leaves the command
+                    // running unsupervised.
+                    kill_at = Instant::now().checked_add(grace);
                     lost = Some(true);
                 }
                 None => {
                     eprintln!(
-                        "redis-lock: warning: lock {:?} was lost ({reason}); the command keeps running without it",
-                        args.key
+                        "redis-lock: warning: lock {key:?} was lost ({reason}); the command keeps running without it"
                     );
                     lost = Some(false);
                 }
             },
-            Event::Lost(_) => {}
+            Event::Lost(..) => {}
         }
     }
 }

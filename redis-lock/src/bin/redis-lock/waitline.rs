@@ -2,11 +2,12 @@
 //! is a terminal: how long we have waited and who holds the lock.
 
 use std::io::{IsTerminal, Write};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use redis_lock::{LockClient, LockInfo};
 
 use crate::duration::human;
+use crate::holder;
 
 /// Who holds the lock is asked at most this often.
 const INSPECT_EVERY: Duration = Duration::from_secs(1);
@@ -54,7 +55,7 @@ impl WaitLine {
             self.key
         );
         if let Some(h) = &self.holder {
-            line.push_str(&format!(", held by {}", holder(h)));
+            line.push_str(&format!(", {}", holder::phrase(h)));
         }
         let width = terminal_width().saturating_sub(1);
         if line.chars().count() > width {
@@ -81,18 +82,6 @@ impl Drop for WaitLine {
     fn drop(&mut self) {
         self.clear();
     }
-}
-
-/// `host (pid 42) for 1m 05s, expires in 28.1s`, for one-line messages.
-pub(crate) fn holder(info: &LockInfo) -> String {
-    let mut text = format!("{} (pid {})", info.host, info.pid);
-    if let Ok(age) = SystemTime::now().duration_since(info.acquired_at) {
-        text.push_str(&format!(" for {}", human(age)));
-    }
-    if let Some(ttl) = info.remaining_ttl {
-        text.push_str(&format!(", expires in {}", human(ttl)));
-    }
-    text
 }
 
 fn terminal_width() -> usize {

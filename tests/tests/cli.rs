@@ -1494,13 +1494,13 @@ fn a_run_command_releases_its_lock_early_through_the_handle() {
 }
 
 /// The same with `--read` and `--permits`: the handle in `$REDIS_LOCK_HANDLE` is the read
-/// share's or the permit's, and `extend` and `release` work on that, not on a mutex.
+/// share's or the permit's, and `extend` and `release` work on that, not on a mutex. Here
+/// `--handle` alone, which reads `$REDIS_LOCK_HANDLE` (off the command line `ps` shows).
 #[test]
 fn a_run_command_extends_and_releases_its_share_or_permit_through_the_handle() {
     let server = RedisServer::start();
     let locks = client(&server);
-    let script = "\"$TOOL\" extend --handle \"$REDIS_LOCK_HANDLE\" --ttl 1m && \
-                  \"$TOOL\" release --handle \"$REDIS_LOCK_HANDLE\"";
+    let script = "\"$TOOL\" extend --handle --ttl 1m && \"$TOOL\" release --handle";
     for (flags, name) in [(vec!["--read"], "shared"), (vec!["--permits", "2"], "pool")] {
         let done = finish(
             tool(&server)
@@ -1533,8 +1533,11 @@ fn bad_handles_are_one_clear_line_and_change_nothing() {
         (vec!["extend", "--handle", &tampered, "--ttl", "1m"], LOST),
         (vec!["release", "kept", "--handle", &handle], USAGE),
         (vec!["extend", "--ttl", "1m"], USAGE),
+        // `--handle` alone with no `$REDIS_LOCK_HANDLE` to read.
+        (vec!["release", "--handle"], USAGE),
+        (vec!["extend", "--handle", "--ttl", "1m"], USAGE),
     ] {
-        let done = finish(tool(&server).args(&args));
+        let done = finish(tool(&server).env_remove("REDIS_LOCK_HANDLE").args(&args));
         assert_eq!(done.code, code, "{args:?}: {done:?}");
         one_line(&done.stderr);
         assert!(!done.stderr.contains(&token), "{done:?}");

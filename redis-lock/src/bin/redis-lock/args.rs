@@ -202,7 +202,7 @@ any more (expired or taken over).
 
 Examples:
   redis-lock release nightly-report --force
-  redis-lock release --handle \"$REDIS_LOCK_HANDLE\"";
+  redis-lock release --handle    # the handle in $REDIS_LOCK_HANDLE, kept off the command line";
 
 const EXTEND_AFTER: &str = "\
 Makes the lock the handle stands for expire DURATION from now (one renewal). While 'run'
@@ -210,8 +210,8 @@ still supervises the command, its watchdog keeps renewing to its own --ttl every
 extend a lock this way when nobody else renews it (a handle passed on, its first owner gone).
 Exit code 0 when extended, 124 when the lock was not the handle's any more.
 
-Example:
-  redis-lock extend --handle \"$REDIS_LOCK_HANDLE\" --ttl 10m";
+Example (--handle alone reads $REDIS_LOCK_HANDLE, off the command line that ps shows):
+  redis-lock extend --handle --ttl 10m";
 
 fn duration_arg(name: &'static str, value: &'static str) -> Arg {
     Arg::new(name)
@@ -248,11 +248,31 @@ fn key_arg() -> Arg {
         .help("Lock name")
 }
 
+/// The environment variable `run` passes the handle in; `--handle` without a value reads it.
+pub(crate) const HANDLE_ENV: &str = "REDIS_LOCK_HANDLE";
+
 fn handle_arg() -> Arg {
     Arg::new("handle")
         .long("handle")
         .value_name("HANDLE")
-        .help("A lease handle, as 'run' passes it to its command in $REDIS_LOCK_HANDLE (a secret: whoever has it owns the lock)")
+        // `--handle` alone reads the handle from the environment: a secret on a command line
+        // is readable by every user of the host (`ps`), an environment is not.
+        .num_args(0..=1)
+        .default_missing_value("")
+        .help("A lease handle, as 'run' passes it to its command in $REDIS_LOCK_HANDLE (a secret: whoever has it owns the lock); --handle alone reads $REDIS_LOCK_HANDLE, which keeps it off the command line (ps)")
+}
+
+/// The handle given with `--handle`, or (with no value) the one in `$REDIS_LOCK_HANDLE`.
+fn handle(m: &ArgMatches) -> Result<String, Failure> {
+    match m.get_one::<String>("handle").map(String::as_str) {
+        Some("") | None => std::env::var(HANDLE_ENV).map_err(|_| {
+            Failure::usage(format!(
+                "--handle without a value reads ${HANDLE_ENV}, which is not set (it is set for \
+                 the command of 'redis-lock run')"
+            ))
+        }),
+        Some(text) => Ok(text.to_owned()),
+    }
 }
 
 fn json_arg(what: &'static str) -> Arg {
@@ -582,7 +602,7 @@ pub(crate) fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Parsed, 
             json: m.get_flag("json"),
         },
         Some(("release", m)) if m.contains_id("handle") => Action::ReleaseHandle {
-            handle: string(m, "handle"),
+            handle: handle(m)?,
             json: m.get_flag("json"),
         },
         Some(("release", m)) => Action::Release {
@@ -590,7 +610,7 @@ pub(crate) fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Parsed, 
             json: m.get_flag("json"),
         },
         Some(("extend", m)) => Action::Extend {
-            handle: string(m, "handle"),
+            handle: handle(m)?,
             ttl: m
                 .get_one::<Duration>("ttl")
                 .copied()

@@ -29,7 +29,7 @@ const SLICE: Duration = Duration::from_millis(250);
 /// not set are removed from the command's environment.
 const PER_MODE_ENV: [&str; 4] = [
     "REDIS_LOCK_FENCING_TOKEN",
-    "REDIS_LOCK_HANDLE",
+    crate::args::HANDLE_ENV,
     "REDIS_LOCK_KEYS",
     "REDIS_LOCK_FENCING_TOKENS",
 ];
@@ -65,7 +65,7 @@ impl Holding {
                     "REDIS_LOCK_FENCING_TOKEN",
                     guard.fencing_token().to_string(),
                 ),
-                ("REDIS_LOCK_HANDLE", guard.handle().to_string_secret()),
+                (crate::args::HANDLE_ENV, guard.handle().to_string_secret()),
             ],
             Holding::All(guard) => vec![
                 (

@@ -555,8 +555,10 @@ impl LockClient {
     }
 
     /// Releases every lock this client (any of its clones) still holds, and returns how many
-    /// it released. Their guards stay valid; dropping them later does nothing more. For
-    /// orderly shutdown.
+    /// it released. For orderly shutdown. Their guards stay valid and dropping them later
+    /// does nothing more, but they no longer hold anything: [`LockGuard::is_lost`] is `true` and
+    /// [`LockGuard::ensure_held`] fails with [`LostReason::Released`](crate::LostReason::Released),
+    /// so a thread still at work does not commit under a lock another process may hold.
     ///
     /// # Errors
     ///

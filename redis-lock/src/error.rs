@@ -61,7 +61,8 @@ pub enum Error {
         /// The lock name as the caller gave it (without namespace).
         key: String,
     },
-    /// Another owner still held `key` when the wait budget ran out.
+    /// Another owner still held `key` when the wait budget ran out (or the retry strategy's
+    /// [`max_attempts`](crate::RetryStrategy::max_attempts) did).
     #[error("timed out after {waited:?} waiting for lock {key:?}")]
     Timeout {
         /// The lock name as the caller gave it (without namespace).
@@ -161,6 +162,12 @@ pub enum LostReason {
     RenewalFailed,
     /// The watchdog stopped renewing after `max_hold` and the TTL ran out.
     MaxHoldReached,
+    /// This process gave it up while the guard lived:
+    /// [`release_all`](crate::LockClient::release_all) released it, or a reentrant sibling
+    /// guard handed it to a [`LeaseHandle`](crate::LeaseHandle). Only ever reported by the
+    /// guard (`is_lost`, `ensure_held`): it is not a loss the watchdog sees, so `on_lost` is not
+    /// called for it.
+    Released,
 }
 
 impl std::fmt::Display for LostReason {
@@ -171,6 +178,9 @@ impl std::fmt::Display for LostReason {
             LostReason::TakenOver => "another owner holds it now",
             LostReason::RenewalFailed => "renewal failed until the ttl ran out",
             LostReason::MaxHoldReached => "max_hold was reached and the ttl ran out",
+            LostReason::Released => {
+                "this process released it (release_all) or handed it to a lease handle"
+            }
         })
     }
 }

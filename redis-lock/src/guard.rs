@@ -23,6 +23,13 @@ use crate::options::{validate_cooldown, validate_ttl};
 /// Dropping the guard releases the lock best-effort and logs a failure;
 /// [`release`](Self::release) tells what happened.
 ///
+/// The guard is `Send`, but what a thread holds is the thread that *acquired*: reentrancy,
+/// [`Error::AlreadyHeld`](crate::Error::AlreadyHeld) for a second acquisition instead of a wait
+/// for itself, and [`is_held_by_current_thread`](crate::LockClient::is_held_by_current_thread)
+/// go by the acquiring thread while the guard lives, wherever it was moved. A thread that
+/// received a guard and asks for the same lock again waits for it like any other thread
+/// (give such an acquisition a wait budget).
+///
 /// # Examples
 ///
 /// ```no_run

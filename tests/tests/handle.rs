@@ -198,6 +198,14 @@ fn a_reentrant_sibling_of_a_handed_off_guard_reports_it_handed_off() {
     let inner = locks.lock_reentrant("nested").unwrap();
     let handle = inner.into_handle();
     assert!(!locks.is_held_by_current_thread("nested"));
+    // The sibling guard no longer holds it: the handle does.
+    assert!(matches!(
+        outer.ensure_held(),
+        Err(Error::Lost {
+            reason: LostReason::Released,
+            ..
+        })
+    ));
     let sent = locks.request_count();
     assert_eq!(outer.release().unwrap(), ReleaseOutcome::HandedOff);
     assert_eq!(locks.request_count(), sent, "nothing sent");

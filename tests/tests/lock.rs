@@ -493,14 +493,39 @@ fn release_all_frees_every_held_lock() {
     let guards: Vec<_> = (0..5)
         .map(|i| locks.lock(&format!("k{i}")).unwrap())
         .collect();
-    assert_eq!(locks.release_all().unwrap(), 5);
+    let permit = locks.semaphore("pool", 2).unwrap().acquire().unwrap();
+    let share = locks.read_lock("report").unwrap();
+    let both = locks.lock_all(["m1", "m2"]).unwrap();
+    assert_eq!(locks.release_all().unwrap(), 9);
     for i in 0..5 {
         assert!(locks.inspect(&format!("k{i}")).unwrap().is_none());
     }
+    // The guards that live on say the lock is not held any more (another client may hold it
+    // already): a thread that checks `ensure_held` before committing must not commit.
+    let taken = client(&server).lock("k0").unwrap();
+    for g in guards.iter().chain([&permit, &share]) {
+        assert!(g.is_lost(), "{g:?}");
+        assert!(
+            matches!(
+                g.ensure_held(),
+                Err(Error::Lost {
+                    reason: LostReason::Released,
+                    ..
+                })
+            ),
+            "{g:?}"
+        );
+    }
+    assert!(both.is_lost() && both.ensure_held().is_err());
+    assert_eq!(both.lost_member(), Some(("m1", LostReason::Released)));
     for g in guards {
         assert_eq!(g.release().unwrap(), ReleaseOutcome::Released);
     }
     assert_eq!(locks.release_all().unwrap(), 0);
+    assert!(
+        taken.ensure_held().is_ok(),
+        "the other client's lock is untouched"
+    );
 }
 
 #[test]

@@ -27,8 +27,9 @@ pub enum ReleaseOutcome {
     /// The lock was ours and is free now (or, with a minimum hold, stays taken by nobody until
     /// the minimum has passed).
     Released,
-    /// The lock had already expired and nobody holds it: it was not protected for part of
-    /// the time the holder thought it was.
+    /// The lock was already gone and nobody holds it: it expired, or was deleted (an
+    /// operator's [`force_release`](crate::LockClient::force_release)) while nobody waited. It
+    /// was not protected for part of the time the holder thought it was.
     Late,
     /// Somebody else holds the lock now. Their lock was left untouched.
     Lost,
@@ -321,6 +322,16 @@ impl Lease {
     pub(crate) fn lost_reason(&self) -> Option<LostReason> {
         let st = self.state.lock();
         st.lost
+            .or(match st.release {
+                // Given up by this process while a guard lives on: `release_all`, or a
+                // reentrant sibling's `into_handle`. (A `Late` release kept its reason in
+                // `lost`, `found_gone`.)
+                Releasing::Done(ReleaseOutcome::Released | ReleaseOutcome::HandedOff) => {
+                    Some(LostReason::Released)
+                }
+                Releasing::Done(ReleaseOutcome::Lost) => Some(LostReason::TakenOver),
+                _ => None,
+            })
             .or_else(|| (Instant::now() >= st.expires_at).then_some(LostReason::Expired))
     }
 

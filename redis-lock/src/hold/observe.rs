@@ -92,6 +92,8 @@ impl Ended {
         match reason {
             LostReason::Expired | LostReason::MaxHoldReached => Ended::Expired,
             LostReason::Deleted | LostReason::TakenOver | LostReason::RenewalFailed => Ended::Lost,
+            // Never marked as a loss (`Lease::lost_reason` derives it from the release).
+            LostReason::Released => Ended::Released,
         }
     }
 }
@@ -103,6 +105,7 @@ fn loss_str(reason: LostReason) -> &'static str {
         LostReason::TakenOver => "taken_over",
         LostReason::RenewalFailed => "renewal_failed",
         LostReason::MaxHoldReached => "max_hold",
+        LostReason::Released => "released",
     }
 }
 

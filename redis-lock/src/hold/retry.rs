@@ -123,7 +123,11 @@ impl RetryStrategy {
         })
     }
 
-    /// Give up after `attempts` acquisition attempts (the first one included).
+    /// Give up after `attempts` acquisition attempts (the first one included); the acquisition
+    /// then fails as when its wait budget runs out ([`Error::Timeout`](crate::Error::Timeout),
+    /// `Ok(None)` from the `try_` forms). With [`notify`](Self::notify) and
+    /// [`fair`](Self::fair) an attempt follows a release's wake-up or the holder's expiry, so a
+    /// count can take as long as the holders keep the lock: bound it with a wait as well.
     pub fn max_attempts(mut self, attempts: u32) -> Self {
         self.max_attempts = Some(attempts.max(1));
         self

@@ -1020,3 +1020,39 @@ fn a_read_share_survives_a_slot_migration() {
     let writer = locks.try_write_lock(name).unwrap().expect("free");
     assert!(writer.fencing_token() > fence, "the counter moved along");
 }
+
+/// A write lock keeps renewing while its slot is being migrated: it has no shares key, and a
+/// renewal that declared that missing key would be answered `TRYAGAIN` for as long as the
+/// migration lasts (the lock was reported lost at its TTL, found by fault injection).
+#[test]
+fn a_write_lock_keeps_renewing_while_its_slot_migrates() {
+    let cluster = RedisCluster::start(3);
+    let locks = cluster_client(&cluster);
+    let name = "w-migrating";
+    let slot = cluster.keyslot(&format!("lock:{{{name}}}"));
+    let source = cluster.node_for_slot(slot).port();
+    let target = cluster
+        .nodes()
+        .iter()
+        .position(|n| n.port() != source)
+        .unwrap();
+    let writer = locks
+        .acquire_with(name, &ttl(900).mode(LockMode::Write))
+        .unwrap();
+    let holds = |what: &str| {
+        // More than a TTL (three renewal periods of 300 ms): only renewals keep it.
+        let until = Instant::now() + Duration::from_millis(1200);
+        while Instant::now() < until {
+            assert!(!writer.is_lost(), "lost {what}: {:?}", writer.ensure_held());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(writer.remaining_ttl().unwrap().is_some(), "{what}");
+    };
+    let migration = cluster.begin_migration(slot, target);
+    holds("while the slot is migrating, nothing moved yet");
+    while migration.move_keys(10) > 0 {}
+    migration.finish();
+    holds("after the slot moved");
+    assert_eq!(writer.release().unwrap(), ReleaseOutcome::Released);
+    assert!(locks.try_read_lock(name).unwrap().is_some(), "free");
+}

@@ -371,8 +371,16 @@ static RENEW_READ: LazyLock<Script> = LazyLock::new(|| {
 
 /// Renew the write lock: compare the token, then set the TTL (never below the latest share
 /// of a downgrade in progress).
-/// KEYS: lock, readers. ARGV: token, ttl_ms. Returns `1` renewed, `0` the key is gone, `-1`
-/// anyone else (readers, another writer, a cool-down, another type) is there.
+/// KEYS: lock. ARGV: token, ttl_ms, the shares' key (`ns{name}:readers`). Returns `1`
+/// renewed, `0` the key is gone, `-1` anyone else (readers, another writer, a cool-down,
+/// another type) is there.
+///
+/// The shares' key is an argument read with `pcall`, not a declared key: a write lock has
+/// none unless its holder downgraded, and on a Cluster a script that declares a key missing
+/// from a slot being migrated is answered `TRYAGAIN` for as long as the migration lasts,
+/// which would cost the writer its lock at its TTL. Where the shares' key cannot be read
+/// (missing from a migrating slot, or of another type) the lock's TTL is only raised, never
+/// cut, so no share it would have covered ends early.
 static RENEW_WRITE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         clock!(),
@@ -380,7 +388,12 @@ static RENEW_WRITE: LazyLock<Script> = LazyLock::new(|| {
         "local h = redis.pcall('HMGET', KEYS[1], 'mode', 'wtoken')\n",
         "if h['err'] then return -1 end\n",
         "if h[2] == ARGV[1] then\n",
-        "  fit(KEYS[1], KEYS[2], tonumber(ARGV[2]))\n",
+        "  local ttl = tonumber(ARGV[2])\n",
+        "  if redis.pcall('ZRANGE', ARGV[3], 0, 0)['err'] then\n",
+        "    if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end\n",
+        "  else\n",
+        "    fit(KEYS[1], ARGV[3], ttl)\n",
+        "  end\n",
         "  return 1\n",
         "end\n",
         "if h[1] == false and redis.call('EXISTS', KEYS[1]) == 0 then return 0 end\n",
@@ -702,16 +715,21 @@ pub(crate) fn renew(
     token: &str,
     ttl: Duration,
 ) -> Result<Renewal> {
-    let script = match side {
-        Side::Read => &*RENEW_READ,
-        Side::Write => &*RENEW_WRITE,
+    let r: i64 = match side {
+        Side::Read => RENEW_READ
+            .key(&keys.lock)
+            .key(keys.readers())
+            .arg(token)
+            .arg(ms(ttl))
+            .invoke(con)?,
+        // The shares' key as an argument: see `RENEW_WRITE`.
+        Side::Write => RENEW_WRITE
+            .key(&keys.lock)
+            .arg(token)
+            .arg(ms(ttl))
+            .arg(keys.readers())
+            .invoke(con)?,
     };
-    let r: i64 = script
-        .key(&keys.lock)
-        .key(keys.readers())
-        .arg(token)
-        .arg(ms(ttl))
-        .invoke(con)?;
     Ok(decode_renew(r))
 }
 

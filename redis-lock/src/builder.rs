@@ -10,7 +10,11 @@ use crate::deploy::quorum::Quorum;
 use crate::error::{Error, Result};
 use crate::hold::retry::RetryStrategy;
 use crate::hold::{Config, Inner};
-use crate::options::validate_ttl;
+use crate::options::{MAX_TTL, validate_ttl};
+
+/// The most connections a pool may have: far above what one Redis accepts by default
+/// (`maxclients` 10,000); r2d2 reserves room for all of them when the pool is built.
+const MAX_POOL_SIZE: u32 = 65_536;
 use crate::store::connection::{LastConnectError, LogErrors, Manager, Pool, Target};
 use crate::store::sentinel::SentinelTarget;
 use crate::store::{Store, Timeouts};
@@ -300,6 +304,7 @@ impl Builder {
         let Source::Redlock(urls) = &self.source else {
             return self.target().map(|(t, d)| (vec![(t, d.clone())], d));
         };
+        self.sentinel_only()?;
         if urls.is_empty() {
             return Err(Error::invalid("urls", "no redis server given"));
         }
@@ -323,26 +328,32 @@ impl Builder {
         Ok((targets, self.source.describe()))
     }
 
+    /// `InvalidInput` for the Sentinel-only settings on any other client (Redlock included).
+    fn sentinel_only(&self) -> Result<()> {
+        let not_sentinel = |what: &'static str| {
+            Err(Error::invalid(
+                what,
+                "only applies to a client built with `sentinel_builder`",
+            ))
+        };
+        if !matches!(self.source, Source::Sentinel { .. }) {
+            if self.sentinel_check_interval.is_some() {
+                return not_sentinel("sentinel_check_interval");
+            }
+            if self.master_auth.is_some() {
+                return not_sentinel("master_auth");
+            }
+        }
+        Ok(())
+    }
+
     /// Where connections go, and a description of it for logs and `Debug` (no passwords).
     fn target(&self) -> Result<(Target, String)> {
         let description = self.source.describe();
         let url_error = |what: &'static str, url: &str, e: redis::RedisError| {
             Error::invalid(what, format!("{} ({e})", redact_url(url)))
         };
-        let not_sentinel = |what: &'static str| {
-            Error::invalid(
-                what,
-                "only applies to a client built with `sentinel_builder`",
-            )
-        };
-        if !matches!(self.source, Source::Sentinel { .. }) {
-            if self.sentinel_check_interval.is_some() {
-                return Err(not_sentinel("sentinel_check_interval"));
-            }
-            if self.master_auth.is_some() {
-                return Err(not_sentinel("master_auth"));
-            }
-        }
+        self.sentinel_only()?;
         let target = match &self.source {
             Source::Redlock(_) => unreachable_redlock()?,
             Source::Url(url) => Target::Server(
@@ -384,6 +395,13 @@ impl Builder {
                         "must be longer than zero",
                     ));
                 }
+                // The check is scheduled on the clock: a period past it would panic there.
+                if self.sentinel_check_interval.is_some_and(|i| i > MAX_TTL) {
+                    return Err(Error::invalid(
+                        "sentinel_check_interval",
+                        format!("longer than {MAX_TTL:?}"),
+                    ));
+                }
                 let mut infos = Vec::with_capacity(sentinels.len());
                 for url in sentinels {
                     infos.push(
@@ -419,8 +437,11 @@ impl Builder {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidInput`] for a malformed URL, a bad namespace, zero sizes or timeouts, or
-    /// a bad default TTL.
+    /// [`Error::InvalidInput`] for a malformed URL, a bad namespace, zero sizes or timeouts,
+    /// pool sizes above 65,536 or timeouts (and a Sentinel check interval) above
+    /// [`MAX_TTL`](crate::MAX_TTL), a default wait past the clock's range, a Sentinel-only
+    /// setting on another client, or a bad default TTL (under Redlock also one no longer than
+    /// the clock-drift allowance, 1 % + 2 ms).
     pub fn build(self) -> Result<LockClient> {
         validate_namespace(&self.namespace)?;
         validate_ttl(self.default_ttl)?;
@@ -431,6 +452,14 @@ impl Builder {
             if size == 0 {
                 return Err(Error::invalid(what, "must be at least 1"));
             }
+            // r2d2 reserves room for the whole pool up front: an absurd size aborts the
+            // process on the allocation instead of failing.
+            if size > MAX_POOL_SIZE {
+                return Err(Error::invalid(
+                    what,
+                    format!("{size} connections; the limit is {MAX_POOL_SIZE}"),
+                ));
+            }
         }
         for (what, t) in [
             ("connect_timeout", self.connect_timeout),
@@ -440,6 +469,22 @@ impl Builder {
             if t.is_zero() {
                 return Err(Error::invalid(what, "must be longer than zero"));
             }
+            // Added together and to the clock when connecting and waiting.
+            if t > MAX_TTL {
+                return Err(Error::invalid(what, format!("longer than {MAX_TTL:?}")));
+            }
+        }
+        // A wait is added to the clock by every acquisition that uses it.
+        if let Some(wait) = self.default_wait
+            && std::time::Instant::now().checked_add(wait).is_none()
+        {
+            return Err(Error::invalid(
+                "default_wait",
+                format!("{wait:?} overflows the clock; `None` waits until the lock is free"),
+            ));
+        }
+        if matches!(self.source, Source::Redlock(_)) {
+            crate::deploy::quorum::check_ttl(self.default_ttl, "default_ttl")?;
         }
         let (targets, redacted_url) = self.targets()?;
         // One housekeeping thread for both pools instead of r2d2's three per pool.

@@ -295,6 +295,57 @@ fn bad_input_table() {
             build(LockClient::builder(&url).io_timeout(Duration::ZERO)),
             Expect::Invalid("io_timeout"),
         ),
+        // Past their bounds: each panicked or aborted the process in `build` before.
+        (
+            "endless io timeout",
+            build(LockClient::builder(&url).io_timeout(Duration::MAX)),
+            Expect::Invalid("io_timeout"),
+        ),
+        (
+            "endless connect timeout",
+            build(LockClient::builder(&url).connect_timeout(Duration::MAX)),
+            Expect::Invalid("connect_timeout"),
+        ),
+        (
+            "endless pool timeout",
+            build(LockClient::builder(&url).pool_timeout(Duration::MAX)),
+            Expect::Invalid("pool_timeout"),
+        ),
+        (
+            "absurd pool size",
+            build(LockClient::builder(&url).pool_size(u32::MAX)),
+            Expect::Invalid("pool_size"),
+        ),
+        (
+            "absurd waiter pool size",
+            build(LockClient::builder(&url).waiter_pool_size(u32::MAX)),
+            Expect::Invalid("waiter_pool_size"),
+        ),
+        (
+            "default wait past the clock",
+            build(LockClient::builder(&url).default_wait(Duration::MAX)),
+            Expect::Invalid("default_wait"),
+        ),
+        (
+            "endless sentinel check interval",
+            build(
+                LockClient::sentinel_builder("m", [url.as_str()])
+                    .sentinel_check_interval(Duration::MAX),
+            ),
+            Expect::Invalid("sentinel_check_interval"),
+        ),
+        (
+            "a sentinel-only setting on a Redlock client",
+            build(LockClient::redlock_builder([url.as_str()]).master_auth(Some("bob"), "pw")),
+            Expect::Invalid("master_auth"),
+        ),
+        (
+            "a Redlock default ttl inside the drift allowance",
+            build(
+                LockClient::redlock_builder([url.as_str()]).default_ttl(Duration::from_millis(2)),
+            ),
+            Expect::Invalid("default_ttl"),
+        ),
         (
             "lock key is a string",
             locks.try_lock("string").map(drop),

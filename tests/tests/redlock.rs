@@ -634,3 +634,42 @@ fn an_idle_connection_the_server_closed_is_a_failed_server_not_a_failed_call() {
         all
     }));
 }
+
+/// A TTL no longer than Redlock's clock-drift allowance (1 % + 2 ms) can never be acquired in
+/// time: a free lock looked busy, and `acquire` with no wait budget never returned. Refused
+/// before anything is sent, for an acquisition, a multi-lock and an extension; 3 ms works.
+#[test]
+fn a_ttl_inside_the_drift_allowance_is_refused() {
+    let servers = three();
+    let locks = redlock_client(&servers.iter().collect::<Vec<_>>());
+    for ms in [1, 2] {
+        let ttl = Duration::from_millis(ms);
+        let sent = locks.request_count();
+        let err = locks.options("tiny").ttl(ttl).acquire().unwrap_err();
+        assert!(
+            matches!(err, Error::InvalidInput { what: "ttl", .. }),
+            "{ms} ms: {err:?}"
+        );
+        let opts = redis_lock::LockOptions::new().ttl(ttl);
+        assert!(matches!(
+            locks.try_acquire_all_with(["a", "b"], &opts),
+            Err(Error::InvalidInput { what: "ttl", .. })
+        ));
+        assert_eq!(locks.request_count(), sent, "nothing sent");
+    }
+    let guard = locks.lock("held").unwrap();
+    assert!(matches!(
+        guard.extend(Duration::from_millis(2)),
+        Err(Error::InvalidInput { what: "ttl", .. })
+    ));
+    guard.ensure_held().unwrap();
+    assert_eq!(guard.release().unwrap(), ReleaseOutcome::Released);
+    // The smallest TTL that can be in time is taken (on loopback), with no wait budget.
+    let quick = locks
+        .options("tiny")
+        .ttl(Duration::from_millis(3))
+        .watchdog(false)
+        .wait(Duration::ZERO)
+        .try_acquire();
+    assert!(quick.is_ok(), "{quick:?}");
+}

@@ -90,6 +90,22 @@ pub(crate) fn drift(ttl: Duration) -> Duration {
     ttl / 100 + Duration::from_millis(2)
 }
 
+/// `InvalidInput` for a TTL no longer than its drift allowance (1 or 2 ms): no acquisition or
+/// renewal could ever be in time (`in_time`), so a free lock would look busy forever.
+pub(crate) fn check_ttl(ttl: Duration, what: &'static str) -> Result<()> {
+    if drift(ttl) >= ttl {
+        return Err(Error::invalid(
+            what,
+            format!(
+                "{ttl:?} is not longer than Redlock's clock-drift allowance ({:?}: 1 % + 2 ms), \
+                 so no acquisition could be in time; use at least 3 ms",
+                drift(ttl)
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// The smallest majority of `n` servers.
 fn majority(n: usize) -> usize {
     n / 2 + 1
@@ -1432,6 +1448,20 @@ mod tests {
                 .map(|(i, e)| (n + i, e))
                 .collect(),
         }
+    }
+
+    #[test]
+    fn a_ttl_must_outlast_its_drift_allowance() {
+        for short in [MS, 2 * MS] {
+            assert!(!in_time(Duration::ZERO, short), "never in time");
+            assert!(matches!(
+                check_ttl(short, "ttl"),
+                Err(Error::InvalidInput { what: "ttl", .. })
+            ));
+        }
+        assert!(in_time(Duration::ZERO, 3 * MS));
+        assert!(check_ttl(3 * MS, "ttl").is_ok());
+        assert!(check_ttl(Duration::from_secs(30), "ttl").is_ok());
     }
 
     #[test]

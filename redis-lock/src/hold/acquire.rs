@@ -192,6 +192,7 @@ impl Inner {
         let keys = self.keys(name)?;
         let ttl = opts.ttl.unwrap_or(self.config.default_ttl);
         validate(ttl, opts)?;
+        self.check_ttl(ttl)?;
         if opts.cancel.as_ref().is_some_and(CancelToken::is_cancelled) {
             return Err(cancelled(name));
         }

@@ -453,6 +453,7 @@ impl Lease {
 
     /// Makes the lock expire `ttl` from now, and the TTL renewals extend to.
     pub(crate) fn extend(&self, ttl: Duration) -> Result<()> {
+        self.inner.check_ttl(ttl)?;
         let sent = Instant::now();
         match self
             .inner

@@ -116,6 +116,15 @@ impl Inner {
         wire::LockKeys::new(&self.config.namespace, name)
     }
 
+    /// `InvalidInput` for a TTL this client's deployment cannot hold: under Redlock, one no
+    /// longer than the clock-drift allowance (`quorum::check_ttl`). Nothing is sent.
+    pub(crate) fn check_ttl(&self, ttl: Duration) -> Result<()> {
+        if self.deployment.is_quorum() {
+            crate::deploy::quorum::check_ttl(ttl, "ttl")?;
+        }
+        Ok(())
+    }
+
     /// `InvalidInput` (about `what`, the caller's argument) when `primitive` is not sound on
     /// this client's deployment: a Redlock quorum (`Primitive::quorum_sound`). Nothing is sent.
     pub(crate) fn check_quorum(&self, primitive: &dyn Primitive, what: &'static str) -> Result<()> {

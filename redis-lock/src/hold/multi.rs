@@ -184,6 +184,7 @@ impl Inner {
             .collect::<Result<Vec<_>>>()?;
         let ttl = opts.ttl.unwrap_or(self.config.default_ttl);
         validate(opts, retry, ttl)?;
+        self.check_ttl(ttl)?;
         let cancel = opts.cancel.as_ref();
         let cancelled = || {
             cancel

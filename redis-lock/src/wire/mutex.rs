@@ -592,7 +592,7 @@ static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| {
 
 /// Redlock: raise this server's fencing counter to the token the acquisition settled on (the
 /// highest counter of the majority), and record that token with the lock, if the lock is
-/// still ours here. See `quorum.rs` for why this keeps tokens monotonic.
+/// still ours here. See `deploy/quorum/` for why this keeps tokens monotonic.
 /// KEYS: lock, fence. ARGV: token, fence. Returns `1` raised (or already there), `0` not ours.
 static RAISE_FENCE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(

@@ -6,10 +6,11 @@ use std::time::{Duration, Instant};
 use crate::builder::Builder;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
-use crate::hold::Inner;
 use crate::hold::acquire::Deadline;
 use crate::hold::lease::ReleaseOutcome;
+use crate::hold::primitive::Params;
 use crate::hold::retry::RetryStrategy;
+use crate::hold::{Inner, Kind};
 use crate::info::LockInfo;
 use crate::options::{LockMode, LockOptions};
 
@@ -367,15 +368,16 @@ impl LockClient {
     /// # Ok(()) }
     /// ```
     pub fn try_lock_until(&self, key: &str, deadline: Instant) -> Result<Option<LockGuard>> {
-        let opts = LockOptions::new();
         let deadline = Deadline {
             at: deadline,
             started: Instant::now(),
         };
-        Ok(self
-            .inner
-            .acquire(&self.inner.mutex, key, &opts, &deadline)?
-            .map(LockGuard::new))
+        self.take(
+            Kind::Mutex.make(Params::DEFAULT),
+            key,
+            &LockOptions::new(),
+            &deadline,
+        )
     }
 
     /// Whether this thread holds `key` through this client: a lock it acquired (and has not
@@ -442,21 +444,23 @@ impl LockClient {
     /// ```
     pub fn acquire_with(&self, key: &str, opts: &LockOptions) -> Result<LockGuard> {
         let started = Instant::now();
-        match self.try_acquire_with(key, opts)? {
-            Some(guard) => Ok(guard),
-            None => {
-                let wait = opts.wait.or(self.inner.config.default_wait);
-                let none = opts.retry.as_ref() == Some(&RetryStrategy::none());
-                if wait.is_some_and(|w| w.is_zero()) || none {
-                    Err(Error::Busy {
-                        key: key.to_owned(),
-                    })
-                } else {
-                    Err(Error::Timeout {
-                        key: key.to_owned(),
-                        waited: started.elapsed(),
-                    })
-                }
+        self.try_acquire_with(key, opts)?
+            .ok_or_else(|| self.not_acquired(key, opts, started))
+    }
+
+    /// What an acquisition of `key` started at `started` that ended without the lock reports:
+    /// busy if it was not to wait, else a timeout.
+    pub(crate) fn not_acquired(&self, key: &str, opts: &LockOptions, started: Instant) -> Error {
+        let wait = opts.wait.or(self.inner.config.default_wait);
+        let none = opts.retry.as_ref() == Some(&RetryStrategy::none());
+        if wait.is_some_and(|w| w.is_zero()) || none {
+            Error::Busy {
+                key: key.to_owned(),
+            }
+        } else {
+            Error::Timeout {
+                key: key.to_owned(),
+                waited: started.elapsed(),
             }
         }
     }
@@ -481,10 +485,24 @@ impl LockClient {
     /// ```
     pub fn try_acquire_with(&self, key: &str, opts: &LockOptions) -> Result<Option<LockGuard>> {
         let deadline = Deadline::after(opts.wait.or(self.inner.config.default_wait))?;
-        let primitive = self.primitive(opts.mode);
+        let primitive = Kind::of_mode(opts.mode).make(Params::DEFAULT);
+        self.take(primitive, key, opts, &deadline)
+    }
+
+    /// A guard of `key` held through `primitive` (made from the table of primitives,
+    /// `hold/mod.rs`): what every single-lock acquisition comes to, a mutex or a side of a
+    /// read-write lock (by `mode`), a semaphore's permit, the attribute macro's lock.
+    /// `Ok(None)`: busy until `deadline`.
+    pub(crate) fn take(
+        &self,
+        primitive: Arc<dyn crate::hold::primitive::Lock>,
+        key: &str,
+        opts: &LockOptions,
+        deadline: &Deadline,
+    ) -> Result<Option<LockGuard>> {
         Ok(self
             .inner
-            .acquire(&primitive, key, opts, &deadline)?
+            .acquire(&primitive, key, opts, deadline)?
             .map(LockGuard::new))
     }
 
@@ -509,12 +527,12 @@ impl LockClient {
     /// ```
     pub fn inspect(&self, key: &str) -> Result<Option<LockInfo>> {
         let keys = self.inner.keys(key)?;
-        let holder = match self.inner.deployment.inspect(&self.inner.mutex, &keys) {
+        let deployment = &self.inner.deployment;
+        let holder = match deployment.inspect(&*Kind::Mutex.make(Params::DEFAULT), &keys) {
             // Not a mutex: a read-write lock, perhaps (its own script tells).
-            Err(Error::WrongType { redis_key }) if redis_key == keys.lock => self
-                .inner
-                .deployment
-                .inspect(&self.primitive(Some(LockMode::Read)), &keys)?,
+            Err(Error::WrongType { redis_key }) if redis_key == keys.lock => {
+                deployment.inspect(&*Kind::Read.make(Params::DEFAULT), &keys)?
+            }
             other => other?,
         };
         Ok(holder.map(|h| LockInfo::from_holder(key, h)))
@@ -540,16 +558,12 @@ impl LockClient {
     /// ```
     pub fn force_release(&self, key: &str) -> Result<Option<(String, u32)>> {
         let keys = self.inner.keys(key)?;
-        match self
-            .inner
-            .deployment
-            .force_release(&self.inner.mutex, &keys)
-        {
+        let deployment = &self.inner.deployment;
+        match deployment.force_release(&*Kind::Mutex.make(Params::DEFAULT), &keys) {
             // Not a mutex: a read-write lock, perhaps (its own script tells).
-            Err(Error::WrongType { redis_key }) if redis_key == keys.lock => self
-                .inner
-                .deployment
-                .force_release(&self.primitive(Some(LockMode::Write)), &keys),
+            Err(Error::WrongType { redis_key }) if redis_key == keys.lock => {
+                deployment.force_release(&*Kind::Write.make(Params::DEFAULT), &keys)
+            }
             other => other,
         }
     }

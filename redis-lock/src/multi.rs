@@ -9,7 +9,6 @@ use crate::error::{Error, LostReason, Result};
 use crate::hold::acquire::Deadline;
 use crate::hold::lease::{Lease, ReleaseOutcome};
 use crate::hold::multi::members;
-use crate::hold::retry::RetryStrategy;
 use crate::options::{LockOptions, validate_ttl};
 
 /// Several locks held together, taken all or none by [`LockClient::lock_all`] and its
@@ -358,21 +357,8 @@ impl LockClient {
         let started = Instant::now();
         let names = collect(keys);
         let key = names.join(",");
-        match self.try_acquire_all_with(names, opts)? {
-            Some(guard) => Ok(guard),
-            None => {
-                let wait = opts.wait.or(self.inner.config.default_wait);
-                let none = opts.retry.as_ref() == Some(&RetryStrategy::none());
-                if wait.is_some_and(|w| w.is_zero()) || none {
-                    Err(Error::Busy { key })
-                } else {
-                    Err(Error::Timeout {
-                        key,
-                        waited: started.elapsed(),
-                    })
-                }
-            }
-        }
+        self.try_acquire_all_with(names, opts)?
+            .ok_or_else(|| self.not_acquired(&key, opts, started))
     }
 
     /// Tries to acquire every lock in `keys` with `opts`. `Ok(None)` when they were never all

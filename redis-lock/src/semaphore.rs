@@ -5,12 +5,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::client::LockClient;
-use crate::deploy::seam::Primitive;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
+use crate::hold::Kind;
 use crate::hold::acquire::Deadline;
-use crate::hold::retry::RetryStrategy;
-use crate::hold::semaphore::{self as sem, validate_permits};
+use crate::hold::primitive::{Lock, Params};
+use crate::hold::semaphore::validate_permits;
 use crate::options::LockOptions;
 use crate::wire::LockKeys;
 
@@ -22,7 +22,7 @@ use crate::wire::LockKeys;
 /// [`fencing_token`](LockGuard::fencing_token) (strictly increasing per name, across permits).
 /// A crashed holder's permit comes back when its TTL runs out; renewing or releasing one
 /// permit never touches another. A release hands its permit straight to one waiter (woken by
-/// the release, not by polling); with [`RetryStrategy::fair`] waiters get permits in arrival
+/// the release, not by polling); with [`RetryStrategy::fair`](crate::RetryStrategy::fair) waiters get permits in arrival
 /// order.
 ///
 /// **The limit is stored in Redis** (`ns{name}:limit`, kept like the fencing counter), so every
@@ -60,7 +60,8 @@ pub struct Semaphore {
     name: String,
     keys: LockKeys,
     permits: u32,
-    primitive: Arc<dyn Primitive>,
+    /// The semaphore's primitive, from the table of primitives (`hold/mod.rs`).
+    primitive: Arc<dyn Lock>,
 }
 
 impl std::fmt::Debug for Semaphore {
@@ -94,13 +95,13 @@ impl LockClient {
     pub fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
         let keys = self.inner.keys(name)?;
         validate_permits(permits)?;
-        self.inner.check_semaphore(None)?;
+        self.inner.semaphore_store()?;
         Ok(Semaphore {
             client: self.clone(),
             name: name.to_owned(),
             keys,
             permits,
-            primitive: Arc::new(sem::Semaphore { permits }),
+            primitive: Kind::Semaphore.make(Params { permits }),
         })
     }
 }
@@ -126,7 +127,7 @@ impl LockClient {
     /// # Ok(()) }
     /// ```
     pub fn list_semaphores(&self, pattern: &str) -> Result<Vec<SemaphoreInfo>> {
-        if self.inner.check_semaphore(None).is_err() {
+        if self.inner.semaphore_store().is_err() {
             return Ok(Vec::new());
         }
         let namespace = &self.inner.config.namespace;
@@ -250,7 +251,7 @@ impl Semaphore {
         self.try_acquire_with(&LockOptions::new().wait(timeout))
     }
 
-    /// Takes a permit with `opts` (TTL, wait, [`RetryStrategy::fair`], metadata, watchdog,
+    /// Takes a permit with `opts` (TTL, wait, [`RetryStrategy::fair`](crate::RetryStrategy::fair), metadata, watchdog,
     /// reentrancy, replicas, `on_lost`, `max_hold`, label), waiting up to its wait budget.
     ///
     /// # Errors
@@ -278,24 +279,8 @@ impl Semaphore {
     /// ```
     pub fn acquire_with(&self, opts: &LockOptions) -> Result<LockGuard> {
         let started = Instant::now();
-        match self.try_acquire_with(opts)? {
-            Some(guard) => Ok(guard),
-            None => {
-                let inner = &self.client.inner;
-                let wait = opts.wait.or(inner.config.default_wait);
-                let none = opts.retry.as_ref() == Some(&RetryStrategy::none());
-                if wait.is_some_and(|w| w.is_zero()) || none {
-                    Err(Error::Busy {
-                        key: self.name.clone(),
-                    })
-                } else {
-                    Err(Error::Timeout {
-                        key: self.name.clone(),
-                        waited: started.elapsed(),
-                    })
-                }
-            }
-        }
+        self.try_acquire_with(opts)?
+            .ok_or_else(|| self.client.not_acquired(&self.name, opts, started))
     }
 
     /// Tries to take a permit with `opts`. `Ok(None)` when every permit is still held at the
@@ -317,12 +302,9 @@ impl Semaphore {
     /// # Ok(()) }
     /// ```
     pub fn try_acquire_with(&self, opts: &LockOptions) -> Result<Option<LockGuard>> {
-        let inner = &self.client.inner;
-        inner.check_semaphore(Some(opts))?;
-        let deadline = Deadline::after(opts.wait.or(inner.config.default_wait))?;
-        Ok(inner
-            .acquire(&self.primitive, &self.name, opts, &deadline)?
-            .map(LockGuard::new))
+        let deadline = Deadline::after(opts.wait.or(self.client.inner.config.default_wait))?;
+        self.client
+            .take(Arc::clone(&self.primitive), &self.name, opts, &deadline)
     }
 
     /// The limit in force: the one stored in Redis, or [`permits`](Self::permits) when none
@@ -438,7 +420,7 @@ impl Semaphore {
         self.client
             .inner
             .deployment
-            .force_release(&self.primitive, &self.keys)
+            .force_release(&*self.primitive, &self.keys)
     }
 }
 

@@ -12,12 +12,12 @@ use parking_lot::Mutex;
 use super::fan_out::{Ask, Late};
 use super::rules::{Answers, Verdict, fence_plan, in_time, majority, tally, until_free};
 use super::{Member, OwnedRelease, Quorum};
-use crate::deploy::seam::Primitive;
-use crate::deploy::{Attempted, ReleaseArgs, attempt_on, leave_on, release_on, release_with};
+use crate::deploy::seam::{Primitive, not_sound_on_a_quorum};
+use crate::deploy::{Attempted, attempt_on, leave_on, release_on};
 use crate::error::Result;
 use crate::store::Ack;
 use crate::wire::token::{new_token, random_below};
-use crate::wire::{Attempt, AttemptArgs, Form, LockKeys};
+use crate::wire::{Attempt, AttemptArgs, Form, LockKeys, ReleaseArgs};
 
 /// When a quorum's servers disagree so that nobody holds a majority, try again after at most
 /// this long (randomised, to break ties between clients that keep splitting the servers).
@@ -70,8 +70,7 @@ impl OwnedAttempt {
             fair: self.fair,
             registered: self.registered,
             // A quorum sends each server one script request (the direct path captures one).
-            native: false,
-            value: "",
+            native: None,
         }
     }
 
@@ -84,9 +83,9 @@ impl OwnedAttempt {
             grant: &self.grant,
             registration: "",
             undo: true,
-            // A quorum takes no native path.
-            native: false,
-            value: None,
+            // A quorum takes no native path: the lock is a hash.
+            form: Form::Hash,
+            caps: None,
         }
     }
 }
@@ -114,10 +113,14 @@ impl Quorum {
     /// the grant a release left on each server (see `wait`).
     pub(crate) fn attempt(
         &self,
-        p: &Arc<dyn Primitive>,
+        p: &dyn Primitive,
         args: &AttemptArgs<'_>,
         ack: Option<Ack>,
     ) -> Result<Attempted> {
+        if p.redlock().is_none() {
+            return Err(not_sound_on_a_quorum());
+        }
+        let p = &p.shared();
         let q = majority(self.total());
         let start = Instant::now();
         // The token a release's undo hands the lock over with, if it finds a waiter.
@@ -302,8 +305,7 @@ impl Quorum {
         let (p, sent) = (Arc::clone(p), Arc::clone(sent));
         self.fan_out(
             &undo,
-            // A quorum takes no native path: the lock is a hash.
-            Ask::request(move |c| release_with(c, &*p, &sent.undo(), Form::Hash)),
+            Ask::request(move |c| p.release(c, &sent.undo())),
             |_| false,
             self.bound,
         )
@@ -330,8 +332,11 @@ impl Quorum {
                 .fan_out(
                     &behind,
                     Ask::lane(move |s| {
+                        // Checked as the attempt began: only a primitive sound on a quorum
+                        // gets this far.
+                        let redlock = p.redlock().ok_or_else(not_sound_on_a_quorum)?;
                         let mut conn = s.conn()?;
-                        p.raise_fence(&mut conn, &k, &token, fence)
+                        redlock.raise_fence(&mut conn, &k, &token, fence)
                     }),
                     |_| false,
                     self.bound,

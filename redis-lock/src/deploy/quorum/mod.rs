@@ -65,12 +65,12 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use super::lanes::Lane;
+use super::leave_on;
 use super::seam::Primitive;
-use super::{ReleaseArgs, leave_on, release_with};
 use crate::error::{Error, Result};
 use crate::store::{Store, Wake};
 use crate::wire::token::new_token;
-use crate::wire::{Broken, Form, Holder, LockKeys, OwnedTtl, Release, Renewal};
+use crate::wire::{Broken, Form, Holder, LockKeys, OwnedTtl, Release, ReleaseArgs, Renewal};
 use attempt::UnsettledMap;
 use fan_out::Ask;
 use rules::{
@@ -156,7 +156,9 @@ struct OwnedRelease {
     grant: String,
     registration: String,
     undo: bool,
-    native: bool,
+    /// The holder expects a string lock (see `wire::Form`); no value is kept: a quorum takes
+    /// no native path.
+    string: bool,
 }
 
 impl OwnedRelease {
@@ -168,7 +170,7 @@ impl OwnedRelease {
             grant: r.grant.to_owned(),
             registration: r.registration.to_owned(),
             undo: r.undo,
-            native: r.native,
+            string: r.form.is_string(),
         }
     }
 
@@ -180,9 +182,12 @@ impl OwnedRelease {
             grant: &self.grant,
             registration: &self.registration,
             undo: self.undo,
-            native: self.native,
-            // A quorum takes no native path: no value is kept.
-            value: None,
+            form: if self.string {
+                Form::String
+            } else {
+                Form::Hash
+            },
+            caps: None,
         }
     }
 }
@@ -257,7 +262,7 @@ impl Quorum {
 
     pub(crate) fn renew(
         &self,
-        p: &Arc<dyn Primitive>,
+        p: &dyn Primitive,
         keys: &LockKeys,
         token: &str,
         ttl: Duration,
@@ -265,7 +270,7 @@ impl Quorum {
         let start = Instant::now();
         let q = majority(self.total());
         let answers = {
-            let (p, k, token) = (Arc::clone(p), keys.clone(), token.to_owned());
+            let (p, k, token) = (p.shared(), keys.clone(), token.to_owned());
             self.fan_out(
                 &self.all(),
                 Ask::request(move |c| p.renew(c, &k, &token, ttl)),
@@ -278,7 +283,7 @@ impl Quorum {
         self.resolve(keys.name(), verdict, answers)
     }
 
-    pub(crate) fn release(&self, p: &Arc<dyn Primitive>, r: &ReleaseArgs<'_>) -> Result<Release> {
+    pub(crate) fn release(&self, p: &dyn Primitive, r: &ReleaseArgs<'_>) -> Result<Release> {
         let q = majority(self.total());
         // Servers whose attempt is still in flight are released by its answer (`Unsettled`).
         let sent = Arc::new(OwnedRelease::of(r));
@@ -300,10 +305,19 @@ impl Quorum {
         };
         drop(unsettled);
         let answers = {
-            let p = Arc::clone(p);
+            let p = p.shared();
             self.fan_out(
                 &servers,
-                Ask::request(move |c| release_with(c, &*p, &sent.args(), Form::Hash)),
+                // A quorum takes no native path: the lock is a hash.
+                Ask::request(move |c| {
+                    p.release(
+                        c,
+                        &ReleaseArgs {
+                            form: Form::Hash,
+                            ..sent.args()
+                        },
+                    )
+                }),
                 move |a| {
                     a.ok.iter()
                         .filter(|(_, r)| matches!(r, Release::Released | Release::Kept))
@@ -320,12 +334,12 @@ impl Quorum {
 
     pub(crate) fn owned_ttl(
         &self,
-        p: &Arc<dyn Primitive>,
+        p: &dyn Primitive,
         keys: &LockKeys,
         token: &str,
     ) -> Result<OwnedTtl> {
         let answers = {
-            let (p, k, token) = (Arc::clone(p), keys.clone(), token.to_owned());
+            let (p, k, token) = (p.shared(), keys.clone(), token.to_owned());
             self.each(move |s| {
                 let mut conn = s.conn()?;
                 p.owned_ttl(&mut conn, &k, &token)
@@ -335,13 +349,9 @@ impl Quorum {
         self.resolve(keys.name(), verdict, answers)
     }
 
-    pub(crate) fn inspect(
-        &self,
-        p: &Arc<dyn Primitive>,
-        keys: &LockKeys,
-    ) -> Result<Option<Holder>> {
+    pub(crate) fn inspect(&self, p: &dyn Primitive, keys: &LockKeys) -> Result<Option<Holder>> {
         let answers = {
-            let (p, k) = (Arc::clone(p), keys.clone());
+            let (p, k) = (p.shared(), keys.clone());
             self.each(move |s| {
                 let mut conn = s.conn()?;
                 p.inspect(&mut conn, &k)
@@ -351,10 +361,10 @@ impl Quorum {
         self.resolve(keys.name(), verdict, answers)
     }
 
-    pub(crate) fn force_release(&self, p: &Arc<dyn Primitive>, keys: &LockKeys) -> Result<Broken> {
+    pub(crate) fn force_release(&self, p: &dyn Primitive, keys: &LockKeys) -> Result<Broken> {
         let grant = new_token()?;
         let answers = {
-            let (p, k) = (Arc::clone(p), keys.clone());
+            let (p, k) = (p.shared(), keys.clone());
             self.each(move |s| {
                 let mut conn = s.conn()?;
                 p.force_release(&mut conn, &k, &grant)
@@ -389,8 +399,8 @@ impl Quorum {
     /// A waiter gives up: every server at once. Waits for every server (within the bound),
     /// as on a single server: a release right after a waiter gave up must not find it still
     /// registered and grant it the lock.
-    pub(crate) fn leave(&self, p: &Arc<dyn Primitive>, keys: &LockKeys, waiter: &str) {
-        let (p, k, waiter) = (Arc::clone(p), keys.clone(), waiter.to_owned());
+    pub(crate) fn leave(&self, p: &dyn Primitive, keys: &LockKeys, waiter: &str) {
+        let (p, k, waiter) = (p.shared(), keys.clone(), waiter.to_owned());
         self.fan_out(
             &self.all(),
             Ask::lane(move |s| {

@@ -12,12 +12,21 @@ use parking_lot::{Condvar, Mutex};
 
 use super::observe::{self, Ended, Hold};
 use super::primitive::Lock;
-use super::watchdog::Worker;
 use super::{Inner, Kind};
 use crate::error::{Error, LostReason, Result};
 use crate::options::{LockOptions, LostCallback, LostEvent};
 use crate::store::Ack;
 use crate::wire::{Claim, ClaimArgs, Form, LockKeys, OwnedTtl, Release, ReleaseArgs, Renewal};
+
+/// The thread that renews a lease, as the lease sees it. The watchdog (`watchdog.rs`)
+/// implements it and talks only to the lease; the lease knows no more of it than this.
+pub(crate) trait Renewer: Send + Sync {
+    /// The lease's renewal schedule moved (`extend`): plan again.
+    fn nudge(&self);
+    /// The lease is released or handed off: the thread may take a new lease at once. It is
+    /// not woken; it finds the lease stopped when it next looks.
+    fn detach(self: Arc<Self>);
+}
 
 /// What happened when a lock was given back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -214,7 +223,7 @@ pub(crate) struct Lease {
     /// Wakes releases waiting for the one in flight.
     released: Condvar,
     /// The renewal thread serving this lease, until release (or loss) frees it.
-    pub(crate) watchdog: Mutex<Option<Arc<Worker>>>,
+    pub(crate) watchdog: Mutex<Option<Arc<dyn Renewer>>>,
     on_lost: Option<LostCallback>,
     /// The hold's span and metrics; ended at the loss or the release, closed on drop.
     hold: Mutex<Hold>,
@@ -466,7 +475,10 @@ impl Lease {
                     let valid = self.inner.valid_until(sent, ttl);
                     st.set(sent, ttl, valid);
                 }
-                super::watchdog::nudge(self);
+                let renewer = self.watchdog.lock().clone();
+                if let Some(renewer) = renewer {
+                    renewer.nudge();
+                }
                 tracing::debug!(target: "redis_lock", key = %self.name, ?ttl, "lock extended");
                 Ok(())
             }
@@ -511,7 +523,7 @@ impl Lease {
             }
             st.release = Releasing::InFlight;
         }
-        super::watchdog::detach(self);
+        self.detach_watchdog();
         let epoch = self.inner.deployment.epoch();
         let args = ReleaseArgs {
             keys: &self.keys,
@@ -615,6 +627,14 @@ impl Lease {
         .schedule(&self.inner, epoch)
     }
 
+    /// Frees the renewal thread for another lease (release, hand-off).
+    fn detach_watchdog(&self) {
+        let renewer = self.watchdog.lock().take();
+        if let Some(renewer) = renewer {
+            renewer.detach();
+        }
+    }
+
     /// The primitive's kind.
     pub(crate) fn kind(&self) -> Kind {
         self.primitive.kind()
@@ -638,7 +658,7 @@ impl Lease {
             }
             st.release = Releasing::Done(ReleaseOutcome::HandedOff);
         }
-        super::watchdog::detach(self);
+        self.detach_watchdog();
         {
             let mut hold = self.hold.lock();
             hold.end(Ended::HandedOff, None);

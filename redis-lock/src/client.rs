@@ -229,6 +229,9 @@ impl LockClient {
     /// # Examples
     ///
     /// ```
+    /// // The crates re-exported by this one: no second dependency to keep in step.
+    /// use redis_lock::{r2d2, redis};
+    ///
     /// let client = redis::Client::open("redis://127.0.0.1/").unwrap();
     /// let pool = r2d2::Pool::builder()
     ///     .test_on_check_out(false)
@@ -304,7 +307,9 @@ impl LockClient {
         self.acquire_with(key, &LockOptions::new().reentrant(true))
     }
 
-    /// Makes one attempt to acquire `key`. `Ok(None)` when another owner holds it.
+    /// Makes one attempt to acquire `key`. `Ok(None)` when another owner holds it, or this
+    /// thread does already (as `std`'s and parking_lot's `try_lock` answer; join it with
+    /// [`lock_reentrant`](Self::lock_reentrant) instead).
     ///
     /// # Errors
     ///
@@ -372,15 +377,18 @@ impl LockClient {
             at: deadline,
             started: Instant::now(),
         };
-        Ok(self
-            .inner
-            .acquire(&self.inner.mutex, key, &opts, &deadline)?
-            .map(LockGuard::new))
+        busy_if_held_here(
+            self.inner
+                .acquire(&self.inner.mutex, key, &opts, &deadline)
+                .map(|lease| lease.map(LockGuard::new)),
+        )
     }
 
     /// Whether this thread holds `key` through this client: a lock it acquired (and has not
-    /// released or lost) whose guard is still alive. A non-reentrant acquisition of such a
-    /// lock fails at once with [`Error::AlreadyHeld`] instead of waiting for itself.
+    /// released or lost) whose guard is still alive. A non-reentrant waiting acquisition of
+    /// such a lock ([`lock`](Self::lock), [`acquire_with`](Self::acquire_with)) fails at once
+    /// with [`Error::AlreadyHeld`] instead of waiting for itself; the `try_` family answers
+    /// `Ok(None)` (busy) at once.
     ///
     /// # Examples
     ///
@@ -442,23 +450,8 @@ impl LockClient {
     /// ```
     pub fn acquire_with(&self, key: &str, opts: &LockOptions) -> Result<LockGuard> {
         let started = Instant::now();
-        match self.try_acquire_with(key, opts)? {
-            Some(guard) => Ok(guard),
-            None => {
-                let wait = opts.wait.or(self.inner.config.default_wait);
-                let none = opts.retry.as_ref() == Some(&RetryStrategy::none());
-                if wait.is_some_and(|w| w.is_zero()) || none {
-                    Err(Error::Busy {
-                        key: key.to_owned(),
-                    })
-                } else {
-                    Err(Error::Timeout {
-                        key: key.to_owned(),
-                        waited: started.elapsed(),
-                    })
-                }
-            }
-        }
+        self.acquire_opt(key, opts)?
+            .ok_or_else(|| not_acquired(&self.inner, key.to_owned(), opts, started))
     }
 
     /// Tries to acquire `key` with `opts`. `Ok(None)` when another owner still holds it at the
@@ -480,6 +473,12 @@ impl LockClient {
     /// # Ok(()) }
     /// ```
     pub fn try_acquire_with(&self, key: &str, opts: &LockOptions) -> Result<Option<LockGuard>> {
+        busy_if_held_here(self.acquire_opt(key, opts))
+    }
+
+    /// The acquisition behind both families: `Ok(None)` when another owner still holds `key`
+    /// at the end of the wait budget; [`Error::AlreadyHeld`] when this thread does.
+    fn acquire_opt(&self, key: &str, opts: &LockOptions) -> Result<Option<LockGuard>> {
         let deadline = Deadline::after(opts.wait.or(self.inner.config.default_wait))?;
         let primitive = self.primitive(opts.mode);
         Ok(self
@@ -715,5 +714,38 @@ impl LockRequest<'_> {
     /// As [`LockClient::try_acquire_with`].
     pub fn try_acquire(self) -> Result<Option<LockGuard>> {
         self.client.try_acquire_with(&self.key, &self.opts)
+    }
+}
+
+/// The `try_` family's answer when this thread holds the lock already (and did not ask to
+/// join it): busy (`Ok(None)`), as `std`'s and parking_lot's `try_lock` report a lock the
+/// caller holds, so that `?` on a `try_` call never ends a caller that only asked whether the
+/// lock is free. The waiting calls (`lock`, `acquire_with`) keep [`Error::AlreadyHeld`]: they
+/// would wait for themselves.
+pub(crate) fn busy_if_held_here<T>(attempt: Result<Option<T>>) -> Result<Option<T>> {
+    match attempt {
+        Err(Error::AlreadyHeld { .. }) => Ok(None),
+        other => other,
+    }
+}
+
+/// The error of a waiting call (`lock`, `acquire_with`, ...) that did not get `key`: busy when
+/// it was not allowed to wait, timed out when its wait budget ran out. `started`: when the call
+/// began.
+pub(crate) fn not_acquired(
+    inner: &Inner,
+    key: String,
+    opts: &LockOptions,
+    started: Instant,
+) -> Error {
+    let wait = opts.wait.or(inner.config.default_wait);
+    let none = opts.retry.as_ref() == Some(&RetryStrategy::none());
+    if wait.is_some_and(|w| w.is_zero()) || none {
+        Error::Busy { key }
+    } else {
+        Error::Timeout {
+            key,
+            waited: started.elapsed(),
+        }
     }
 }

@@ -42,8 +42,10 @@ pub enum Error {
         /// The lock name as the caller gave it (without namespace).
         key: String,
     },
-    /// This thread already holds `key` through this client, and the call did not ask for
-    /// reentrancy: it would wait for itself (forever, with the default wait). Join the held
+    /// This thread already holds `key` through this client, and a waiting call (`lock`,
+    /// `acquire_with`, ...) did not ask for reentrancy: it would wait for itself (forever,
+    /// with the default wait). The `try_` family answers `Ok(None)` (busy) instead, as
+    /// `std`'s `try_lock` does. Join the held
     /// lock with [`LockClient::lock_reentrant`](crate::LockClient::lock_reentrant) or
     /// [`LockOptions::reentrant`](crate::LockOptions::reentrant), or release it first.
     #[error(

@@ -4,12 +4,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::client::LockClient;
+use crate::client::{LockClient, busy_if_held_here, not_acquired};
 use crate::error::{Error, LostReason, Result};
 use crate::hold::acquire::Deadline;
 use crate::hold::lease::{Lease, ReleaseOutcome};
 use crate::hold::multi::members;
-use crate::hold::retry::RetryStrategy;
 use crate::options::{LockOptions, validate_ttl};
 
 /// Several locks held together, taken all or none by [`LockClient::lock_all`] and its
@@ -358,21 +357,8 @@ impl LockClient {
         let started = Instant::now();
         let names = collect(keys);
         let key = names.join(",");
-        match self.try_acquire_all_with(names, opts)? {
-            Some(guard) => Ok(guard),
-            None => {
-                let wait = opts.wait.or(self.inner.config.default_wait);
-                let none = opts.retry.as_ref() == Some(&RetryStrategy::none());
-                if wait.is_some_and(|w| w.is_zero()) || none {
-                    Err(Error::Busy { key })
-                } else {
-                    Err(Error::Timeout {
-                        key,
-                        waited: started.elapsed(),
-                    })
-                }
-            }
-        }
+        self.acquire_all_opt(names, opts)?
+            .ok_or_else(|| not_acquired(&self.inner, key, opts, started))
     }
 
     /// Tries to acquire every lock in `keys` with `opts`. `Ok(None)` when they were never all
@@ -402,7 +388,17 @@ impl LockClient {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        let names = members(collect(keys))?;
+        busy_if_held_here(self.acquire_all_opt(collect(keys), opts))
+    }
+
+    /// Both families' acquisition: [`Error::AlreadyHeld`] when this thread holds a member
+    /// already (see `client::busy_if_held_here`).
+    fn acquire_all_opt(
+        &self,
+        names: Vec<String>,
+        opts: &LockOptions,
+    ) -> Result<Option<MultiGuard>> {
+        let names = members(names)?;
         let deadline = Deadline::after(opts.wait.or(self.inner.config.default_wait))?;
         Ok(self
             .inner

@@ -4,12 +4,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::client::LockClient;
+use crate::client::{LockClient, busy_if_held_here, not_acquired};
 use crate::deploy::seam::Primitive;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::hold::acquire::Deadline;
-use crate::hold::retry::RetryStrategy;
 use crate::hold::semaphore::{self as sem, validate_permits};
 use crate::options::LockOptions;
 use crate::wire::LockKeys;
@@ -278,24 +277,8 @@ impl Semaphore {
     /// ```
     pub fn acquire_with(&self, opts: &LockOptions) -> Result<LockGuard> {
         let started = Instant::now();
-        match self.try_acquire_with(opts)? {
-            Some(guard) => Ok(guard),
-            None => {
-                let inner = &self.client.inner;
-                let wait = opts.wait.or(inner.config.default_wait);
-                let none = opts.retry.as_ref() == Some(&RetryStrategy::none());
-                if wait.is_some_and(|w| w.is_zero()) || none {
-                    Err(Error::Busy {
-                        key: self.name.clone(),
-                    })
-                } else {
-                    Err(Error::Timeout {
-                        key: self.name.clone(),
-                        waited: started.elapsed(),
-                    })
-                }
-            }
-        }
+        self.acquire_opt(opts)?
+            .ok_or_else(|| not_acquired(&self.client.inner, self.name.clone(), opts, started))
     }
 
     /// Tries to take a permit with `opts`. `Ok(None)` when every permit is still held at the
@@ -317,6 +300,12 @@ impl Semaphore {
     /// # Ok(()) }
     /// ```
     pub fn try_acquire_with(&self, opts: &LockOptions) -> Result<Option<LockGuard>> {
+        busy_if_held_here(self.acquire_opt(opts))
+    }
+
+    /// Both families' acquisition: [`Error::AlreadyHeld`] when this thread holds the permit
+    /// it would join (see `client::busy_if_held_here`).
+    fn acquire_opt(&self, opts: &LockOptions) -> Result<Option<LockGuard>> {
         let inner = &self.client.inner;
         inner.check_semaphore(Some(opts))?;
         let deadline = Deadline::after(opts.wait.or(inner.config.default_wait))?;

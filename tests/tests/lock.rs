@@ -742,7 +742,9 @@ fn a_client_wide_on_lost_callback_hears_about_plain_locks() {
 }
 
 /// A thread that asks again for a lock it holds, without reentrancy, would wait for itself
-/// (forever, now that `lock` waits until free): it gets `AlreadyHeld` at once instead. A
+/// (forever, now that `lock` waits until free): a waiting call gets `AlreadyHeld` at once
+/// instead. The `try_` family reports it busy (`Ok(None)`) at once, as `std`'s and
+/// parking_lot's `try_lock` do, so that `?` on a `try_` call does not end the caller. A
 /// reentrant acquisition still joins, and another thread still simply waits.
 #[test]
 fn asking_again_for_a_lock_this_thread_holds_fails_at_once() {
@@ -756,15 +758,25 @@ fn asking_again_for_a_lock_this_thread_holds_fails_at_once() {
     for err in [
         locks.lock("mine").map(drop).unwrap_err(),
         locks
-            .try_lock_for("mine", Duration::from_secs(5))
+            .acquire_with("mine", &LockOptions::new().wait(Duration::from_secs(5)))
             .map(drop)
             .unwrap_err(),
-        locks.try_lock("mine").map(drop).unwrap_err(),
+        locks.options("mine").acquire().map(drop).unwrap_err(),
     ] {
         assert!(
             matches!(&err, Error::AlreadyHeld { key } if key == "mine"),
             "{err:?}"
         );
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    for busy in [
+        locks.try_lock("mine"),
+        locks.try_lock_for("mine", Duration::from_secs(5)),
+        locks.try_lock_until("mine", deadline),
+        locks.try_acquire_with("mine", &LockOptions::new().wait(Duration::from_secs(5))),
+        locks.options("mine").try_acquire(),
+    ] {
+        assert!(matches!(busy, Ok(None)), "{busy:?}");
     }
     assert!(started.elapsed() < Duration::from_millis(100));
     assert_eq!(

@@ -509,13 +509,19 @@ fn bad_input_is_refused_before_anything_is_sent() {
         .query(&mut server.connection())
         .unwrap();
     assert_eq!(keys, 0, "Redis untouched");
-    // A name this thread holds: at once, its own error.
+    // A name this thread holds: at once, its own error for a waiting call; busy for the
+    // `try_` family, as `try_lock` answers.
     let held = locks.lock("a").unwrap();
-    let err = locks.try_lock_all(["b", "a"]).unwrap_err();
+    let err = locks.lock_all(["b", "a"]).map(drop).unwrap_err();
     assert!(
         matches!(&err, Error::AlreadyHeld { key } if key == "a"),
         "{err:?}"
     );
+    assert!(matches!(locks.try_lock_all(["b", "a"]), Ok(None)));
+    assert!(matches!(
+        locks.try_lock_all_for(["b", "a"], Duration::from_secs(30)),
+        Ok(None)
+    ));
     drop(held);
 }
 

@@ -844,7 +844,7 @@ mod server_tests {
     }
 
     /// What one contended acquisition costs Redis, in commands, on the path the benchmark's
-    /// contended rows take (issue 12): a waiter's attempt that finds the lock busy and
+    /// contended rows take: a waiter's attempt that finds the lock busy and
     /// registers, and the release that grants the lock to a waiter by a holder that took it
     /// from a grant (its registration left to forget). 7 and 11 (with `BLPOP`, the waiter's
     /// wait: 19), against 8 and 15 before the counts of `EXISTS` were used and the registry was

@@ -385,6 +385,11 @@ impl Semaphore {
     /// the permits in use, new acquisitions wait until fewer than the new limit are held.
     /// After raising it, waiters that now fit are woken at once.
     ///
+    /// Like every key of a name, the stored limit expires: it is kept while permits are held,
+    /// and for at least the client's [default TTL](crate::Builder::default_ttl) after this
+    /// call; once it is gone, the next acquisition stores the number of permits its
+    /// [`Semaphore`] handle was made with.
+    ///
     /// # Errors
     ///
     /// [`Error::InvalidInput`] for 0 or more than [`MAX_PERMITS`](crate::MAX_PERMITS)

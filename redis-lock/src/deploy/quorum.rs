@@ -317,6 +317,7 @@ struct OwnedAttempt {
     registered: bool,
     /// The grant an undo hands the lock over with.
     grant: String,
+    since: u64,
 }
 
 impl OwnedAttempt {
@@ -333,6 +334,7 @@ impl OwnedAttempt {
             fair: a.fair,
             registered: a.registered,
             grant,
+            since: a.since,
         }
     }
 
@@ -351,6 +353,7 @@ impl OwnedAttempt {
             // A quorum sends each server one script request (the direct path captures one).
             native: false,
             value: "",
+            since: self.since,
         }
     }
 

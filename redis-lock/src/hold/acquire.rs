@@ -388,6 +388,7 @@ impl Acquisition<'_> {
                 registered: registration.is_some(),
                 native,
                 value: value.as_deref().unwrap_or(""),
+                since: crate::wire::unix_ms_now(),
             };
             let attempted = match self.attempt(&args) {
                 Ok(a) => a,
@@ -795,6 +796,7 @@ mod server_tests {
                 registered: false,
                 native: false,
                 value: "",
+                since: crate::wire::unix_ms_now(),
             };
             crate::deploy::attempt_on(store, &*inner.mutex, &args, None).unwrap()
         };
@@ -878,6 +880,7 @@ mod server_tests {
                 registered: false,
                 native: false,
                 value: "",
+                since: crate::wire::unix_ms_now(),
             };
             crate::deploy::attempt_on(store, &*inner.mutex, &args, None).unwrap()
         };

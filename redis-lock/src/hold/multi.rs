@@ -337,6 +337,7 @@ impl AllAcquisition<'_> {
                 native: !inner.deployment.is_quorum(),
                 // Made by the fast path itself: a member's lease keeps no value.
                 value: "",
+                since: crate::wire::unix_ms_now(),
             };
             match inner.deployment.attempt(&inner.mutex, &args, None) {
                 Ok(attempted) => match attempted.attempt {

@@ -216,7 +216,7 @@ impl Inner {
         validate_permits(permits)?;
         let store = self.deployment.single().ok_or_else(redlock_refused)?;
         let mut conn = store.conn()?;
-        script::set_limit(&mut conn, keys, permits)
+        script::set_limit(&mut conn, keys, permits, self.config.default_ttl)
     }
 }
 

@@ -145,6 +145,17 @@ pub(crate) struct AttemptArgs<'a> {
     /// The string the native fast path writes (`mutex::string_value`), made by the caller so
     /// that the holder keeps it for its release; empty: made by the fast path itself.
     pub(crate) value: &'a str,
+    /// The caller's clock when it made the attempt, Unix ms ([`unix_ms_now`]): the mutex
+    /// stores it as the holder's `since`, and a fencing counter that is gone starts from it
+    /// (× 1000), so every server of a Redlock starts the same number.
+    pub(crate) since: u64,
+}
+
+/// This machine's clock, Unix milliseconds (0 before 1970).
+pub(crate) fn unix_ms_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 impl AttemptArgs<'_> {

@@ -120,7 +120,7 @@ fn no_key_outlives_its_locks_and_tokens_keep_increasing() {
     // limit stored by `set_permits`).
     let take = |i: usize| -> [u64; 3] {
         let name = format!("order:{i}");
-        let mutex = if i % 2 == 0 {
+        let mutex = if i.is_multiple_of(2) {
             locks.try_lock(&name).unwrap().unwrap()
         } else {
             locks
@@ -132,13 +132,13 @@ fn no_key_outlives_its_locks_and_tokens_keep_increasing() {
                 .unwrap()
         };
         let rw_name = format!("{name}:rw");
-        let rw = if i % 2 == 0 {
+        let rw = if i.is_multiple_of(2) {
             locks.try_read_lock(&rw_name).unwrap().unwrap()
         } else {
             locks.try_write_lock(&rw_name).unwrap().unwrap()
         };
         let sem = locks.semaphore(&format!("{name}:sem"), 2).unwrap();
-        if i % 1000 == 0 {
+        if i.is_multiple_of(1000) {
             sem.set_permits(3).unwrap();
         }
         let permit = sem.try_acquire().unwrap().unwrap();

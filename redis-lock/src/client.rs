@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::builder::Builder;
-use crate::error::{Error, Result};
+use crate::error::{Error, HolderInfo, Result};
 use crate::guard::LockGuard;
 use crate::hold::Inner;
 use crate::hold::acquire::Deadline;
@@ -450,8 +450,17 @@ impl LockClient {
     /// ```
     pub fn acquire_with(&self, key: &str, opts: &LockOptions) -> Result<LockGuard> {
         let started = Instant::now();
-        self.acquire_opt(key, opts)?
-            .ok_or_else(|| not_acquired(&self.inner, key.to_owned(), opts, started))
+        match self.acquire_opt(key, opts)? {
+            Some(guard) => Ok(guard),
+            // Who holds it, for the error (one round trip, on this path only).
+            None => Err(not_acquired(
+                &self.inner,
+                key.to_owned(),
+                opts,
+                started,
+                self.inspect(key).ok().flatten().map(|i| i.holder_info()),
+            )),
+        }
     }
 
     /// Tries to acquire `key` with `opts`. `Ok(None)` when another owner still holds it at the
@@ -737,15 +746,18 @@ pub(crate) fn not_acquired(
     key: String,
     opts: &LockOptions,
     started: Instant,
+    holder: Option<HolderInfo>,
 ) -> Error {
     let wait = opts.wait.or(inner.config.default_wait);
     let none = opts.retry.as_ref() == Some(&RetryStrategy::none());
+    let holder = holder.map(Box::new);
     if wait.is_some_and(|w| w.is_zero()) || none {
-        Error::Busy { key }
+        Error::Busy { key, holder }
     } else {
         Error::Timeout {
             key,
             waited: started.elapsed(),
+            holder,
         }
     }
 }

@@ -154,7 +154,7 @@ pub mod testing;
 
 pub use builder::Builder;
 pub use client::{LockClient, LockRequest};
-pub use error::{Error, LostReason, Result};
+pub use error::{Error, HolderInfo, LostReason, Result};
 pub use global::{default_client, set_default_client};
 pub use guard::LockGuard;
 pub use handle::LeaseHandle;

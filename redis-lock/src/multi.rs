@@ -357,8 +357,20 @@ impl LockClient {
         let started = Instant::now();
         let names = collect(keys);
         let key = names.join(",");
-        self.acquire_all_opt(names, opts)?
-            .ok_or_else(|| not_acquired(&self.inner, key, opts, started))
+        match self.acquire_all_opt(names.clone(), opts)? {
+            Some(guard) => Ok(guard),
+            // The first member someone holds, for the error (round trips on this path only).
+            None => {
+                let holder = names.iter().find_map(|name| {
+                    self.inspect(name)
+                        .ok()
+                        .flatten()
+                        .filter(|i| i.owned)
+                        .map(|i| i.holder_info())
+                });
+                Err(not_acquired(&self.inner, key, opts, started, holder))
+            }
+        }
     }
 
     /// Tries to acquire every lock in `keys` with `opts`. `Ok(None)` when they were never all

@@ -277,8 +277,31 @@ impl Semaphore {
     /// ```
     pub fn acquire_with(&self, opts: &LockOptions) -> Result<LockGuard> {
         let started = Instant::now();
-        self.acquire_opt(opts)?
-            .ok_or_else(|| not_acquired(&self.client.inner, self.name.clone(), opts, started))
+        match self.acquire_opt(opts)? {
+            Some(guard) => Ok(guard),
+            // The permit that frees first, for the error (one round trip, on this path only).
+            None => {
+                let first = self.inspect().ok().and_then(|info| {
+                    info.holders
+                        .into_iter()
+                        .min_by_key(|p| p.remaining_ttl)
+                        .map(|p| crate::error::HolderInfo {
+                            host: (!p.host.is_empty()).then_some(p.host),
+                            pid: (p.pid != 0).then_some(p.pid),
+                            since: (p.acquired_at > UNIX_EPOCH).then_some(p.acquired_at),
+                            metadata: p.metadata,
+                            remaining_ttl: Some(p.remaining_ttl),
+                        })
+                });
+                Err(not_acquired(
+                    &self.client.inner,
+                    self.name.clone(),
+                    opts,
+                    started,
+                    first,
+                ))
+            }
+        }
     }
 
     /// Tries to take a permit with `opts`. `Ok(None)` when every permit is still held at the

@@ -397,6 +397,90 @@ fn busy_and_timeout_are_told_apart_from_redis_errors() {
     assert!(err.is_busy() && !err.is_connection_error());
 }
 
+/// Busy and timeout errors say who holds the lock and for how much longer, as `inspect` does,
+/// so that a handler can answer with `Retry-After`; the semaphore's name the permit that frees
+/// first, a multi-lock's the member someone holds.
+#[test]
+fn busy_and_timeout_errors_carry_the_holder_and_its_remaining_ttl() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let _held = locks
+        .options("invoice:9")
+        .ttl(Duration::from_secs(20))
+        .metadata("worker 3")
+        .acquire()
+        .unwrap();
+    let other = client(&server);
+    let shown = other.inspect("invoice:9").unwrap().unwrap();
+    for (err, busy) in [
+        (
+            other
+                .acquire_with("invoice:9", &LockOptions::new().wait(Duration::ZERO))
+                .map(drop)
+                .unwrap_err(),
+            true,
+        ),
+        (
+            other
+                .acquire_with(
+                    "invoice:9",
+                    &LockOptions::new().wait(Duration::from_millis(50)),
+                )
+                .map(drop)
+                .unwrap_err(),
+            false,
+        ),
+    ] {
+        assert_eq!(matches!(err, Error::Busy { .. }), busy, "{err}");
+        let holder = err.holder().expect("the holder");
+        assert_eq!(holder.host.as_deref(), Some(shown.host.as_str()));
+        assert_eq!(holder.pid, Some(std::process::id()));
+        assert_eq!(holder.since, Some(shown.acquired_at));
+        assert_eq!(holder.metadata.as_deref(), Some("worker 3"));
+        let left = err.retry_after().expect("a remaining ttl");
+        let before = shown.remaining_ttl.unwrap();
+        assert!(
+            left <= before && left > before - Duration::from_secs(2),
+            "{left:?} against {before:?}"
+        );
+        let text = err.to_string();
+        assert!(
+            text.contains(&format!("(pid {})", std::process::id())) && text.contains("expires in"),
+            "{text}"
+        );
+    }
+    // A semaphore: the permit that frees first.
+    let exports = locks.semaphore("exports", 1).unwrap();
+    let _permit = locks
+        .semaphore("exports", 1)
+        .unwrap()
+        .acquire_with(&LockOptions::new().metadata("export 1"))
+        .unwrap();
+    let err = other
+        .semaphore("exports", 1)
+        .unwrap()
+        .acquire_with(&LockOptions::new().wait(Duration::ZERO))
+        .map(drop)
+        .unwrap_err();
+    let first = exports.inspect().unwrap().holders.remove(0);
+    let holder = err.holder().expect("the permit's holder");
+    assert_eq!(holder.metadata.as_deref(), Some("export 1"));
+    assert_eq!(holder.pid, Some(std::process::id()));
+    assert!(err.retry_after().unwrap() <= first.remaining_ttl + Duration::from_secs(1));
+    // A multi-lock: the member someone holds.
+    let err = other
+        .acquire_all_with(
+            ["a-free", "invoice:9"],
+            &LockOptions::new().wait(Duration::ZERO),
+        )
+        .map(drop)
+        .unwrap_err();
+    assert_eq!(err.holder().unwrap().metadata.as_deref(), Some("worker 3"));
+    // Other errors carry none.
+    let bad = other.try_lock("").unwrap_err();
+    assert_eq!((bad.holder(), bad.retry_after()), (None, None));
+}
+
 #[test]
 fn retry_strategies_give_up_as_configured() {
     let server = RedisServer::start();

@@ -225,7 +225,7 @@ fn single_locks_and_multi_locks_exclude_each_other() {
     assert!(locks.inspect("c").unwrap().is_none());
     let err = locks.acquire_all_with(["a", "b"], &LockOptions::new().wait(Duration::ZERO));
     assert!(
-        matches!(&err, Err(Error::Busy { key }) if key == "a,b"),
+        matches!(&err, Err(Error::Busy { key, .. }) if key == "a,b"),
         "{err:?}"
     );
     drop(single);

@@ -912,7 +912,10 @@ fn semaphore_workload(server: &RedisServer, url: &str) -> redis_lock::Result<()>
     if gave_up && handed && raised && late {
         Ok(())
     } else {
-        Err(Error::Busy { key: "acl".into() })
+        Err(Error::Busy {
+            key: "acl".into(),
+            holder: None,
+        })
     }
 }
 

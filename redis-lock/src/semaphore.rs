@@ -21,7 +21,7 @@ use crate::wire::LockKeys;
 /// [`fencing_token`](LockGuard::fencing_token) (strictly increasing per name, across permits).
 /// A crashed holder's permit comes back when its TTL runs out; renewing or releasing one
 /// permit never touches another. A release hands its permit straight to one waiter (woken by
-/// the release, not by polling); with [`RetryStrategy::fair`] waiters get permits in arrival
+/// the release, not by polling); with [`RetryStrategy::fair`](crate::RetryStrategy::fair) waiters get permits in arrival
 /// order.
 ///
 /// **The limit is stored in Redis** (`ns{name}:limit`, kept like the fencing counter), so every
@@ -249,7 +249,7 @@ impl Semaphore {
         self.try_acquire_with(&LockOptions::new().wait(timeout))
     }
 
-    /// Takes a permit with `opts` (TTL, wait, [`RetryStrategy::fair`], metadata, watchdog,
+    /// Takes a permit with `opts` (TTL, wait, [`RetryStrategy::fair`](crate::RetryStrategy::fair), metadata, watchdog,
     /// reentrancy, replicas, `on_lost`, `max_hold`, label), waiting up to its wait budget.
     ///
     /// # Errors

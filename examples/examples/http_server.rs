@@ -110,7 +110,17 @@ fn handle(store: &redis::Client, method: &Method, url: &str) -> (u16, String) {
     match result {
         Ok(body) => (200, body),
         // Somebody else held the account for the whole wait: the client may retry.
-        Err(BankError::Lock(e)) if e.is_busy() => (409, format!("account busy: {e}")),
+        // Busy: say who holds it, and when to come back (the holder's remaining TTL).
+        Err(BankError::Lock(e)) if e.is_busy() => match e.retry_after() {
+            Some(after) => (
+                409,
+                format!(
+                    "account busy: {e} (retry after {}s)",
+                    after.as_secs().max(1)
+                ),
+            ),
+            None => (409, format!("account busy: {e}")),
+        },
         Err(e) => (503, format!("unavailable: {e}")),
     }
 }

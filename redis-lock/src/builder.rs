@@ -238,6 +238,9 @@ impl LockClient {
     /// # Examples
     ///
     /// ```
+    /// // The crates re-exported by this one: no second dependency to keep in step.
+    /// use redis_lock::{r2d2, redis};
+    ///
     /// let client = redis::Client::open("redis://127.0.0.1/").unwrap();
     /// let pool = r2d2::Pool::builder()
     ///     .test_on_check_out(false)

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, HolderInfo, Result};
 use crate::guard::LockGuard;
 use crate::hold::acquire::Deadline;
 use crate::hold::lease::ReleaseOutcome;
@@ -125,7 +125,9 @@ impl LockClient {
         self.acquire_with(key, &LockOptions::new().reentrant(true))
     }
 
-    /// Makes one attempt to acquire `key`. `Ok(None)` when another owner holds it.
+    /// Makes one attempt to acquire `key`. `Ok(None)` when another owner holds it, or this
+    /// thread does already (as `std`'s and parking_lot's `try_lock` answer; join it with
+    /// [`lock_reentrant`](Self::lock_reentrant) instead).
     ///
     /// # Errors
     ///
@@ -192,17 +194,19 @@ impl LockClient {
             at: deadline,
             started: Instant::now(),
         };
-        self.take(
+        busy_if_held_here(self.take(
             Kind::Mutex.make(Params::DEFAULT),
             key,
             &LockOptions::new(),
             &deadline,
-        )
+        ))
     }
 
     /// Whether this thread holds `key` through this client: a lock it acquired (and has not
-    /// released or lost) whose guard is still alive. A non-reentrant acquisition of such a
-    /// lock fails at once with [`Error::AlreadyHeld`] instead of waiting for itself.
+    /// released or lost) whose guard is still alive. A non-reentrant waiting acquisition of
+    /// such a lock ([`lock`](Self::lock), [`acquire_with`](Self::acquire_with)) fails at once
+    /// with [`Error::AlreadyHeld`] instead of waiting for itself; the `try_` family answers
+    /// `Ok(None)` (busy) at once.
     ///
     /// # Examples
     ///
@@ -264,24 +268,16 @@ impl LockClient {
     /// ```
     pub fn acquire_with(&self, key: &str, opts: &LockOptions) -> Result<LockGuard> {
         let started = Instant::now();
-        self.try_acquire_with(key, opts)?
-            .ok_or_else(|| self.not_acquired(key, opts, started))
-    }
-
-    /// What an acquisition of `key` started at `started` that ended without the lock reports:
-    /// busy if it was not to wait, else a timeout.
-    pub(crate) fn not_acquired(&self, key: &str, opts: &LockOptions, started: Instant) -> Error {
-        let wait = opts.wait.or(self.inner.config.default_wait);
-        let none = opts.retry.as_ref() == Some(&RetryStrategy::none());
-        if wait.is_some_and(|w| w.is_zero()) || none {
-            Error::Busy {
-                key: key.to_owned(),
-            }
-        } else {
-            Error::Timeout {
-                key: key.to_owned(),
-                waited: started.elapsed(),
-            }
+        match self.acquire_opt(key, opts)? {
+            Some(guard) => Ok(guard),
+            // Who holds it, for the error (one round trip, on this path only).
+            None => Err(not_acquired(
+                &self.inner,
+                key.to_owned(),
+                opts,
+                started,
+                self.inspect(key).ok().flatten().map(|i| i.holder_info()),
+            )),
         }
     }
 
@@ -304,6 +300,12 @@ impl LockClient {
     /// # Ok(()) }
     /// ```
     pub fn try_acquire_with(&self, key: &str, opts: &LockOptions) -> Result<Option<LockGuard>> {
+        busy_if_held_here(self.acquire_opt(key, opts))
+    }
+
+    /// The acquisition behind both families: `Ok(None)` when another owner still holds `key`
+    /// at the end of the wait budget; [`Error::AlreadyHeld`] when this thread does.
+    fn acquire_opt(&self, key: &str, opts: &LockOptions) -> Result<Option<LockGuard>> {
         let deadline = Deadline::after(opts.wait.or(self.inner.config.default_wait))?;
         let primitive = Kind::of_mode(opts.mode).make(Params::DEFAULT);
         self.take(primitive, key, opts, &deadline)
@@ -549,5 +551,41 @@ impl LockRequest<'_> {
     /// As [`LockClient::try_acquire_with`].
     pub fn try_acquire(self) -> Result<Option<LockGuard>> {
         self.client.try_acquire_with(&self.key, &self.opts)
+    }
+}
+
+/// The `try_` family's answer when this thread holds the lock already (and did not ask to
+/// join it): busy (`Ok(None)`), as `std`'s and parking_lot's `try_lock` report a lock the
+/// caller holds, so that `?` on a `try_` call never ends a caller that only asked whether the
+/// lock is free. The waiting calls (`lock`, `acquire_with`) keep [`Error::AlreadyHeld`]: they
+/// would wait for themselves.
+pub(crate) fn busy_if_held_here<T>(attempt: Result<Option<T>>) -> Result<Option<T>> {
+    match attempt {
+        Err(Error::AlreadyHeld { .. }) => Ok(None),
+        other => other,
+    }
+}
+
+/// The error of a waiting call (`lock`, `acquire_with`, ...) that did not get `key`: busy when
+/// it was not allowed to wait, timed out when its wait budget ran out. `started`: when the call
+/// began.
+pub(crate) fn not_acquired(
+    inner: &Inner,
+    key: String,
+    opts: &LockOptions,
+    started: Instant,
+    holder: Option<HolderInfo>,
+) -> Error {
+    let wait = opts.wait.or(inner.config.default_wait);
+    let none = opts.retry.as_ref() == Some(&RetryStrategy::none());
+    let holder = holder.map(Box::new);
+    if wait.is_some_and(|w| w.is_zero()) || none {
+        Error::Busy { key, holder }
+    } else {
+        Error::Timeout {
+            key,
+            waited: started.elapsed(),
+            holder,
+        }
     }
 }

@@ -37,13 +37,22 @@ use std::time::Duration;
 #[non_exhaustive]
 pub enum Error {
     /// Another owner holds `key` and the call was not allowed to wait.
-    #[error("lock {key:?} is held by another owner")]
+    #[error(
+        "lock {key:?} is held by another owner{}",
+        HolderInfo::describe(holder)
+    )]
     Busy {
         /// The lock name as the caller gave it (without namespace).
         key: String,
+        /// Who holds it and for how much longer, as Redis told when the call gave up
+        /// (`None` when it could not be asked, or nobody held it by then);
+        /// [`retry_after`](Self::retry_after) reads its remaining TTL.
+        holder: Option<Box<HolderInfo>>,
     },
-    /// This thread already holds `key` through this client, and the call did not ask for
-    /// reentrancy: it would wait for itself (forever, with the default wait). Join the held
+    /// This thread already holds `key` through this client, and a waiting call (`lock`,
+    /// `acquire_with`, ...) did not ask for reentrancy: it would wait for itself (forever,
+    /// with the default wait). The `try_` family answers `Ok(None)` (busy) instead, as
+    /// `std`'s `try_lock` does. Join the held
     /// lock with [`LockClient::lock_reentrant`](crate::LockClient::lock_reentrant) or
     /// [`LockOptions::reentrant`](crate::LockOptions::reentrant), or release it first.
     #[error(
@@ -63,12 +72,17 @@ pub enum Error {
     },
     /// Another owner still held `key` when the wait budget ran out (or the retry strategy's
     /// [`max_attempts`](crate::RetryStrategy::max_attempts) did).
-    #[error("timed out after {waited:?} waiting for lock {key:?}")]
+    #[error(
+        "timed out after {waited:?} waiting for lock {key:?}{}",
+        HolderInfo::describe(holder)
+    )]
     Timeout {
         /// The lock name as the caller gave it (without namespace).
         key: String,
         /// How long the call waited before giving up.
         waited: Duration,
+        /// Who held it then, as for [`Error::Busy`].
+        holder: Option<Box<HolderInfo>>,
     },
     /// The lock expired or was taken by someone else while this holder thought it held it.
     #[error("lock {key:?} was lost: {reason}")]
@@ -146,6 +160,48 @@ pub enum Error {
     },
 }
 
+/// Who held a lock that a call did not get, as Redis described it when the call gave up:
+/// carried by [`Error::Busy`] and [`Error::Timeout`], so that a handler can answer with
+/// `Retry-After` ([`Error::retry_after`]) or say who holds the lock. Each field is `None`
+/// where Redis does not know it (a lock handed to a waiter that has not claimed it yet, or
+/// cooling down after its release, has no holder stored).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct HolderInfo {
+    /// Host name of the holder.
+    pub host: Option<String>,
+    /// Process id of the holder on its host.
+    pub pid: Option<u32>,
+    /// When it acquired the lock.
+    pub since: Option<std::time::SystemTime>,
+    /// The holder's metadata, if it gave any.
+    pub metadata: Option<String>,
+    /// How long until the lock (for a semaphore: the permit that expires first) expires
+    /// unless renewed; `None` without an expiry.
+    pub remaining_ttl: Option<Duration>,
+}
+
+impl HolderInfo {
+    /// `": held by host (pid N), expires in 1.2s"`, or nothing: the tail of the busy and
+    /// timeout messages.
+    fn describe(holder: &Option<Box<HolderInfo>>) -> String {
+        let Some(h) = holder else {
+            return String::new();
+        };
+        let mut s = String::new();
+        match (&h.host, h.pid) {
+            (Some(host), Some(pid)) => s.push_str(&format!(": held by {host} (pid {pid})")),
+            (Some(host), None) => s.push_str(&format!(": held by {host}")),
+            _ => {}
+        }
+        if let Some(ttl) = h.remaining_ttl {
+            s.push_str(if s.is_empty() { ": " } else { ", " });
+            s.push_str(&format!("expires in {ttl:?}"));
+        }
+        s
+    }
+}
+
 /// Why a lock counts as lost. Carried by [`Error::Lost`] and by the loss callback.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -189,6 +245,38 @@ impl Error {
     /// `true` for [`Error::Busy`] and [`Error::Timeout`]: somebody else holds the lock.
     pub fn is_busy(&self) -> bool {
         matches!(self, Error::Busy { .. } | Error::Timeout { .. })
+    }
+
+    /// For [`Error::Busy`] and [`Error::Timeout`]: how long the holder's lock had left when
+    /// the call gave up, the earliest a new attempt can succeed unless the holder releases
+    /// it first: an HTTP handler's `Retry-After`. `None` for other errors, or when unknown.
+    ///
+    /// ```
+    /// # fn handler(locks: &redis_lock::LockClient) -> Result<(), String> {
+    /// match locks.acquire_with("invoice:42", &redis_lock::LockOptions::new().wait(std::time::Duration::ZERO)) {
+    ///     Ok(_guard) => Ok(()),
+    ///     Err(e) => match e.retry_after() {
+    ///         Some(after) => Err(format!("429, Retry-After: {}", after.as_secs().max(1))),
+    ///         None => Err(e.to_string()),
+    ///     },
+    /// }
+    /// # }
+    /// ```
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Error::Busy { holder, .. } | Error::Timeout { holder, .. } => {
+                holder.as_ref().and_then(|h| h.remaining_ttl)
+            }
+            _ => None,
+        }
+    }
+
+    /// Who held the lock, for [`Error::Busy`] and [`Error::Timeout`].
+    pub fn holder(&self) -> Option<&HolderInfo> {
+        match self {
+            Error::Busy { holder, .. } | Error::Timeout { holder, .. } => holder.as_deref(),
+            _ => None,
+        }
     }
 
     /// `true` for [`Error::Timeout`].

@@ -65,6 +65,19 @@ fn unix_ms(t: u64) -> SystemTime {
 }
 
 impl LockInfo {
+    /// What a busy or timeout error says of the holder: the fields a lock with no holder
+    /// stored (handed over, cooling down) leaves empty are `None`.
+    pub(crate) fn holder_info(&self) -> crate::error::HolderInfo {
+        let known = self.owned && !self.host.is_empty();
+        crate::error::HolderInfo {
+            host: known.then(|| self.host.clone()),
+            pid: (known && self.pid != 0).then_some(self.pid),
+            since: (known && self.acquired_at > UNIX_EPOCH).then_some(self.acquired_at),
+            metadata: self.metadata.clone(),
+            remaining_ttl: self.remaining_ttl,
+        }
+    }
+
     pub(crate) fn from_holder(key: &str, h: Holder) -> LockInfo {
         LockInfo {
             key: key.to_owned(),

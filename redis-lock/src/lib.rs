@@ -154,7 +154,7 @@ pub mod testing;
 
 pub use builder::Builder;
 pub use client::{LockClient, LockRequest};
-pub use error::{Error, LostReason, Result};
+pub use error::{Error, HolderInfo, LostReason, Result};
 pub use global::{default_client, set_default_client};
 pub use guard::LockGuard;
 pub use handle::LeaseHandle;
@@ -174,3 +174,12 @@ pub use wire::semaphore::MAX_PERMITS;
 #[cfg(feature = "macros")]
 #[cfg_attr(docsrs, doc(cfg(feature = "macros")))]
 pub use redis_lock_macros::distributed_lock;
+
+/// The `redis` crate this library is built on, re-exported so that [`Error::Redis`]'s source,
+/// [`LockClient::from_pool`]'s connections and your own commands use the very same version,
+/// without a second `redis` dependency to keep in step.
+pub use redis;
+
+/// The `r2d2` crate this library pools connections with, re-exported for
+/// [`LockClient::from_pool`] and the source of [`Error::Pool`].
+pub use r2d2;

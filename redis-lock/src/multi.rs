@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::client::LockClient;
+use crate::client::{LockClient, busy_if_held_here, not_acquired};
 use crate::error::{Error, LostReason, Result};
 use crate::hold::acquire::Deadline;
 use crate::hold::lease::{Lease, ReleaseOutcome};
@@ -357,8 +357,20 @@ impl LockClient {
         let started = Instant::now();
         let names = collect(keys);
         let key = names.join(",");
-        self.try_acquire_all_with(names, opts)?
-            .ok_or_else(|| self.not_acquired(&key, opts, started))
+        match self.acquire_all_opt(names.clone(), opts)? {
+            Some(guard) => Ok(guard),
+            // The first member someone holds, for the error (round trips on this path only).
+            None => {
+                let holder = names.iter().find_map(|name| {
+                    self.inspect(name)
+                        .ok()
+                        .flatten()
+                        .filter(|i| i.owned)
+                        .map(|i| i.holder_info())
+                });
+                Err(not_acquired(&self.inner, key, opts, started, holder))
+            }
+        }
     }
 
     /// Tries to acquire every lock in `keys` with `opts`. `Ok(None)` when they were never all
@@ -388,7 +400,17 @@ impl LockClient {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        let names = members(collect(keys))?;
+        busy_if_held_here(self.acquire_all_opt(collect(keys), opts))
+    }
+
+    /// Both families' acquisition: [`Error::AlreadyHeld`] when this thread holds a member
+    /// already (see `client::busy_if_held_here`).
+    fn acquire_all_opt(
+        &self,
+        names: Vec<String>,
+        opts: &LockOptions,
+    ) -> Result<Option<MultiGuard>> {
+        let names = members(names)?;
         let deadline = Deadline::after(opts.wait.or(self.inner.config.default_wait))?;
         Ok(self
             .inner

@@ -17,7 +17,7 @@
 
 use std::ops::ControlFlow;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::client::LockClient;
 use crate::error::{Error, LostReason, Result};
@@ -171,14 +171,6 @@ pub enum Target<'a> {
 }
 
 impl Target<'_> {
-    /// The lock name, or the names joined by commas.
-    fn name(self) -> String {
-        match self {
-            Target::Lock(key) | Target::Permit(key, _) => key.to_owned(),
-            Target::All(keys) => keys.join(","),
-        }
-    }
-
     /// The options the expansion's come to: a single lock or permit is reentrant (a locked
     /// function may call itself, or another of the same lock); a multi-lock is not.
     fn options(self, options: LockOptions, function: &'static str) -> LockOptions {
@@ -189,10 +181,24 @@ impl Target<'_> {
         }
     }
 
-    /// Takes it through the client's one entry per target: `Ok(None)` when busy until the end
-    /// of the wait. A lock's primitive comes from the table of primitives by its mode (in
-    /// `LockClient::try_acquire_with`), a permit's from its semaphore.
-    fn take(self, client: &LockClient, options: &LockOptions) -> Result<Option<Holding>> {
+    /// Takes it, waiting as the options say: busy until the end of the wait is an error (with
+    /// its holder), as the client's waiting calls report it. A lock's primitive comes from the
+    /// table of primitives by its mode (`LockClient::acquire_with`), a permit's from its
+    /// semaphore.
+    fn acquire(self, client: &LockClient, options: &LockOptions) -> Result<Holding> {
+        Ok(match self {
+            Target::Lock(key) => Holding::One(client.acquire_with(key, options)?),
+            Target::Permit(key, permits) => {
+                Holding::One(client.semaphore(key, permits)?.acquire_with(options)?)
+            }
+            Target::All(keys) => Holding::All(client.acquire_all_with(keys, options)?),
+        })
+    }
+
+    /// Takes it if it is free within the wait: `Ok(None)` when busy until its end (also when
+    /// this thread holds it already and may not join it), as the client's `try_` calls
+    /// answer.
+    fn try_acquire(self, client: &LockClient, options: &LockOptions) -> Result<Option<Holding>> {
         Ok(match self {
             Target::Lock(key) => client.try_acquire_with(key, options)?.map(Holding::One),
             Target::Permit(key, permits) => client
@@ -206,8 +212,7 @@ impl Target<'_> {
     }
 }
 
-/// Takes the lock(s) for a function whose lock failures go through its `Result`: busy until
-/// the end of the wait is an error, as `acquire_with` reports it.
+/// Takes the lock(s) for a function whose lock failures go through its `Result`.
 pub fn enter<R: Fallible>(
     client: Result<&LockClient>,
     target: Target<'_>,
@@ -215,13 +220,7 @@ pub fn enter<R: Fallible>(
     function: &'static str,
 ) -> ControlFlow<R, Held<R>> {
     let options = target.options(options, function);
-    let started = Instant::now();
-    let taken = client.and_then(|client| {
-        target
-            .take(client, &options)?
-            .ok_or_else(|| client.not_acquired(&target.name(), &options, started))
-    });
-    match taken {
+    match client.and_then(|client| target.acquire(client, &options)) {
         Ok(guard) => ControlFlow::Continue(Held {
             guard,
             lost: |ret, error, _| R::lost(ret, error),
@@ -243,7 +242,7 @@ pub fn enter_or_skip<R: Skippable>(
     if options.wait.is_none() {
         options = options.wait(Duration::ZERO);
     }
-    match client.and_then(|client| target.take(client, &options)) {
+    match client.and_then(|client| target.try_acquire(client, &options)) {
         Ok(Some(guard)) => ControlFlow::Continue(Held {
             guard,
             lost: R::lost,
@@ -257,8 +256,8 @@ pub fn enter_or_skip<R: Skippable>(
                 Target::Permit(key, _) => {
                     tracing::info!(target: "redis_lock", key, function, "call skipped: no permit is free");
                 }
-                Target::All(_) => {
-                    tracing::info!(target: "redis_lock", keys = %target.name(), function, "call skipped: a lock is busy");
+                Target::All(keys) => {
+                    tracing::info!(target: "redis_lock", keys = %keys.join(","), function, "call skipped: a lock is busy");
                 }
             }
             ControlFlow::Break(R::skipped())

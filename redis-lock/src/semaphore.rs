@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::client::LockClient;
+use crate::client::{LockClient, busy_if_held_here, not_acquired};
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::hold::Kind;
@@ -279,8 +279,31 @@ impl Semaphore {
     /// ```
     pub fn acquire_with(&self, opts: &LockOptions) -> Result<LockGuard> {
         let started = Instant::now();
-        self.try_acquire_with(opts)?
-            .ok_or_else(|| self.client.not_acquired(&self.name, opts, started))
+        match self.acquire_opt(opts)? {
+            Some(guard) => Ok(guard),
+            // The permit that frees first, for the error (one round trip, on this path only).
+            None => {
+                let first = self.inspect().ok().and_then(|info| {
+                    info.holders
+                        .into_iter()
+                        .min_by_key(|p| p.remaining_ttl)
+                        .map(|p| crate::error::HolderInfo {
+                            host: (!p.host.is_empty()).then_some(p.host),
+                            pid: (p.pid != 0).then_some(p.pid),
+                            since: (p.acquired_at > UNIX_EPOCH).then_some(p.acquired_at),
+                            metadata: p.metadata,
+                            remaining_ttl: Some(p.remaining_ttl),
+                        })
+                });
+                Err(not_acquired(
+                    &self.client.inner,
+                    self.name.clone(),
+                    opts,
+                    started,
+                    first,
+                ))
+            }
+        }
     }
 
     /// Tries to take a permit with `opts`. `Ok(None)` when every permit is still held at the
@@ -302,6 +325,12 @@ impl Semaphore {
     /// # Ok(()) }
     /// ```
     pub fn try_acquire_with(&self, opts: &LockOptions) -> Result<Option<LockGuard>> {
+        busy_if_held_here(self.acquire_opt(opts))
+    }
+
+    /// Both families' acquisition: [`Error::AlreadyHeld`] when this thread holds the permit
+    /// it would join (see `client::busy_if_held_here`).
+    fn acquire_opt(&self, opts: &LockOptions) -> Result<Option<LockGuard>> {
         let deadline = Deadline::after(opts.wait.or(self.client.inner.config.default_wait))?;
         self.client
             .take(Arc::clone(&self.primitive), &self.name, opts, &deadline)
@@ -377,6 +406,11 @@ impl Semaphore {
     /// when none was stored). Held permits are never revoked: after lowering the limit below
     /// the permits in use, new acquisitions wait until fewer than the new limit are held.
     /// After raising it, waiters that now fit are woken at once.
+    ///
+    /// Like every key of a name, the stored limit expires: it is kept while permits are held,
+    /// and for at least the client's [default TTL](crate::Builder::default_ttl) after this
+    /// call; once it is gone, the next acquisition stores the number of permits its
+    /// [`Semaphore`] handle was made with.
     ///
     /// # Errors
     ///

@@ -755,11 +755,11 @@ fn rediss_urls_work() {
             .args(sh("echo \"$REDIS_LOCK_FENCING_TOKEN\"")),
     );
     assert_eq!(done.code, 0, "{done:?}");
-    assert_eq!(done.stdout.trim(), "1");
+    let first: u64 = done.stdout.trim().parse().expect("a fencing token");
     let _held = locks.lock("over-tls").unwrap();
     let status = finish(tool_for(&tls.insecure_url()).args(["status", "over-tls", "--json"]));
     assert_eq!(status.code, 0, "{status:?}");
-    assert_eq!(json(&status.stdout)["fencing_token"], 2);
+    assert_eq!(json(&status.stdout)["fencing_token"], first + 1);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1796,8 +1796,13 @@ fn a_lock_cooling_down_or_handed_over_shows_what_it_is_not_a_fake_holder() {
         assert!(!text.contains("(pid 0)"), "{what}: {text}");
         assert!(!text.contains("1970"), "{what}: {text}");
     };
-    let done = finish(tool(&server).args(["run", "cool", "--cooldown", "60s", "--", "true"]));
+    let done = finish(
+        tool(&server)
+            .args(["run", "cool", "--cooldown", "60s", "--"])
+            .args(sh("echo \"$REDIS_LOCK_FENCING_TOKEN\"")),
+    );
     assert_eq!(done.code, 0, "{done:?}");
+    let token: u64 = done.stdout.trim().parse().expect("a fencing token");
 
     let status = finish(tool(&server).args(["status", "cool"]));
     assert_eq!(status.code, 0, "{status:?}");
@@ -1812,7 +1817,7 @@ fn a_lock_cooling_down_or_handed_over_shows_what_it_is_not_a_fake_holder() {
         assert!(v[field].is_null(), "{field}: {v}");
     }
     assert!(v["cooling_until"].is_string(), "{v}");
-    assert_eq!(v["fencing_token"], 1, "{v}");
+    assert_eq!(v["fencing_token"], token, "{v}");
 
     let list = finish(tool(&server).arg("list"));
     no_fake("list", &list.stdout);

@@ -158,7 +158,9 @@ fn a_lost_lock_is_not_cooled_and_tokens_keep_counting() {
         .try_lock_for("lost", Duration::from_secs(1))
         .unwrap()
         .unwrap();
-    assert_eq!(second.fencing_token(), first.fencing_token() + 1);
+    // Higher, though not the next number: the counter expired with the lock, and the next
+    // one starts from the clock.
+    assert!(second.fencing_token() > first.fencing_token());
     let before = raw_key_state(&server, "lock:{lost}");
     assert_eq!(first.release().unwrap(), ReleaseOutcome::Lost);
     let after = raw_key_state(&server, "lock:{lost}");

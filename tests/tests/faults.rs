@@ -536,7 +536,7 @@ fn mutual_exclusion_holds_while_holders_are_killed_and_paused_at_random() {
 }
 
 // ---------------------------------------------------------------------------------------
-// Faults an independent checker found (issue 16): each test fails without its fix.
+// Faults found by driving the public API from outside: each test fails without its fix.
 
 fn raw_token(server: &RedisServer, name: &str) -> Option<String> {
     redis_lock_tests::stored_token(&mut server.connection(), &format!("lock:{{{name}}}"))

@@ -51,9 +51,14 @@ fn fencing_tokens_strictly_increase_across_clients() {
             last = token;
         }
     }
-    // Another lock name has its own counter.
+    // Another lock name has its own counter, started from the clock (ms × 1000).
+    let before = clock_floor();
     let other = clients[0].try_lock("other").unwrap().unwrap();
-    assert_eq!(other.fencing_token(), 1);
+    assert!(
+        other.fencing_token() >= before,
+        "{} < {before}",
+        other.fencing_token()
+    );
     // A failed attempt (busy) uses none: the native fast path's `INCR` (sent with the
     // `SET NX`) is given back by the script that then finds the lock busy.
     let held = clients[0].try_lock("fenced").unwrap().unwrap();
@@ -70,19 +75,128 @@ fn fencing_tokens_strictly_increase_across_clients() {
     assert_eq!(next, last + 2);
 }
 
+/// Consecutive acquisitions of one name count up by one.
+fn consecutive(tokens: &[u64]) -> bool {
+    tokens.windows(2).all(|w| w[1] == w[0] + 1)
+}
+
+/// Where a new fencing counter starts: the clock, Unix ms × 1000.
+fn clock_floor() -> u64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    u64::try_from(now.as_millis()).unwrap() * 1000
+}
+
 #[test]
-fn fencing_counter_restarts_when_redis_loses_its_data() {
-    // The default test server has no persistence: a restart empties it, counter included.
+fn fencing_tokens_keep_increasing_when_redis_loses_its_data() {
+    // The default test server has no persistence: a restart empties it, counter included. The
+    // new counter starts from the clock, above every token the lost one gave.
     let mut server = RedisServer::start();
     let locks = client(&server);
     let before: Vec<u64> = (0..3)
         .map(|_| locks.try_lock("volatile").unwrap().unwrap().fencing_token())
         .collect();
-    assert_eq!(before, vec![1, 2, 3]);
+    assert!(consecutive(&before), "{before:?}");
     server.restart();
     let after = token_after_restart(&locks, "volatile");
-    // The documented limit: tokens repeat. A fenced resource would reject this holder.
-    assert_eq!(after, 1);
+    assert!(after > before[2], "{after} after {before:?}");
+}
+
+/// Every key the library writes for a name expires, the fencing counter and a semaphore's
+/// stored limit included: 10,000 names of each primitive taken and released leave nothing
+/// once their TTLs have run. Taken again afterwards, each name's token is higher than the
+/// last one it gave (the new counter starts from the clock).
+#[test]
+fn no_key_outlives_its_locks_and_tokens_keep_increasing() {
+    const NAMES: usize = 10_000;
+    let server = RedisServer::start();
+    let locks = redis_lock::LockClient::builder(&server.url())
+        .default_ttl(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    // Four threads, each name taken as a mutex (the native fast path, or the script's through
+    // a minimum hold), a read or write lock, and a semaphore's permit (a few names with a
+    // limit stored by `set_permits`).
+    let take = |i: usize| -> [u64; 3] {
+        let name = format!("order:{i}");
+        let mutex = if i.is_multiple_of(2) {
+            locks.try_lock(&name).unwrap().unwrap()
+        } else {
+            locks
+                .options(&name)
+                .hold_at_least(Duration::from_millis(1))
+                .wait(Duration::ZERO)
+                .try_acquire()
+                .unwrap()
+                .unwrap()
+        };
+        let rw_name = format!("{name}:rw");
+        let rw = if i.is_multiple_of(2) {
+            locks.try_read_lock(&rw_name).unwrap().unwrap()
+        } else {
+            locks.try_write_lock(&rw_name).unwrap().unwrap()
+        };
+        let sem = locks.semaphore(&format!("{name}:sem"), 2).unwrap();
+        if i.is_multiple_of(1000) {
+            sem.set_permits(3).unwrap();
+        }
+        let permit = sem.try_acquire().unwrap().unwrap();
+        [
+            mutex.fencing_token(),
+            rw.fencing_token(),
+            permit.fencing_token(),
+        ]
+    };
+    let round = || -> Vec<[u64; 3]> {
+        let mut all = vec![[0; 3]; NAMES];
+        std::thread::scope(|s| {
+            let parts: Vec<_> = (0..4)
+                .map(|part| {
+                    let take = &take;
+                    s.spawn(move || {
+                        (part..NAMES)
+                            .step_by(4)
+                            .map(|i| (i, take(i)))
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            for part in parts {
+                for (i, tokens) in part.join().unwrap() {
+                    all[i] = tokens;
+                }
+            }
+        });
+        all
+    };
+    let first = round();
+    let mut redis = server.connection();
+    let mut left = || -> i64 { redis::cmd("DBSIZE").query(&mut redis).unwrap() };
+    assert!(left() > 0, "the keys are there while their TTLs run");
+    let mut redis = server.connection();
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut redis).unwrap();
+    for key in &keys {
+        let pttl: i64 = redis::cmd("PTTL").arg(key).query(&mut redis).unwrap();
+        // -2: expired since `KEYS`; -1 would be a key without a TTL.
+        assert_ne!(pttl, -1, "{key} has no TTL");
+    }
+    assert!(
+        redis_lock_tests::wait_until(Duration::from_secs(30), || left() == 0),
+        "{} keys outlived their TTLs",
+        left()
+    );
+    let second = round();
+    for (i, (a, b)) in first.iter().zip(&second).enumerate() {
+        for k in 0..3 {
+            assert!(
+                b[k] > a[k],
+                "name {i}, primitive {k}: {} after {}",
+                b[k],
+                a[k]
+            );
+        }
+    }
 }
 
 #[test]
@@ -92,7 +206,7 @@ fn fencing_counter_survives_a_crash_with_appendfsync_always() {
     let tokens: Vec<u64> = (0..3)
         .map(|_| locks.try_lock("durable").unwrap().unwrap().fencing_token())
         .collect();
-    assert_eq!(tokens, vec![1, 2, 3]);
+    assert!(consecutive(&tokens), "{tokens:?}");
     let last = tokens[2];
     // SIGKILL, then a new server on the same directory, which replays the append-only file.
     server.restart();

@@ -397,6 +397,90 @@ fn busy_and_timeout_are_told_apart_from_redis_errors() {
     assert!(err.is_busy() && !err.is_connection_error());
 }
 
+/// Busy and timeout errors say who holds the lock and for how much longer, as `inspect` does,
+/// so that a handler can answer with `Retry-After`; the semaphore's name the permit that frees
+/// first, a multi-lock's the member someone holds.
+#[test]
+fn busy_and_timeout_errors_carry_the_holder_and_its_remaining_ttl() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let _held = locks
+        .options("invoice:9")
+        .ttl(Duration::from_secs(20))
+        .metadata("worker 3")
+        .acquire()
+        .unwrap();
+    let other = client(&server);
+    let shown = other.inspect("invoice:9").unwrap().unwrap();
+    for (err, busy) in [
+        (
+            other
+                .acquire_with("invoice:9", &LockOptions::new().wait(Duration::ZERO))
+                .map(drop)
+                .unwrap_err(),
+            true,
+        ),
+        (
+            other
+                .acquire_with(
+                    "invoice:9",
+                    &LockOptions::new().wait(Duration::from_millis(50)),
+                )
+                .map(drop)
+                .unwrap_err(),
+            false,
+        ),
+    ] {
+        assert_eq!(matches!(err, Error::Busy { .. }), busy, "{err}");
+        let holder = err.holder().expect("the holder");
+        assert_eq!(holder.host.as_deref(), Some(shown.host.as_str()));
+        assert_eq!(holder.pid, Some(std::process::id()));
+        assert_eq!(holder.since, Some(shown.acquired_at));
+        assert_eq!(holder.metadata.as_deref(), Some("worker 3"));
+        let left = err.retry_after().expect("a remaining ttl");
+        let before = shown.remaining_ttl.unwrap();
+        assert!(
+            left <= before && left > before - Duration::from_secs(2),
+            "{left:?} against {before:?}"
+        );
+        let text = err.to_string();
+        assert!(
+            text.contains(&format!("(pid {})", std::process::id())) && text.contains("expires in"),
+            "{text}"
+        );
+    }
+    // A semaphore: the permit that frees first.
+    let exports = locks.semaphore("exports", 1).unwrap();
+    let _permit = locks
+        .semaphore("exports", 1)
+        .unwrap()
+        .acquire_with(&LockOptions::new().metadata("export 1"))
+        .unwrap();
+    let err = other
+        .semaphore("exports", 1)
+        .unwrap()
+        .acquire_with(&LockOptions::new().wait(Duration::ZERO))
+        .map(drop)
+        .unwrap_err();
+    let first = exports.inspect().unwrap().holders.remove(0);
+    let holder = err.holder().expect("the permit's holder");
+    assert_eq!(holder.metadata.as_deref(), Some("export 1"));
+    assert_eq!(holder.pid, Some(std::process::id()));
+    assert!(err.retry_after().unwrap() <= first.remaining_ttl + Duration::from_secs(1));
+    // A multi-lock: the member someone holds.
+    let err = other
+        .acquire_all_with(
+            ["a-free", "invoice:9"],
+            &LockOptions::new().wait(Duration::ZERO),
+        )
+        .map(drop)
+        .unwrap_err();
+    assert_eq!(err.holder().unwrap().metadata.as_deref(), Some("worker 3"));
+    // Other errors carry none.
+    let bad = other.try_lock("").unwrap_err();
+    assert_eq!((bad.holder(), bad.retry_after()), (None, None));
+}
+
 #[test]
 fn retry_strategies_give_up_as_configured() {
     let server = RedisServer::start();
@@ -742,7 +826,9 @@ fn a_client_wide_on_lost_callback_hears_about_plain_locks() {
 }
 
 /// A thread that asks again for a lock it holds, without reentrancy, would wait for itself
-/// (forever, now that `lock` waits until free): it gets `AlreadyHeld` at once instead. A
+/// (forever, now that `lock` waits until free): a waiting call gets `AlreadyHeld` at once
+/// instead. The `try_` family reports it busy (`Ok(None)`) at once, as `std`'s and
+/// parking_lot's `try_lock` do, so that `?` on a `try_` call does not end the caller. A
 /// reentrant acquisition still joins, and another thread still simply waits.
 #[test]
 fn asking_again_for_a_lock_this_thread_holds_fails_at_once() {
@@ -756,15 +842,25 @@ fn asking_again_for_a_lock_this_thread_holds_fails_at_once() {
     for err in [
         locks.lock("mine").map(drop).unwrap_err(),
         locks
-            .try_lock_for("mine", Duration::from_secs(5))
+            .acquire_with("mine", &LockOptions::new().wait(Duration::from_secs(5)))
             .map(drop)
             .unwrap_err(),
-        locks.try_lock("mine").map(drop).unwrap_err(),
+        locks.options("mine").acquire().map(drop).unwrap_err(),
     ] {
         assert!(
             matches!(&err, Error::AlreadyHeld { key } if key == "mine"),
             "{err:?}"
         );
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    for busy in [
+        locks.try_lock("mine"),
+        locks.try_lock_for("mine", Duration::from_secs(5)),
+        locks.try_lock_until("mine", deadline),
+        locks.try_acquire_with("mine", &LockOptions::new().wait(Duration::from_secs(5))),
+        locks.options("mine").try_acquire(),
+    ] {
+        assert!(matches!(busy, Ok(None)), "{busy:?}");
     }
     assert!(started.elapsed() < Duration::from_millis(100));
     assert_eq!(

@@ -225,7 +225,7 @@ fn single_locks_and_multi_locks_exclude_each_other() {
     assert!(locks.inspect("c").unwrap().is_none());
     let err = locks.acquire_all_with(["a", "b"], &LockOptions::new().wait(Duration::ZERO));
     assert!(
-        matches!(&err, Err(Error::Busy { key }) if key == "a,b"),
+        matches!(&err, Err(Error::Busy { key, .. }) if key == "a,b"),
         "{err:?}"
     );
     drop(single);
@@ -509,13 +509,19 @@ fn bad_input_is_refused_before_anything_is_sent() {
         .query(&mut server.connection())
         .unwrap();
     assert_eq!(keys, 0, "Redis untouched");
-    // A name this thread holds: at once, its own error.
+    // A name this thread holds: at once, its own error for a waiting call; busy for the
+    // `try_` family, as `try_lock` answers.
     let held = locks.lock("a").unwrap();
-    let err = locks.try_lock_all(["b", "a"]).unwrap_err();
+    let err = locks.lock_all(["b", "a"]).map(drop).unwrap_err();
     assert!(
         matches!(&err, Error::AlreadyHeld { key } if key == "a"),
         "{err:?}"
     );
+    assert!(matches!(locks.try_lock_all(["b", "a"]), Ok(None)));
+    assert!(matches!(
+        locks.try_lock_all_for(["b", "a"], Duration::from_secs(30)),
+        Ok(None)
+    ));
     drop(held);
 }
 

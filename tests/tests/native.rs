@@ -31,19 +31,21 @@ fn an_uncontended_cycle_is_two_requests_of_native_commands_and_one_script() {
     let guard = locks.acquire_with("native", &opts).unwrap();
     assert_eq!(guard.release().unwrap(), ReleaseOutcome::Released);
     assert_eq!(locks.request_count() - before, 2);
-    // Native `SET` and `INCR`; the release is `DELIFEQ` where the server has it, else a
-    // script that reads the lock alone: no `EXISTS` of the registry, no `TIME`.
+    // Native `SET` of the lock, and of the fencing counter's start (`NX`), its `INCR` and
+    // `PEXPIRE GT` (it lives as long as the lock); the release is `DELIFEQ` where the server
+    // has it, else a script that reads the lock alone: no `EXISTS` of the registry, no `TIME`.
     let counts = command_counts(&mut redis);
     let release: &[(&str, u64)] = if has_delifeq(&mut redis) {
         &[("delifeq", 1)]
     } else {
         &[("evalsha", 1), ("get", 1), ("del", 1)]
     };
-    let expected: std::collections::BTreeMap<String, u64> = [("set", 1), ("incr", 1)]
-        .iter()
-        .chain(release)
-        .map(|(c, n)| ((*c).to_owned(), *n))
-        .collect();
+    let expected: std::collections::BTreeMap<String, u64> =
+        [("set", 2), ("incr", 1), ("pexpire", 1)]
+            .iter()
+            .chain(release)
+            .map(|(c, n)| ((*c).to_owned(), *n))
+            .collect();
     assert_eq!(counts, expected);
 
     // A string `token \n host \n pid \n since \n meta`, with the TTL asked for.

@@ -484,10 +484,16 @@ fn a_writer_may_downgrade_and_a_reader_may_not_upgrade() {
         Err(Error::UpgradeRefused { .. })
     ));
     assert!(asked.elapsed() < Duration::from_millis(500));
-    // A second read lock on the same thread: as the mutex, unless reentrant.
+    // A second read lock on the same thread: as the mutex, unless reentrant (the `try_`
+    // family answers busy, as `std`'s `try_lock` does).
     assert!(matches!(
         locks.read_lock("grade"),
         Err(Error::AlreadyHeld { .. })
+    ));
+    assert!(matches!(locks.try_read_lock("grade"), Ok(None)));
+    assert!(matches!(
+        locks.try_read_lock_for("grade", Duration::from_secs(30)),
+        Ok(None)
     ));
     assert_eq!(share.release().unwrap(), ReleaseOutcome::Released);
     let writer = locks.try_write_lock("grade").unwrap().expect("free");

@@ -134,7 +134,10 @@ fn workload(server: &RedisServer, url: &str) -> redis_lock::Result<()> {
     });
     guard.release()?;
     if !waiter.join().unwrap()? {
-        return Err(Error::Busy { key: "acl".into() });
+        return Err(Error::Busy {
+            key: "acl".into(),
+            holder: None,
+        });
     }
     // A waiter registered but not blocked (its process died): the release grants the lock
     // on the shared wake-up list, where the grant stays; an attempt then finds it pending
@@ -157,6 +160,7 @@ fn workload(server: &RedisServer, url: &str) -> redis_lock::Result<()> {
     if locks.try_lock("acl-d")?.is_some() {
         return Err(Error::Busy {
             key: "acl-d".into(),
+            holder: None,
         });
     }
     admin(server, &["ZADD", "lock:{acl-d}:queue", "1", "gone"]);
@@ -210,6 +214,7 @@ fn workload(server: &RedisServer, url: &str) -> redis_lock::Result<()> {
         Ok(_) => {
             return Err(Error::Busy {
                 key: "acl-a".into(),
+                holder: None,
             });
         }
     }

@@ -293,6 +293,12 @@ fn the_stored_limit_wins_and_set_permits_changes_it() {
         matches!(p2, Error::AlreadyHeld { .. }),
         "one permit per thread: {p2:?}"
     );
+    // The `try_` family reports the permit this thread holds as busy, as `try_lock` does.
+    assert!(matches!(two.try_acquire(), Ok(None)));
+    assert!(matches!(
+        two.try_acquire_for(Duration::from_secs(30)),
+        Ok(None)
+    ));
     let other = client(&server);
     let five = other.semaphore("resized", 5).unwrap();
     assert_eq!(five.limit().unwrap(), 2, "the stored limit wins");
@@ -879,7 +885,10 @@ fn semaphore_workload(server: &RedisServer, url: &str) -> redis_lock::Result<()>
     if gave_up && handed && raised && late {
         Ok(())
     } else {
-        Err(Error::Busy { key: "acl".into() })
+        Err(Error::Busy {
+            key: "acl".into(),
+            holder: None,
+        })
     }
 }
 

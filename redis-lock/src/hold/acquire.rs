@@ -442,6 +442,7 @@ impl Acquisition<'_> {
             fair: self.fair,
             registered: registration.is_some(),
             native: None,
+            since: crate::wire::unix_ms_now(),
         };
         // The native fast path: where the deployment takes it (one store, the lock not found
         // busy lately) and the primitive has one that this attempt may take. Its value is

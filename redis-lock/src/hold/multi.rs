@@ -347,6 +347,7 @@ impl AllAcquisition<'_> {
                 fair: false,
                 registered: false,
                 native: None,
+                since: crate::wire::unix_ms_now(),
             };
             // A member's lease keeps no value (its release reads the string first).
             let value = (!inner.deployment.is_quorum())

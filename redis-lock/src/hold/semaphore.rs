@@ -204,7 +204,7 @@ impl Inner {
     pub(crate) fn set_permits(&self, keys: &LockKeys, permits: u32) -> Result<Option<u32>> {
         validate_permits(permits)?;
         let mut conn = self.semaphore_store()?.conn()?;
-        script::set_limit(&mut conn, keys, permits)
+        script::set_limit(&mut conn, keys, permits, self.config.default_ttl)
     }
 }
 

@@ -7,7 +7,7 @@
 //! that got a connection was often descheduled before it could give it back, so the pool
 //! (16 connections by default) served far fewer renewals per second than were due, renewals
 //! queued for the pool for seconds, and locks ran out while their holders were alive
-//! (BENCHMARKS.md, "10,000 held locks on a loaded machine"). Combined, a renewal waits for at
+//! (BENCHMARKS.md, "Many locks held at once"). Combined, a renewal waits for at
 //! most the round trip in flight plus its own: the batch grows with the load instead of the
 //! queue, and renewals take one connection, not the pool that acquisitions need.
 //!

@@ -93,9 +93,10 @@ pub(crate) struct Capabilities {
 
 /// `DELIFEQ key value` (Valkey 9): delete `key` if it holds exactly the string `value`, one
 /// native command instead of a compare-and-delete script (1.2 us of Redis time per call
-/// against 6.4 us for the release script, BENCHMARKS.md). `Some(true)`: deleted;
-/// `Some(false)`: not (gone, another value, or not a string: the caller asks the script,
-/// which tells which); `None`: this server cannot run it (remembered in `caps`).
+/// against 6.4 us for the release script on Valkey 9.1: `git log -p BENCHMARKS.md`).
+/// `Some(true)`: deleted; `Some(false)`: not (gone, another value, or not a string: the
+/// caller asks the script, which tells which); `None`: this server cannot run it
+/// (remembered in `caps`).
 pub(crate) fn delete_if_equal(
     con: &mut dyn ConnectionLike,
     caps: &Capabilities,

@@ -14,6 +14,14 @@ macro_rules! fence_suffix {
     };
 }
 
+/// Suffix of the semaphore's stored limit (`LockKeys::limit`); the semaphore's scripts raise
+/// its TTL with its permits' from the permits key alone.
+macro_rules! limit_suffix {
+    () => {
+        ":limit"
+    };
+}
+
 /// Suffix of the shared wake-up list's key.
 macro_rules! signal_suffix {
     () => {
@@ -49,7 +57,9 @@ pub const MAX_NAMESPACE_LEN: usize = 256;
 pub(crate) struct LockKeys {
     /// The hash that holds owner token and holder information; its TTL is the lock's.
     pub(crate) lock: String,
-    /// Fencing counter: INCR'd by every successful acquisition, never expires.
+    /// Fencing counter: INCR'd by every successful acquisition; expires (no earlier than a
+    /// string lock, whose fence it stands for), and starts from the clock when it is gone
+    /// (`next_fence!`, `lua.rs`).
     pub(crate) fence: String,
     /// Wake-up list: a release pushes one element, a waiter BLPOPs it. Fair waiters each
     /// have their own, `<signal>:<waiter id>` ([`wake`](Self::wake)).
@@ -136,9 +146,10 @@ impl LockKeys {
         join(&self.lock, &[":holders"])
     }
 
-    /// Semaphore: the number of permits, stored once and kept (no TTL).
+    /// Semaphore: the number of permits, stored by the first acquirer or `set_permits`; it
+    /// expires with the permits (its TTL is raised with theirs).
     pub(crate) fn limit(&self) -> String {
-        join(&self.lock, &[":limit"])
+        join(&self.lock, &[limit_suffix!()])
     }
 
     /// Semaphore: grants on the shared wake-up list not yet claimed (grant token → expiry).

@@ -32,6 +32,53 @@ macro_rules! clock {
     };
 }
 
+/// Inline Lua: `local <var> = ` the next fencing token of the counter `<key>`; a counter that
+/// was gone is started at `<floor_ms>` × 1000 (a Lua expression: Unix ms of a clock; the
+/// server's `TIME` when omitted) with a TTL of `<ttl>` ms; `<on_wrong_type>` runs when the
+/// counter holds another type.
+///
+/// Every key of a name expires, the counter too (with the TTL of the lock that started it, kept
+/// longer only by a string lock, whose fence it stands for: the native fast path's `PEXPIRE
+/// GT` and the mutex's renewal), so a name taken again after its counter expired finds none.
+/// `INCR` then answers `1`, and the counter starts instead from the clock in microseconds
+/// (milliseconds × 1000): above every token the previous counter gave, as long as that counter
+/// was not incremented faster than the clock advanced (Redis needs several microseconds per
+/// acquisition) and the clock has not been set back by more than the time between the two
+/// (SAFETY.md, "Fencing tokens after every key of a name expired"). The mutex's acquisition
+/// takes the floor from the caller's clock (the `since` it sends), so that the servers of a
+/// Redlock start a new counter at the same number. An existing counter's TTL is not raised
+/// here, which costs the scripts nothing. The number has 16 digits (below 2^53, exact as a
+/// Lua number until the year 2255); Lua's `..` would print it in exponent form, so it is
+/// formatted with `%d` wherever it is written into a string (`fence_text`).
+macro_rules! next_fence {
+    ($var:expr, $key:expr, $ttl:expr, $on_wrong_type:expr) => {
+        next_fence!(
+            $var,
+            $key,
+            $ttl,
+            $on_wrong_type,
+            "(function() local t = redis.call('TIME') return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) end)()"
+        )
+    };
+    ($var:expr, $key:expr, $ttl:expr, $on_wrong_type:expr, $floor_ms:expr) => {
+        concat!(
+            "local ", $var, " = redis.pcall('INCR', ", $key, ")\n",
+            "if type(", $var, ") == 'table' then ", $on_wrong_type, " end\n",
+            "if ", $var, " == 1 then\n",
+            "  ", $var, " = (", $floor_ms, ") * 1000\n",
+            "  redis.call('SET', ", $key, ", ", $var, ", 'PX', ", $ttl, ")\n",
+            "end\n",
+        )
+    };
+}
+
+/// Lua: a fencing token as text (`%d`: `..` would print a 16-digit number in exponent form).
+macro_rules! fence_text {
+    ($var:expr) => {
+        concat!("string.format('%d', ", $var, ")")
+    };
+}
+
 /// How long a waiter's registration outlives the wait it announced, in ms: time for the waiter
 /// to come back after its `BLPOP` ends. A waiter that has not come back by then is taken for
 /// dead (`WAITER_MARGIN` in Rust).
@@ -161,8 +208,9 @@ macro_rules! hand_over {
             not_local!(),
             ") end\n\
                end\n\
-               local f = redis.pcall('INCR', fence)\n\
-               if type(f) == 'table' then return false end\n\
+             ",
+            next_fence!("f", "fence", handoff_grace_ms!(), "return false", "clock()"),
+            "\
                if head then\n\
                  redis.call('ZREM', queue, head)\n\
                  redis.call('ZREM', waiters, head)\n\
@@ -177,7 +225,9 @@ macro_rules! hand_over {
             handoff_grace_ms!(),
             ")\n\
                if not head and (not known or known.signal) then redis.call('DEL', wake) end\n\
-               redis.call('RPUSH', wake, grant .. ' ' .. f .. ' ' .. clock())\n\
+               redis.call('RPUSH', wake, grant .. ' ' .. ",
+            fence_text!("f"),
+            " .. ' ' .. clock())\n\
                redis.call('PEXPIRE', wake, ",
             handoff_grace_ms!(),
             ")\n\

@@ -152,6 +152,17 @@ pub(crate) struct AttemptArgs<'a> {
     /// take it (one store, where a pipeline of native commands is one request, and no recent
     /// sign that the lock is busy); `None`: the script.
     pub(crate) native: Option<&'a str>,
+    /// The caller's clock when it made the attempt, Unix ms ([`unix_ms_now`]): the mutex
+    /// stores it as the holder's `since`, and a fencing counter that is gone starts from it
+    /// (× 1000), so every server of a Redlock starts the same number.
+    pub(crate) since: u64,
+}
+
+/// This machine's clock, Unix milliseconds (0 before 1970).
+pub(crate) fn unix_ms_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// What a waiter's claim of a grant it popped sends.

@@ -72,7 +72,13 @@ static ACQUIRE_ALL: LazyLock<Script> = LazyLock::new(|| {
         "    if type(f) ~= 'string' then f = redis.call('GET', fence) end\n",
         "    reply[i + 1] = tonumber(f) or 0\n",
         "  else\n",
-        "    local f = redis.call('INCR', fence)\n",
+        next_fence!(
+            "f",
+            "fence",
+            "ARGV[1]",
+            "error('the fence key holds another type')",
+            "clock()"
+        ),
         "    redis.call('HSET', lock, 'token', ARGV[3 + i], 'fence', f, 'info', info)\n",
         "    redis.call('PEXPIRE', lock, ARGV[1])\n",
         "    reply[i + 1] = f\n",

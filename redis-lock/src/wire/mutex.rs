@@ -52,7 +52,9 @@
 //! Unix ms when the registration lapses); fair waiters also queue in `<lock>:queue` (sorted
 //! set: waiter id → ticket, in arrival order). Wake-ups go to `<lock>:signal` (non-fair: any
 //! waiter) or `<lock>:signal:<waiter id>` (fair: that waiter), one element at most each.
-//! Every one of these keys expires; only the fencing counter `<lock>:fence` stays.
+//! Every one of these keys expires, the fencing counter `<lock>:fence` too (no earlier than a
+//! string lock; a name taken after it is gone starts a new one from the clock: `next_fence!`,
+//! `lua.rs`).
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -72,7 +74,8 @@ use crate::error::{Error, Result};
 /// ARGV: token, ttl_ms, holder (`host \n pid \n`), `since \n meta` (since: the caller's
 /// clock, Unix ms, when it sent the attempt), min_hold_ms, waiter id, register_ms, flags, and
 /// after a native attempt that found the key taken, the fencing number it used up (given
-/// back first, if the counter still stands at it).
+/// back first, if the counter still stands at it) and `1` when that attempt started the
+/// counter (the give-back then deletes it: a busy or foreign key leaves no counter behind).
 /// `register_ms` is how long the caller may block before it comes back (`0`: it will not
 /// wait, so do not register it); `flags` holds `f` for a fair waiter and `w` once the caller
 /// has registered before in this acquisition.
@@ -117,14 +120,19 @@ static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
         // The number a native attempt just used up on this lock, given back while nobody
         // counted since (the counter is then exactly as before it; from `1`, absent again).
         "if ARGV[9] and redis.pcall('GET', KEYS[2]) == ARGV[9] then\n",
-        "  if ARGV[9] == '1' then redis.call('DEL', KEYS[2]) else redis.call('DECR', KEYS[2]) end\n",
+        "  if ARGV[10] then redis.call('DEL', KEYS[2]) else redis.call('DECR', KEYS[2]) end\n",
         "end\n",
         // Lock 1, queue 1, wake-up list 2: with the lock's presence (from `HMGET` below), the
         // count says which of the queue and the list exist, so neither is looked at again.
         "local m = redis.call('EXISTS', KEYS[1], KEYS[4], KEYS[5], KEYS[5])\n",
         "if m == 0 and ARGV[8] == '' and ARGV[5] == '0' then\n",
-        "  local fence = redis.pcall('INCR', KEYS[2])\n",
-        "  if type(fence) == 'table' then return {-3, 0, 0, 0, 0} end\n",
+        next_fence!(
+            "fence",
+            "KEYS[2]",
+            "ARGV[2]",
+            "return {-3, 0, 0, 0, 0}",
+            "tonumber(string.match(ARGV[4], '^%d+'))"
+        ),
         "  redis.call('HSET', KEYS[1], 'token', ARGV[1], 'fence', fence, 'info', ARGV[3] .. ARGV[4])\n",
         "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n",
         "  return fence\n",
@@ -201,8 +209,13 @@ static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
         "end\n",
         "if mine then\n",
         // First, so that a fence key of another type fails the script before it wrote anything.
-        "  local fence = redis.pcall('INCR', KEYS[2])\n",
-        "  if type(fence) == 'table' then return {-3, 0, 0, 0, 0} end\n",
+        next_fence!(
+            "fence",
+            "KEYS[2]",
+            "ARGV[2]",
+            "return {-3, 0, 0, 0, 0}",
+            "tonumber(string.match(ARGV[4], '^%d+'))"
+        ),
         "  if exists then redis.call('DEL', KEYS[1]) end\n",
         "  if pending then redis.call('DEL', pending) end\n",
         "  if waited then\n",
@@ -343,6 +356,11 @@ static RENEW: LazyLock<Script> = LazyLock::new(|| {
         "local t = owner_of(KEYS[1])\n",
         "if t == ARGV[1] then\n",
         "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n",
+        // The counter stands for a string lock's fence: it lives as long as the lock. Named
+        // from the lock key (same slot); `pcall`: while the slot migrates it may be elsewhere.
+        "  redis.pcall('PEXPIRE', KEYS[1] .. '",
+        fence_suffix!(),
+        "', ARGV[2], 'GT')\n",
         "  return 1\n",
         "end\n",
         "if t == false then return 0 end\n",
@@ -598,8 +616,11 @@ static RAISE_FENCE: LazyLock<Script> = LazyLock::new(|| {
         "if redis.call('TYPE', KEYS[1])['ok'] ~= 'hash' then return 0 end\n",
         "if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return 0 end\n",
         "if (tonumber(redis.call('GET', KEYS[2])) or 0) < tonumber(ARGV[2]) then\n",
-        "  redis.call('SET', KEYS[2], ARGV[2])\n",
+        "  redis.call('SET', KEYS[2], ARGV[2], 'KEEPTTL')\n",
         "end\n",
+        // The counter lives at least as long as the lock (every key of a name expires).
+        "local p = redis.call('PTTL', KEYS[1])\n",
+        "if p > 0 and redis.call('PTTL', KEYS[2]) < p then redis.call('PEXPIRE', KEYS[2], p) end\n",
         "redis.call('HSET', KEYS[1], 'fence', ARGV[2])\n",
         "return 1\n",
     ))
@@ -642,12 +663,12 @@ pub(crate) fn native_value(a: &AttemptArgs<'_>) -> Option<String> {
 /// With `a.native` (see [`native_value`]) the native fast path is tried first
 /// (`acquire_native`); only a busy lock then costs the script's round trip as well.
 pub(crate) fn acquire(con: &mut dyn ConnectionLike, a: &AttemptArgs<'_>) -> Result<Attempt> {
-    let mut burned = None;
+    let mut burned: Option<(u64, bool)> = None;
     if let Some(value) = a.native {
         if con.supports_pipelining() {
             match acquire_native(con, a, value)? {
                 Ok(fence) => return Ok(Attempt::Acquired { fence }),
-                Err(fence) => burned = Some(fence),
+                Err(used) => burned = Some(used),
             }
         } else if let Some(fence) = acquire_string(con, a, value)? {
             return Ok(Attempt::Acquired { fence });
@@ -661,7 +682,7 @@ pub(crate) fn acquire(con: &mut dyn ConnectionLike, a: &AttemptArgs<'_>) -> Resu
 fn acquire_script(
     con: &mut dyn ConnectionLike,
     a: &AttemptArgs<'_>,
-    burned: Option<u64>,
+    burned: Option<(u64, bool)>,
 ) -> Result<Attempt> {
     let keys = a.keys;
     let wake = wake_list(keys, a.waiter, a.fair);
@@ -674,13 +695,17 @@ fn acquire_script(
         .arg(a.token)
         .arg(ms(a.ttl))
         .arg(a.holder)
-        .arg(since_and_meta(a.meta))
+        .arg(since_and_meta(a.since, a.meta))
         .arg(ms(a.min_hold))
         .arg(a.waiter)
         .arg(ms(a.register))
         .arg(waiter_flags(a.fair, a.registered));
-    if let Some(burned) = burned {
+    if let Some((burned, started)) = burned {
         call.arg(burned);
+        if started {
+            // The attempt made the counter: giving its number back deletes it again.
+            call.arg("1");
+        }
     }
     let reply: Value = call.invoke(con)?;
     decode_acquire_reply(keys, reply)
@@ -706,7 +731,7 @@ fn acquire_native(
     con: &mut dyn ConnectionLike,
     a: &AttemptArgs<'_>,
     value: &str,
-) -> Result<Result<u64, u64>> {
+) -> Result<Result<u64, (u64, bool)>> {
     let keys = a.keys;
     let mut digits = [0; 20];
     let ttl = super::resp::decimal(ms(a.ttl), &mut digits);
@@ -722,8 +747,21 @@ fn acquire_native(
             ttl,
         ],
     );
+    // The counter: started from this machine's clock if it is gone (see `next_fence!` in
+    // `lua.rs`: every key of a name expires, so tokens must not restart from 1), incremented,
+    // and kept at least as long as the lock (a string lock's fence is the counter's value).
+    let mut digits_floor = [0; 20];
+    let floor = super::resp::decimal(fence_floor(), &mut digits_floor);
+    super::resp::pack_command(
+        &mut packed,
+        &[b"SET", keys.fence.as_bytes(), floor, b"NX", b"PX", ttl],
+    );
     super::resp::pack_command(&mut packed, &[b"INCR", keys.fence.as_bytes()]);
-    let reply = con.req_packed_commands(&packed, 0, 2)?;
+    super::resp::pack_command(
+        &mut packed,
+        &[b"PEXPIRE", keys.fence.as_bytes(), ttl, b"GT"],
+    );
+    let reply = con.req_packed_commands(&packed, 0, 4)?;
     // A refused `SET` (no permission for the key, say) is the server's error, as a script's
     // would be.
     if let Some(Value::ServerError(e)) = reply.first() {
@@ -731,7 +769,7 @@ fn acquire_native(
     }
     match decode_native(&reply) {
         Native::Acquired(fence) => Ok(Ok(fence)),
-        Native::Busy(burned) => Ok(Err(burned)),
+        Native::Busy { burned, started } => Ok(Err((burned, started))),
         Native::FenceType { took } => {
             if took {
                 // Give back what the `SET` took: Redis is left as it was.
@@ -766,11 +804,16 @@ fn acquire_native(
 static ACQUIRE_STRING: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         "if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 0 end\n",
-        "local fence = redis.pcall('INCR', KEYS[2])\n",
-        "if type(fence) == 'table' then\n",
-        "  redis.call('DEL', KEYS[1])\n",
-        "  return -3\n",
-        "end\n",
+        // The floor: the `since` in the value (`token \n host \n pid \n since \n meta`).
+        next_fence!(
+            "fence",
+            "KEYS[2]",
+            "ARGV[2]",
+            "redis.call('DEL', KEYS[1]) return -3",
+            "tonumber(string.match(ARGV[1], '^[^\\n]*\\n[^\\n]*\\n[^\\n]*\\n(%d+)'))"
+        ),
+        // The counter stands for a string lock's fence: it lives as long as the lock.
+        "redis.call('PEXPIRE', KEYS[2], ARGV[2], 'GT')\n",
         "return fence\n",
     ))
 });
@@ -805,7 +848,7 @@ pub(crate) fn string_value(token: &str, holder: &str, meta: &str) -> String {
     value.push_str(token);
     value.push('\n');
     value.push_str(holder);
-    push_since_and_meta(&mut value, meta);
+    push_since_and_meta(&mut value, super::unix_ms_now(), meta);
     value
 }
 
@@ -813,13 +856,24 @@ pub(crate) fn string_value(token: &str, holder: &str, meta: &str) -> String {
 #[derive(Debug, PartialEq, Eq)]
 enum Native {
     Acquired(u64),
-    /// The lock key exists; the `INCR` used up this number.
-    Busy(u64),
+    /// The lock key exists; the `INCR` used up `burned`, on a counter this attempt `started`
+    /// (Redis had none: the give-back deletes it, so a busy or foreign key is left as it was).
+    Busy {
+        burned: u64,
+        started: bool,
+    },
     /// The fencing counter holds another type; `took`: the `SET` took the lock all the same.
     FenceType {
         took: bool,
     },
     Unexpected,
+}
+
+/// Where a fencing counter that is gone starts on the native fast path: this machine's clock,
+/// Unix ms × 1000, as the `ACQUIRE` script starts one from the `since` the caller sends (see
+/// `next_fence!` in `lua.rs`).
+fn fence_floor() -> u64 {
+    super::unix_ms_now().saturating_mul(1000)
 }
 
 fn decode_native(reply: &[Value]) -> Native {
@@ -829,13 +883,18 @@ fn decode_native(reply: &[Value]) -> Native {
         Value::Nil => Some(false),
         _ => None,
     };
+    // `SET lock`, `SET fence NX` (a counter of another type exists: nil, no error), `INCR`,
+    // `PEXPIRE` (1 or 0; on another type it still answers).
     match reply {
-        [set, Value::Int(fence)] => match (took(set), u64::try_from(*fence)) {
+        [set, start, Value::Int(fence), _] => match (took(set), u64::try_from(*fence)) {
             (Some(true), Ok(fence)) if fence > 0 => Native::Acquired(fence),
-            (Some(false), Ok(fence)) if fence > 0 => Native::Busy(fence),
+            (Some(false), Ok(burned)) if burned > 0 => Native::Busy {
+                burned,
+                started: took(start) == Some(true),
+            },
             _ => Native::Unexpected,
         },
-        [set, Value::ServerError(_)] => match took(set) {
+        [set, _, Value::ServerError(_), _] => match took(set) {
             Some(took) => Native::FenceType { took },
             None => Native::Unexpected,
         },
@@ -843,21 +902,19 @@ fn decode_native(reply: &[Value]) -> Native {
     }
 }
 
-/// The tail of the holder information an attempt stores: `since \n meta`, since being this
-/// client's clock (Unix ms) as the attempt is sent. Read from the client rather than with
-/// `TIME` in the script: the clock read was a good part of the script's cost on the fast path.
-fn since_and_meta(meta: &str) -> String {
+/// The tail of the holder information an attempt stores: `since \n meta`, since being the
+/// client's clock (Unix ms) as the attempt was made (`AttemptArgs::since`, one value for every
+/// server of a Redlock). Read from the client rather than with `TIME` in the script: the
+/// clock read was a good part of the script's cost on the fast path.
+fn since_and_meta(since: u64, meta: &str) -> String {
     let mut s = String::with_capacity(meta.len() + 16);
-    push_since_and_meta(&mut s, meta);
+    push_since_and_meta(&mut s, since, meta);
     s
 }
 
 /// Appends `since \n meta` to `s` (see [`since_and_meta`]), without `format!`: the string lock's
 /// value is built on every acquisition.
-fn push_since_and_meta(s: &mut String, meta: &str) {
-    let since = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+fn push_since_and_meta(s: &mut String, since: u64, meta: &str) {
     let mut digits = [0; 20];
     s.extend(
         super::resp::decimal(since, &mut digits)
@@ -1242,33 +1299,38 @@ mod tests {
         ] {
             assert!(decode_acquire_reply(&k, bad).is_err());
         }
-        assert!(since_and_meta("job 7").ends_with("\njob 7"));
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis();
-        let (since, meta) = since_and_meta("")
-            .split_once('\n')
-            .map(|(a, b)| (a.to_owned(), b.to_owned()))
-            .unwrap();
-        let since: u128 = since.parse().unwrap();
-        assert!(since >= now && since < now + 60_000, "{since} vs {now}");
-        assert_eq!(meta, "");
+        assert_eq!(
+            since_and_meta(1_700_000_000_123, "job 7"),
+            "1700000000123\njob 7"
+        );
+        assert_eq!(since_and_meta(0, ""), "0\n");
     }
 
     #[test]
     fn the_native_fast_path_reply_decodes() {
+        // `SET lock`, `SET fence NX`, `INCR fence`, `PEXPIRE fence GT`.
+        let four = |set: Value, incr: Value| [set, Value::Nil, incr, Value::Int(1)];
         assert_eq!(
-            decode_native(&[Value::Okay, Value::Int(9)]),
+            decode_native(&four(Value::Okay, Value::Int(9))),
             Native::Acquired(9)
         );
         assert_eq!(
-            decode_native(&[Value::SimpleString("OK".into()), Value::Int(9)]),
+            decode_native(&four(Value::SimpleString("OK".into()), Value::Int(9))),
             Native::Acquired(9)
         );
         assert_eq!(
-            decode_native(&[Value::Nil, Value::Int(10)]),
-            Native::Busy(10)
+            decode_native(&four(Value::Nil, Value::Int(10))),
+            Native::Busy {
+                burned: 10,
+                started: false
+            }
+        );
+        assert_eq!(
+            decode_native(&[Value::Nil, Value::Okay, Value::Int(11), Value::Int(1)]),
+            Native::Busy {
+                burned: 11,
+                started: true
+            }
         );
         let wrong = || {
             redis::parse_redis_value(
@@ -1278,18 +1340,19 @@ mod tests {
         };
         assert!(matches!(wrong(), Value::ServerError(_)));
         assert_eq!(
-            decode_native(&[Value::Okay, wrong()]),
+            decode_native(&four(Value::Okay, wrong())),
             Native::FenceType { took: true }
         );
         assert_eq!(
-            decode_native(&[Value::Nil, wrong()]),
+            decode_native(&four(Value::Nil, wrong())),
             Native::FenceType { took: false }
         );
         for bad in [
-            &[Value::Okay, Value::Int(0)][..],
+            &four(Value::Okay, Value::Int(0))[..],
+            &[Value::Okay, Value::Int(9)],
             &[Value::Okay],
             &[],
-            &[bulk("OK"), Value::Int(3)],
+            &four(bulk("OK"), Value::Int(3)),
         ] {
             assert_eq!(decode_native(bad), Native::Unexpected, "{bad:?}");
         }
@@ -1459,6 +1522,7 @@ mod server_tests {
             fair: false,
             registered: false,
             native: None,
+            since: crate::wire::unix_ms_now(),
         }
     }
 
@@ -1529,7 +1593,7 @@ mod server_tests {
     }
 
     /// What one contended acquisition costs Redis, in commands, on the path the benchmark's
-    /// contended rows take (issue 12): a waiter's attempt that finds the lock busy and
+    /// contended rows take: a waiter's attempt that finds the lock busy and
     /// registers, and the release that grants the lock to a waiter by a holder that took it
     /// from a grant (its registration left to forget). 7 and 11 (with `BLPOP`, the waiter's
     /// wait: 19), against 8 and 15 before the counts of `EXISTS` were used and the registry was

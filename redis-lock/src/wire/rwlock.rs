@@ -219,18 +219,19 @@ macro_rules! rw_register {
 /// gets the fencing token back as a single integer: what the full path does for a free lock
 /// (with no registration of its own to forget and no waiting writer to check), in seven calls
 /// instead of eleven, each `redis.call` costing Redis about a microsecond beyond the command
-/// (BENCHMARKS.md, "The read cycle's fast paths"). Absent keys cannot hold another type; a
+/// (measured 2026-11-26: `git log -p BENCHMARKS.md`). Absent keys cannot hold another type; a
 /// fence key of another type is reported before anything is written.
 static READ: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         // Fast path, before any function is defined: see the doc comment.
         "if redis.call('EXISTS', KEYS[1], KEYS[3], KEYS[4], KEYS[5]) == 0 then\n",
-        "  local fence = redis.pcall('INCR', KEYS[2])\n",
-        "  if type(fence) == 'table' then return {-3, 0, 0, 0, 0} end\n",
+        next_fence!("fence", "KEYS[2]", "ARGV[2]", "return {-3, 0, 0, 0, 0}"),
         "  local t = redis.call('TIME')\n",
         "  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n",
         "  redis.call('ZADD', KEYS[5], now + tonumber(ARGV[2]), ARGV[1])\n",
-        "  redis.call('HSET', KEYS[1], 'mode', 'read', 'r:' .. ARGV[1], fence .. '\\n' .. ARGV[3] .. now .. '\\n' .. ARGV[4])\n",
+        "  redis.call('HSET', KEYS[1], 'mode', 'read', 'r:' .. ARGV[1], ",
+        fence_text!("fence"),
+        " .. '\\n' .. ARGV[3] .. now .. '\\n' .. ARGV[4])\n",
         "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n",
         "  redis.call('PEXPIRE', KEYS[5], ARGV[2])\n",
         "  return fence\n",
@@ -263,13 +264,14 @@ static READ: LazyLock<Script> = LazyLock::new(|| {
         "  ok = not writers_wait(KEYS[4])\n",
         "end\n",
         "if ok then\n",
-        "  local fence = redis.pcall('INCR', KEYS[2])\n",
-        "  if type(fence) == 'table' then return {-3, 0, 0, 0, 0} end\n",
+        next_fence!("fence", "KEYS[2]", "ARGV[2]", "return {-3, 0, 0, 0, 0}"),
         "  if mode ~= 'write' then mode = 'read' end\n",
         "  redis.call('ZREM', KEYS[3], ARGV[5])\n",
         "  local ttl = tonumber(ARGV[2])\n",
         "  redis.call('ZADD', KEYS[5], now + ttl, ARGV[1])\n",
-        "  redis.call('HSET', KEYS[1], 'mode', mode, 'r:' .. ARGV[1], fence .. '\\n' .. ARGV[3] .. now .. '\\n' .. ARGV[4])\n",
+        "  redis.call('HSET', KEYS[1], 'mode', mode, 'r:' .. ARGV[1], ",
+        fence_text!("fence"),
+        " .. '\\n' .. ARGV[3] .. now .. '\\n' .. ARGV[4])\n",
         // A lock made just now has no TTL yet, and neither has its new set of shares.
         "  if fresh then\n",
         "    redis.call('PEXPIRE', KEYS[1], ttl)\n",
@@ -318,8 +320,7 @@ static WRITE: LazyLock<Script> = LazyLock::new(|| {
         "if mode == 'read' then drop_expired(KEYS[1], KEYS[5]) end\n",
         "local free = mode == false or (mode == 'read' and redis.call('ZRANGE', KEYS[5], 0, 0)[1] == nil)\n",
         "if free then\n",
-        "  local fence = redis.pcall('INCR', KEYS[2])\n",
-        "  if type(fence) == 'table' then return {-3, 0, 0, 0, 0} end\n",
+        next_fence!("fence", "KEYS[2]", "ARGV[2]", "return {-3, 0, 0, 0, 0}"),
         "  redis.call('ZREM', KEYS[3], ARGV[5])\n",
         "  redis.call('ZREM', KEYS[4], ARGV[5])\n",
         "  redis.call('DEL', KEYS[1], KEYS[5])\n",

@@ -8,7 +8,7 @@
 //! |--------------------|--------------------|-----------------------------------------------------|
 //! | `ns{name}`         | sorted set, TTL    | the permits: owner token → expiry (server Unix ms)  |
 //! | `ns{name}:holders` | hash, TTL          | owner token → `fence \n host \n pid \n since \n meta` |
-//! | `ns{name}:limit`   | string, no TTL     | the number of permits, stored by the first acquirer or `set_permits` |
+//! | `ns{name}:limit`   | string, TTL        | the number of permits, stored by the first acquirer or `set_permits`; its TTL is raised with the permits' |
 //! | `ns{name}:fence`, `:waiters`, `:queue`, `:signal`, `:signal:<id>` | | as for the mutex (`mutex.rs`) |
 //!
 //! A permit whose expiry has passed is no longer held: a script that must know how many are
@@ -70,6 +70,9 @@ macro_rules! permits_lua {
                if redis.call('PTTL', permits) < ttl then\n\
                  redis.call('PEXPIRE', permits, ttl)\n\
                  redis.call('PEXPIRE', holders, ttl)\n\
+                 redis.pcall('PEXPIRE', permits .. '",
+            limit_suffix!(),
+            "', ttl, 'GT')\n\
                end\n\
              end\n\
              local function fence_of(holders, token)\n\
@@ -103,8 +106,9 @@ macro_rules! permits_lua {
                  if #old > 0 then redis.call('ZREM', grants, unpack(old)) end\n\
                  if waiting <= granted then return false end\n\
                end\n\
-               local f = redis.pcall('INCR', fence)\n\
-               if type(f) == 'table' then return false end\n\
+             ",
+            next_fence!("f", "fence", handoff_grace_ms!(), "return false"),
+            "\
                if head then\n\
                  redis.call('ZREM', queue, head)\n\
                  redis.call('ZREM', waiters, head)\n\
@@ -120,11 +124,15 @@ macro_rules! permits_lua {
                redis.call('ZADD', permits, now + ",
             handoff_grace_ms!(),
             ", grant)\n\
-               redis.call('HSET', holders, grant, f .. '\\n\\n\\n0\\n')\n\
+               redis.call('HSET', holders, grant, ",
+            fence_text!("f"),
+            " .. '\\n\\n\\n0\\n')\n\
                raise_ttl(permits, holders, ",
             handoff_grace_ms!(),
             ")\n\
-               redis.call('RPUSH', wake, grant .. ' ' .. f .. ' ' .. now)\n\
+               redis.call('RPUSH', wake, grant .. ' ' .. ",
+            fence_text!("f"),
+            " .. ' ' .. now)\n\
                redis.call('PEXPIRE', wake, ",
             handoff_grace_ms!(),
             ")\n\
@@ -177,15 +185,17 @@ static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
         "if (ARGV[7] == '' or ARGV[7] == 'f') and redis.call('EXISTS', KEYS[1], KEYS[4], KEYS[5], KEYS[7]) == 0 then\n",
         "  local stored = redis.pcall('GET', KEYS[8])\n",
         "  if not stored or (type(stored) == 'string' and (tonumber(stored) or 0) >= 1) then\n",
-        "    local fence = redis.pcall('INCR', KEYS[2])\n",
-        "    if type(fence) == 'table' then return {-3, 0, 0, 0, 0} end\n",
-        "    if not stored then redis.call('SET', KEYS[8], ARGV[8]) end\n",
+        next_fence!("fence", "KEYS[2]", "ARGV[2]", "return {-3, 0, 0, 0, 0}"),
+        "    if not stored then redis.call('SET', KEYS[8], ARGV[8], 'PX', ARGV[2]) end\n",
         "    local t = redis.call('TIME')\n",
         "    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n",
         "    redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])\n",
-        "    redis.call('HSET', KEYS[7], ARGV[1], fence .. '\\n' .. ARGV[3] .. now .. '\\n' .. ARGV[4])\n",
+        "    redis.call('HSET', KEYS[7], ARGV[1], ",
+        fence_text!("fence"),
+        " .. '\\n' .. ARGV[3] .. now .. '\\n' .. ARGV[4])\n",
         "    redis.call('PEXPIRE', KEYS[1], ARGV[2])\n",
         "    redis.call('PEXPIRE', KEYS[7], ARGV[2])\n",
+        "    if stored then redis.call('PEXPIRE', KEYS[8], ARGV[2], 'GT') end\n",
         "    return fence\n",
         "  end\n",
         "end\n",
@@ -226,12 +236,14 @@ static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
         "local now = clock()\n",
         "if can then\n",
         // First, so that a fence key of another type fails the script before it wrote anything.
-        "  local fence = redis.pcall('INCR', KEYS[2])\n",
-        "  if type(fence) == 'table' then return {-3, 0, 0, 0, 0} end\n",
-        "  if not stored then redis.call('SET', KEYS[8], limit) end\n",
+        next_fence!("fence", "KEYS[2]", "ARGV[2]", "return {-3, 0, 0, 0, 0}"),
         "  local ttl = tonumber(ARGV[2])\n",
+        // Before `raise_ttl`, which raises the limit's TTL with the permits'.
+        "  if not stored then redis.call('SET', KEYS[8], limit, 'PX', ttl) end\n",
         "  redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])\n",
-        "  redis.call('HSET', KEYS[7], ARGV[1], fence .. '\\n' .. ARGV[3] .. now .. '\\n' .. ARGV[4])\n",
+        "  redis.call('HSET', KEYS[7], ARGV[1], ",
+        fence_text!("fence"),
+        " .. '\\n' .. ARGV[3] .. now .. '\\n' .. ARGV[4])\n",
         "  raise_ttl(KEYS[1], KEYS[7], ttl)\n",
         "  if waited then\n",
         "    redis.call('ZREM', KEYS[3], id)\n",
@@ -242,7 +254,9 @@ static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
         "  end\n",
         "  return {1, fence, 0, 0, 0}\n",
         "end\n",
-        "if not stored then redis.call('SET', KEYS[8], limit) end\n",
+        "if not stored then\n",
+        "  redis.call('SET', KEYS[8], limit, 'PX', math.max(tonumber(ARGV[2]), redis.call('PTTL', KEYS[1])))\n",
+        "end\n",
         // `pending` was read for its type check only: the stamp `now + 1` vouches (see above).
         "local _ = pending\n",
         "local pttl = -2\n",
@@ -295,7 +309,9 @@ static CLAIM: LazyLock<Script> = LazyLock::new(|| {
         "local now = clock()\n",
         "local ttl = tonumber(ARGV[2])\n",
         "redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])\n",
-        "redis.call('HSET', KEYS[3], ARGV[1], f .. '\\n' .. ARGV[3] .. now .. '\\n' .. ARGV[4])\n",
+        "redis.call('HSET', KEYS[3], ARGV[1], ",
+        fence_text!("f"),
+        " .. '\\n' .. ARGV[3] .. now .. '\\n' .. ARGV[4])\n",
         "raise_ttl(KEYS[1], KEYS[3], ttl)\n",
         "if ARGV[5] ~= '' then redis.call('ZREM', KEYS[2], ARGV[5]) end\n",
         "redis.call('ZREM', KEYS[4], ARGV[1])\n",
@@ -479,7 +495,8 @@ static INSPECT: LazyLock<Script> = LazyLock::new(|| {
 /// in use, new acquisitions wait until fewer than the new limit are held. With room made,
 /// up to that many registered waiters are woken to look again (a `recheck!` element each: the
 /// fair queue's first on their own lists, the rest on the shared list).
-/// KEYS: limit, permits, holders, signal, waiters, queue. ARGV: the new limit.
+/// KEYS: limit, permits, holders, signal, waiters, queue. ARGV: the new limit, how long to keep
+/// it at least (ms; it lives as long as the permits held, like every key of the name).
 /// Returns the previous limit (`0`: none was stored), `-2` when a key holds another type.
 static SET_LIMIT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
@@ -490,7 +507,8 @@ static SET_LIMIT: LazyLock<Script> = LazyLock::new(|| {
         "local stored = redis.call('GET', KEYS[1])\n",
         "if stored and not tonumber(stored) then return -2 end\n",
         "local limit = tonumber(ARGV[1])\n",
-        "redis.call('SET', KEYS[1], limit)\n",
+        // Kept while permits are held, and for at least `keep` ms (every key of a name expires).
+        "redis.call('SET', KEYS[1], limit, 'PX', math.max(tonumber(ARGV[2]), redis.call('PTTL', KEYS[2])))\n",
         "expire_permits(KEYS[2], KEYS[3])\n",
         "local free = limit - redis.call('ZCARD', KEYS[2])\n",
         "if free > 0 and redis.call('EXISTS', KEYS[5]) == 1 then\n",
@@ -845,6 +863,7 @@ pub(crate) fn set_limit(
     con: &mut dyn ConnectionLike,
     keys: &LockKeys,
     limit: u32,
+    keep: Duration,
 ) -> Result<Option<u32>> {
     let r: i64 = SET_LIMIT
         .key(keys.limit())
@@ -854,6 +873,7 @@ pub(crate) fn set_limit(
         .key(&keys.waiters)
         .key(&keys.queue)
         .arg(limit)
+        .arg(ms(keep))
         .invoke(con)?;
     match r {
         -2 => Err(Error::WrongType {

@@ -38,6 +38,7 @@ struct OwnedAttempt {
     registered: bool,
     /// The grant an undo hands the lock over with.
     grant: String,
+    since: u64,
 }
 
 impl OwnedAttempt {
@@ -54,6 +55,7 @@ impl OwnedAttempt {
             fair: a.fair,
             registered: a.registered,
             grant,
+            since: a.since,
         }
     }
 
@@ -71,6 +73,7 @@ impl OwnedAttempt {
             registered: self.registered,
             // A quorum sends each server one script request (the direct path captures one).
             native: None,
+            since: self.since,
         }
     }
 

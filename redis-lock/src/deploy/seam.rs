@@ -26,9 +26,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::ConnectionLike;
-
 use crate::error::{Error, Result};
+use crate::wire::Con;
 use crate::wire::multi::{AllArgs, AllAttempt};
 use crate::wire::{
     Attempt, AttemptArgs, Broken, Claim, ClaimArgs, Holder, LockKeys, OwnedTtl, Release,
@@ -40,12 +39,12 @@ use crate::wire::{
 /// broken-connection handling are the store's and not the primitive's business.
 pub(crate) trait Primitive: Shared + Send + Sync + std::fmt::Debug {
     /// Take the lock, or find it busy (registering as a waiter as `args` say).
-    fn attempt(&self, con: &mut dyn ConnectionLike, args: &AttemptArgs<'_>) -> Result<Attempt>;
+    fn attempt(&self, con: &mut Con<'_>, args: &AttemptArgs<'_>) -> Result<Attempt>;
 
     /// Extend the TTL of a lock we hold.
     fn renew(
         &self,
-        con: &mut dyn ConnectionLike,
+        con: &mut Con<'_>,
         keys: &LockKeys,
         token: &str,
         ttl: Duration,
@@ -54,35 +53,19 @@ pub(crate) trait Primitive: Shared + Send + Sync + std::fmt::Debug {
     /// Give the lock up: handing it to a waiter (under `args.grant`, for a primitive with
     /// [`Grants`]), keeping it ownerless for the rest of a minimum hold and for
     /// `args.cooldown` unless `args.undo` (the acquisition is being undone: it was never held).
-    fn release(&self, con: &mut dyn ConnectionLike, args: &ReleaseArgs<'_>) -> Result<Release>;
+    fn release(&self, con: &mut Con<'_>, args: &ReleaseArgs<'_>) -> Result<Release>;
 
     /// The remaining TTL of a lock we hold.
-    fn owned_ttl(
-        &self,
-        con: &mut dyn ConnectionLike,
-        keys: &LockKeys,
-        token: &str,
-    ) -> Result<OwnedTtl>;
+    fn owned_ttl(&self, con: &mut Con<'_>, keys: &LockKeys, token: &str) -> Result<OwnedTtl>;
 
     /// A waiter gives up: unregister, passing on a grant made for it under `grant`.
-    fn leave(
-        &self,
-        con: &mut dyn ConnectionLike,
-        keys: &LockKeys,
-        waiter: &str,
-        grant: &str,
-    ) -> Result<()>;
+    fn leave(&self, con: &mut Con<'_>, keys: &LockKeys, waiter: &str, grant: &str) -> Result<()>;
 
     /// Who holds the lock.
-    fn inspect(&self, con: &mut dyn ConnectionLike, keys: &LockKeys) -> Result<Option<Holder>>;
+    fn inspect(&self, con: &mut Con<'_>, keys: &LockKeys) -> Result<Option<Holder>>;
 
     /// Break the lock whoever holds it, handing it to a waiter under `grant`.
-    fn force_release(
-        &self,
-        con: &mut dyn ConnectionLike,
-        keys: &LockKeys,
-        grant: &str,
-    ) -> Result<Broken>;
+    fn force_release(&self, con: &mut Con<'_>, keys: &LockKeys, grant: &str) -> Result<Broken>;
 
     /// The wake-up list a waiter of this primitive blocks on (`waiter`: its id; `fair`: fair
     /// mode), which its releases push to.
@@ -126,7 +109,7 @@ impl<T: Primitive + Clone + 'static> Shared for T {
 /// A primitive without it wakes its waiters to attempt again: a popped grant is never theirs.
 pub(crate) trait Grants {
     /// Make a popped grant ours: holder information, minimum hold, full TTL.
-    fn claim(&self, con: &mut dyn ConnectionLike, args: &ClaimArgs<'_>) -> Result<Claim>;
+    fn claim(&self, con: &mut Con<'_>, args: &ClaimArgs<'_>) -> Result<Claim>;
 }
 
 /// Capability: a native fast path, native commands instead of a script for the attempts that
@@ -146,7 +129,7 @@ pub(crate) trait Redlock {
     /// raised (or already there), `false` when the lock is not ours on this server.
     fn raise_fence(
         &self,
-        con: &mut dyn ConnectionLike,
+        con: &mut Con<'_>,
         keys: &LockKeys,
         token: &str,
         fence: u64,
@@ -156,7 +139,7 @@ pub(crate) trait Redlock {
 /// Capability: several locks of this primitive taken at once, all or none, on a store where
 /// one script can name all their keys (the multi-lock; elsewhere it takes them one by one).
 pub(crate) trait AllAtOnce {
-    fn attempt_all(&self, con: &mut dyn ConnectionLike, args: &AllArgs<'_>) -> Result<AllAttempt>;
+    fn attempt_all(&self, con: &mut Con<'_>, args: &AllArgs<'_>) -> Result<AllAttempt>;
 }
 
 /// The error of an operation on a Redlock quorum for a primitive without [`Redlock`]. The

@@ -147,46 +147,14 @@ impl Inner {
         opts: &LockOptions,
         deadline: &Deadline,
     ) -> Result<Option<Arc<Lease>>> {
-        let labels = Labels {
-            label: opts
-                .label
-                .clone()
-                .unwrap_or(std::borrow::Cow::Borrowed(observe::OTHER)),
-            primitive: primitive.kind().word(),
-        };
-        // The hold span's parent: the caller's span, not the acquire span.
-        let parent = Span::current();
-        // Not acquired: a timeout if it could wait, else busy (as `acquire_with` reports it).
-        let retry = opts.retry.as_ref().unwrap_or(&self.config.default_retry);
-        let waits = deadline.at > deadline.started && *retry != RetryStrategy::none();
-        let span = observe::acquire_span(name, &labels, waits, deadline.budget());
-        let attempts = Cell::new(0);
-        let report = Report {
-            labels: &labels,
-            parent: &parent,
-            attempts: &attempts,
-        };
-        let result =
-            span.in_scope(|| self.acquire_in_span(primitive, name, opts, deadline, report));
-        let outcome = match &result {
-            Ok(Some(_)) => Ok(observe::Outcome::Acquired),
-            Ok(None) if waits => Ok(observe::Outcome::Timeout),
-            Ok(None) => Ok(observe::Outcome::Busy),
-            Err(e) => Err(e),
-        };
-        let fence = result
-            .as_ref()
-            .ok()
-            .and_then(|l| l.as_ref().map(|l| l.fence));
-        observe::acquired(
-            &span,
-            &labels,
-            deadline.started,
-            outcome,
-            attempts.get(),
-            fence,
-        );
-        result
+        observed(
+            self,
+            name,
+            primitive.kind().word(),
+            opts,
+            deadline,
+            |report| self.acquire_in_span(primitive, name, opts, deadline, report),
+        )
     }
 
     fn acquire_in_span(
@@ -274,6 +242,74 @@ impl Inner {
             });
         }
         Ok(Held::Attempt(other))
+    }
+}
+
+/// Runs an acquisition of `name` (`primitive`: its name in spans and metrics) inside its
+/// acquire span, given where to report (`run`), and records what came of it: acquired, busy
+/// or timed out (busy if it could not wait), or the error; its attempts, and the fence it got
+/// (the highest, for several locks). The one place an acquisition is reported.
+pub(crate) fn observed<T: Fenced>(
+    inner: &Inner,
+    name: &str,
+    primitive: &'static str,
+    opts: &LockOptions,
+    deadline: &Deadline,
+    run: impl FnOnce(Report<'_>) -> Result<Option<T>>,
+) -> Result<Option<T>> {
+    let labels = Labels {
+        label: opts
+            .label
+            .clone()
+            .unwrap_or(std::borrow::Cow::Borrowed(observe::OTHER)),
+        primitive,
+    };
+    // The hold span's parent: the caller's span, not the acquire span.
+    let parent = Span::current();
+    // Not acquired: a timeout if it could wait, else busy (as `acquire_with` reports it).
+    let retry = opts.retry.as_ref().unwrap_or(&inner.config.default_retry);
+    let waits = deadline.at > deadline.started && *retry != RetryStrategy::none();
+    let span = observe::acquire_span(name, &labels, waits, deadline.budget());
+    let attempts = Cell::new(0);
+    let report = Report {
+        labels: &labels,
+        parent: &parent,
+        attempts: &attempts,
+    };
+    let result = span.in_scope(|| run(report));
+    let outcome = match &result {
+        Ok(Some(_)) => Ok(observe::Outcome::Acquired),
+        Ok(None) if waits => Ok(observe::Outcome::Timeout),
+        Ok(None) => Ok(observe::Outcome::Busy),
+        Err(e) => Err(e),
+    };
+    let fence = result.as_ref().ok().and_then(|l| l.as_ref()?.fence());
+    observe::acquired(
+        &span,
+        &labels,
+        deadline.started,
+        outcome,
+        attempts.get(),
+        fence,
+    );
+    result
+}
+
+/// What an acquisition got, for its report: a lease, or several.
+pub(crate) trait Fenced {
+    /// Its fencing token (the highest, for several locks).
+    fn fence(&self) -> Option<u64>;
+}
+
+impl Fenced for Arc<Lease> {
+    fn fence(&self) -> Option<u64> {
+        Some(self.fence)
+    }
+}
+
+impl Fenced for Vec<Arc<Lease>> {
+    fn fence(&self) -> Option<u64> {
+        self.iter().map(|l| l.fence).max()
     }
 }
 

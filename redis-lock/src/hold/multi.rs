@@ -22,14 +22,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tracing::Span;
-
-use std::cell::Cell;
-
-use super::acquire::{Deadline, Report, start_lease};
+use super::acquire::{Deadline, Report, observed, start_lease};
 use super::cancel::CancelToken;
 use super::lease::{Lease, Start};
-use super::observe::{self, Labels};
 use super::primitive::{Lock, Params};
 use super::retry::{RetryStrategy, Step};
 use super::{Inner, Kind, registry};
@@ -123,45 +118,10 @@ impl Inner {
         opts: &LockOptions,
         deadline: &Deadline,
     ) -> Result<Option<Vec<Arc<Lease>>>> {
-        let labels = Labels {
-            label: opts
-                .label
-                .clone()
-                .unwrap_or(std::borrow::Cow::Borrowed(observe::OTHER)),
-            primitive: KIND,
-        };
         let retry = opts.retry.as_ref().unwrap_or(&self.config.default_retry);
-        let waits = deadline.at > deadline.started && *retry != RetryStrategy::none();
-        let joined = names.join(",");
-        let span = observe::acquire_span(&joined, &labels, waits, deadline.budget());
-        let parent = Span::current();
-        let attempts = Cell::new(0);
-        let report = Report {
-            labels: &labels,
-            parent: &parent,
-            attempts: &attempts,
-        };
-        let result =
-            span.in_scope(|| self.acquire_all_in_span(names, opts, retry, deadline, report));
-        let outcome = match &result {
-            Ok(Some(_)) => Ok(observe::Outcome::Acquired),
-            Ok(None) if waits => Ok(observe::Outcome::Timeout),
-            Ok(None) => Ok(observe::Outcome::Busy),
-            Err(e) => Err(e),
-        };
-        let fence = result
-            .as_ref()
-            .ok()
-            .and_then(|l| l.as_ref().and_then(|l| l.iter().map(|l| l.fence).max()));
-        observe::acquired(
-            &span,
-            &labels,
-            deadline.started,
-            outcome,
-            attempts.get(),
-            fence,
-        );
-        result
+        observed(self, &names.join(","), KIND, opts, deadline, |report| {
+            self.acquire_all_in_span(names, opts, retry, deadline, report)
+        })
     }
 
     fn acquire_all_in_span(

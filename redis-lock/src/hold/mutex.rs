@@ -5,11 +5,11 @@
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use redis::ConnectionLike;
 
 use super::Kind;
 use super::primitive::{Lock, Params};
 use crate::deploy::seam::{AllAtOnce, Grants, Native, Primitive, Redlock};
+use crate::wire::Con;
 use crate::error::Result;
 use crate::options::LockOptions;
 use crate::wire::multi::{self, AllArgs, AllAttempt};
@@ -33,13 +33,13 @@ impl Mutex {
 }
 
 impl Primitive for Mutex {
-    fn attempt(&self, con: &mut dyn ConnectionLike, args: &AttemptArgs<'_>) -> Result<Attempt> {
+    fn attempt(&self, con: &mut Con<'_>, args: &AttemptArgs<'_>) -> Result<Attempt> {
         script::acquire(con, args)
     }
 
     fn renew(
         &self,
-        con: &mut dyn ConnectionLike,
+        con: &mut Con<'_>,
         keys: &LockKeys,
         token: &str,
         ttl: Duration,
@@ -47,39 +47,23 @@ impl Primitive for Mutex {
         script::renew(con, keys, token, ttl)
     }
 
-    fn release(&self, con: &mut dyn ConnectionLike, args: &ReleaseArgs<'_>) -> Result<Release> {
+    fn release(&self, con: &mut Con<'_>, args: &ReleaseArgs<'_>) -> Result<Release> {
         script::release(con, args)
     }
 
-    fn owned_ttl(
-        &self,
-        con: &mut dyn ConnectionLike,
-        keys: &LockKeys,
-        token: &str,
-    ) -> Result<OwnedTtl> {
+    fn owned_ttl(&self, con: &mut Con<'_>, keys: &LockKeys, token: &str) -> Result<OwnedTtl> {
         script::owned_ttl(con, keys, token)
     }
 
-    fn leave(
-        &self,
-        con: &mut dyn ConnectionLike,
-        keys: &LockKeys,
-        waiter: &str,
-        grant: &str,
-    ) -> Result<()> {
+    fn leave(&self, con: &mut Con<'_>, keys: &LockKeys, waiter: &str, grant: &str) -> Result<()> {
         script::leave(con, keys, waiter, grant)
     }
 
-    fn inspect(&self, con: &mut dyn ConnectionLike, keys: &LockKeys) -> Result<Option<Holder>> {
+    fn inspect(&self, con: &mut Con<'_>, keys: &LockKeys) -> Result<Option<Holder>> {
         script::inspect(con, keys)
     }
 
-    fn force_release(
-        &self,
-        con: &mut dyn ConnectionLike,
-        keys: &LockKeys,
-        grant: &str,
-    ) -> Result<Broken> {
+    fn force_release(&self, con: &mut Con<'_>, keys: &LockKeys, grant: &str) -> Result<Broken> {
         script::force_release(con, keys, grant)
     }
 
@@ -105,7 +89,7 @@ impl Primitive for Mutex {
 }
 
 impl Grants for Mutex {
-    fn claim(&self, con: &mut dyn ConnectionLike, args: &ClaimArgs<'_>) -> Result<Claim> {
+    fn claim(&self, con: &mut Con<'_>, args: &ClaimArgs<'_>) -> Result<Claim> {
         script::claim(con, args)
     }
 }
@@ -119,7 +103,7 @@ impl Native for Mutex {
 impl Redlock for Mutex {
     fn raise_fence(
         &self,
-        con: &mut dyn ConnectionLike,
+        con: &mut Con<'_>,
         keys: &LockKeys,
         token: &str,
         fence: u64,
@@ -129,7 +113,7 @@ impl Redlock for Mutex {
 }
 
 impl AllAtOnce for Mutex {
-    fn attempt_all(&self, con: &mut dyn ConnectionLike, args: &AllArgs<'_>) -> Result<AllAttempt> {
+    fn attempt_all(&self, con: &mut Con<'_>, args: &AllArgs<'_>) -> Result<AllAttempt> {
         multi::acquire_all(con, args)
     }
 }

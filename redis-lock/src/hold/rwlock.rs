@@ -7,11 +7,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::ConnectionLike;
 
 use super::Kind;
 use super::primitive::{Lock, Nested, Params};
 use crate::deploy::seam::Primitive;
+use crate::wire::Con;
 use crate::error::{Error, Result};
 use crate::options::LockOptions;
 use crate::wire::rwlock::{self as script, Side};
@@ -57,13 +57,13 @@ impl RwLock {
 }
 
 impl Primitive for RwLock {
-    fn attempt(&self, con: &mut dyn ConnectionLike, args: &AttemptArgs<'_>) -> Result<Attempt> {
+    fn attempt(&self, con: &mut Con<'_>, args: &AttemptArgs<'_>) -> Result<Attempt> {
         script::acquire(con, self.side, args, &self.under)
     }
 
     fn renew(
         &self,
-        con: &mut dyn ConnectionLike,
+        con: &mut Con<'_>,
         keys: &LockKeys,
         token: &str,
         ttl: Duration,
@@ -71,39 +71,23 @@ impl Primitive for RwLock {
         script::renew(con, self.side, keys, token, ttl)
     }
 
-    fn release(&self, con: &mut dyn ConnectionLike, args: &ReleaseArgs<'_>) -> Result<Release> {
+    fn release(&self, con: &mut Con<'_>, args: &ReleaseArgs<'_>) -> Result<Release> {
         script::release(con, self.side, args)
     }
 
-    fn owned_ttl(
-        &self,
-        con: &mut dyn ConnectionLike,
-        keys: &LockKeys,
-        token: &str,
-    ) -> Result<OwnedTtl> {
+    fn owned_ttl(&self, con: &mut Con<'_>, keys: &LockKeys, token: &str) -> Result<OwnedTtl> {
         script::owned_ttl(con, self.side, keys, token)
     }
 
-    fn leave(
-        &self,
-        con: &mut dyn ConnectionLike,
-        keys: &LockKeys,
-        waiter: &str,
-        _grant: &str,
-    ) -> Result<()> {
+    fn leave(&self, con: &mut Con<'_>, keys: &LockKeys, waiter: &str, _grant: &str) -> Result<()> {
         script::leave(con, keys, waiter)
     }
 
-    fn inspect(&self, con: &mut dyn ConnectionLike, keys: &LockKeys) -> Result<Option<Holder>> {
+    fn inspect(&self, con: &mut Con<'_>, keys: &LockKeys) -> Result<Option<Holder>> {
         script::inspect(con, keys)
     }
 
-    fn force_release(
-        &self,
-        con: &mut dyn ConnectionLike,
-        keys: &LockKeys,
-        _grant: &str,
-    ) -> Result<Broken> {
+    fn force_release(&self, con: &mut Con<'_>, keys: &LockKeys, _grant: &str) -> Result<Broken> {
         script::force_release(con, keys)
     }
 

@@ -6,11 +6,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::ConnectionLike;
 
 use super::primitive::{Lock, Params};
 use super::{Inner, Kind};
 use crate::deploy::seam::{Grants, Primitive};
+use crate::wire::Con;
 use crate::error::{Error, Result};
 use crate::options::LockOptions;
 use crate::store::Store;
@@ -37,13 +37,13 @@ impl Semaphore {
 }
 
 impl Primitive for Semaphore {
-    fn attempt(&self, con: &mut dyn ConnectionLike, args: &AttemptArgs<'_>) -> Result<Attempt> {
+    fn attempt(&self, con: &mut Con<'_>, args: &AttemptArgs<'_>) -> Result<Attempt> {
         script::acquire(con, args, self.permits)
     }
 
     fn renew(
         &self,
-        con: &mut dyn ConnectionLike,
+        con: &mut Con<'_>,
         keys: &LockKeys,
         token: &str,
         ttl: Duration,
@@ -51,31 +51,20 @@ impl Primitive for Semaphore {
         script::renew(con, keys, token, ttl)
     }
 
-    fn release(&self, con: &mut dyn ConnectionLike, args: &ReleaseArgs<'_>) -> Result<Release> {
+    fn release(&self, con: &mut Con<'_>, args: &ReleaseArgs<'_>) -> Result<Release> {
         script::release(con, args)
     }
 
-    fn owned_ttl(
-        &self,
-        con: &mut dyn ConnectionLike,
-        keys: &LockKeys,
-        token: &str,
-    ) -> Result<OwnedTtl> {
+    fn owned_ttl(&self, con: &mut Con<'_>, keys: &LockKeys, token: &str) -> Result<OwnedTtl> {
         script::owned_ttl(con, keys, token)
     }
 
-    fn leave(
-        &self,
-        con: &mut dyn ConnectionLike,
-        keys: &LockKeys,
-        waiter: &str,
-        grant: &str,
-    ) -> Result<()> {
+    fn leave(&self, con: &mut Con<'_>, keys: &LockKeys, waiter: &str, grant: &str) -> Result<()> {
         script::leave(con, keys, waiter, grant)
     }
 
     /// The permit that expires first stands for the semaphore (`Permits` says more).
-    fn inspect(&self, con: &mut dyn ConnectionLike, keys: &LockKeys) -> Result<Option<Holder>> {
+    fn inspect(&self, con: &mut Con<'_>, keys: &LockKeys) -> Result<Option<Holder>> {
         Ok(script::inspect(con, keys)?.and_then(|p| {
             let (waiters, queued) = (p.waiters, p.queued);
             p.holders.into_iter().next().map(|h| Holder {
@@ -97,12 +86,7 @@ impl Primitive for Semaphore {
         }))
     }
 
-    fn force_release(
-        &self,
-        con: &mut dyn ConnectionLike,
-        keys: &LockKeys,
-        _grant: &str,
-    ) -> Result<Broken> {
+    fn force_release(&self, con: &mut Con<'_>, keys: &LockKeys, _grant: &str) -> Result<Broken> {
         script::force_release(con, keys)
     }
 
@@ -119,7 +103,7 @@ impl Primitive for Semaphore {
 }
 
 impl Grants for Semaphore {
-    fn claim(&self, con: &mut dyn ConnectionLike, args: &ClaimArgs<'_>) -> Result<Claim> {
+    fn claim(&self, con: &mut Con<'_>, args: &ClaimArgs<'_>) -> Result<Claim> {
         script::claim(con, args)
     }
 }

@@ -4,8 +4,11 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use redis::{ConnectionLike, Script};
+use redis::Script;
 
+use super::Con;
+use super::resp::Decimal;
+use super::script::run;
 use super::{LockKeys, ms};
 use crate::error::Result;
 
@@ -26,9 +29,8 @@ static WAKE: LazyLock<Script> = LazyLock::new(|| {
 });
 
 /// `WAKE`: ends the blocking wait of waiter `id` on the lock `keys`.
-pub(crate) fn wake(con: &mut dyn ConnectionLike, keys: &LockKeys, id: &str) -> Result<()> {
-    WAKE.key(keys.cancel(id))
-        .arg(ms(CANCEL_TTL))
-        .invoke::<i64>(con)?;
+pub(crate) fn wake(con: &mut Con<'_>, keys: &LockKeys, id: &str) -> Result<()> {
+    let (list, ttl) = (keys.cancel(id), Decimal::new(ms(CANCEL_TTL)));
+    run::<i64>(con, &WAKE, &[list.as_bytes()], &[ttl.as_bytes()])?;
     Ok(())
 }

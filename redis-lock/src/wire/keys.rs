@@ -138,7 +138,7 @@ impl LockKeys {
     }
 }
 
-/// The semaphore's companion keys (`wire/semaphore.rs`); the permits themselves are the
+/// The semaphore's companion keys (`wire/semaphore/`); the permits themselves are the
 /// sorted set at [`lock`](Self::lock).
 impl LockKeys {
     /// Semaphore: owner token → holder information of each permit.

@@ -115,7 +115,7 @@ macro_rules! not_local {
 }
 
 /// The Lua pattern of a string lock's value (`token \n info`, written by the mutex's native
-/// fast path, see `mutex.rs`): its captures are the owner token and the holder information.
+/// fast path, see `mutex/mod.rs`): its captures are the owner token and the holder information.
 /// Anything else at a lock key (a foreign string) does not match.
 macro_rules! string_lock {
     () => {
@@ -125,7 +125,7 @@ macro_rules! string_lock {
 
 /// `owner_of(lock)`: the owner token of a mutex lock in either of its forms: the `token` field
 /// of a hash, or the token that starts a string lock (`token \n info`, taken by the native
-/// fast path, see `mutex.rs`). `false` when the key does not exist; `''` when it holds no
+/// fast path, see `mutex/mod.rs`). `false` when the key does not exist; `''` when it holds no
 /// owner (a kept or foreign hash, a string not of that form, another type). The string is
 /// read first: it is the form an uncontended lock has.
 macro_rules! owner_of {

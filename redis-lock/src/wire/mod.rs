@@ -4,6 +4,14 @@
 //! Reply codes, the order of `KEYS` and `ARGV`, and the string formats that travel through
 //! Redis (holder information, grants, waiter flags) are known here and nowhere else: the layers
 //! above see only the types below. This layer imports nothing of the crate but `error`.
+//!
+//! One protocol operation is one unit, the way mini-redis keeps one command's format in one
+//! file: each primitive is a folder (`mutex/`, `rwlock/`, `semaphore/`) with a file per
+//! operation (`acquire.rs`, `renew.rs`, `release.rs`, ...) that holds the operation's script
+//! (with its `KEYS`, `ARGV` and reply codes in its doc comment), the typed function that sends
+//! it (through `script::run`) and what decodes its reply (shared decoders in `reply.rs`), and
+//! their tests. What this file holds is what every operation shares: the arguments of the
+//! seam's operations and the millisecond rounding.
 
 pub(crate) mod commands;
 #[macro_use]
@@ -15,19 +23,30 @@ mod lua;
 pub(crate) mod cancel;
 pub(crate) mod multi;
 pub(crate) mod mutex;
+mod reply;
 pub(crate) mod resp;
 pub(crate) mod rwlock;
+mod script;
 pub(crate) mod semaphore;
 pub(crate) mod token;
 
 use std::time::Duration;
 
-use redis::{ConnectionLike, Script, Value};
-
-use crate::error::Error;
-
 pub(crate) use keys::LockKeys;
+
+/// A connection a typed call goes out on: a pooled one, a request being captured or a reply
+/// replayed (`store/direct.rs`), a test's. Every typed call of this layer, and every
+/// operation of the seam, takes one.
+pub(crate) type Con<'a> = dyn redis::ConnectionLike + 'a;
 pub(crate) use lua::HANDOFF_GRACE;
+pub(crate) use reply::{
+    Attempt, Broken, Claim, Grant, Holder, OwnedTtl, Release, Renewal, parse_grant,
+};
+use reply::{
+    Info, count, decode_attempt_reply, decode_broken, decode_claim, decode_inspect,
+    decode_owned_ttl, decode_release, decode_renew, int, millis, text, uint, unexpected,
+};
+use resp::Decimal;
 
 /// Redis takes expiries in whole milliseconds. A duration is sent rounded *down*, and every
 /// local estimate of an expiry must use the same rounded value (`whole_ms`), so the holder
@@ -42,49 +61,8 @@ pub(crate) fn whole_ms(d: Duration) -> Duration {
     Duration::from_millis(ms(d))
 }
 
-/// `EVALSHA` of `script` with `keys` and `args`, packed by hand (`resp::pack_array`) on a
-/// connection that takes packed bytes, which costs the client about half of what building it
-/// through `redis::Script` does (on the release, the hot script); where the server lacks the
-/// script it is loaded and the same request sent again. On a cluster, whose connection routes
-/// a `Cmd` by its keys, the `redis` crate's invocation.
-pub(crate) fn evalsha(
-    con: &mut dyn ConnectionLike,
-    script: &Script,
-    keys: &[&[u8]],
-    args: &[&[u8]],
-) -> redis::RedisResult<Value> {
-    if con.supports_pipelining() {
-        let size: usize = keys.iter().chain(args).map(|a| a.len() + 16).sum();
-        let mut packed = Vec::with_capacity(size + 96);
-        resp::pack_array(&mut packed, 3 + keys.len() + args.len());
-        resp::pack_bulk(&mut packed, b"EVALSHA");
-        resp::pack_bulk(&mut packed, script.get_hash().as_bytes());
-        resp::pack_bulk(&mut packed, resp::decimal(keys.len() as u64, &mut [0; 20]));
-        for part in keys.iter().chain(args) {
-            resp::pack_bulk(&mut packed, part);
-        }
-        let reply = match con.req_packed_command(&packed)? {
-            Value::ServerError(e) if e.kind() == Some(redis::ServerErrorKind::NoScript) => {
-                // `SCRIPT LOAD` and neither request is counted (`PooledConn`): one request.
-                script.load(con)?;
-                con.req_packed_command(&packed)?
-            }
-            reply => reply,
-        };
-        return reply.extract_error();
-    }
-    let mut call = script.prepare_invoke();
-    for key in keys {
-        call.key(*key);
-    }
-    for arg in args {
-        call.arg(*arg);
-    }
-    call.invoke(con)
-}
-
 /// What a holder knows of how its lock is stored, for the release: which form to read first
-/// (see `mutex.rs`, "Two forms"), and whether a native compare-and-delete can release it.
+/// (see `mutex/mod.rs`, "Two forms"), and whether a native compare-and-delete can release it.
 /// A guess: a wrong one costs Redis one failed read (or the client one round trip), never a
 /// wrong answer.
 #[derive(Clone, Copy)]
@@ -200,230 +178,30 @@ pub(crate) struct ReleaseArgs<'a> {
 }
 
 impl AttemptArgs<'_> {
+    /// The numbers among the first six `ARGV` of the semaphore's and the read-write lock's
+    /// acquire scripts (see [`script_args`](Self::script_args)): ttl_ms, register_ms.
+    pub(crate) fn numbers(&self) -> [Decimal; 2] {
+        [Decimal::new(ms(self.ttl)), Decimal::new(ms(self.register))]
+    }
+
     /// The first six `ARGV` of the semaphore's and the read-write lock's acquire scripts:
-    /// token, ttl_ms, holder, meta, waiter id, register_ms (`digits`: room for the numbers).
-    pub(crate) fn script_args<'d>(&'d self, digits: &'d mut [[u8; 20]; 2]) -> [&'d [u8]; 6] {
-        let [d_ttl, d_register] = digits;
+    /// token, ttl_ms, holder, meta, waiter id, register_ms (`numbers`: from
+    /// [`numbers`](Self::numbers)).
+    pub(crate) fn script_args<'d>(&'d self, numbers: &'d [Decimal; 2]) -> [&'d [u8]; 6] {
+        let [ttl, register] = numbers;
         [
             self.token.as_bytes(),
-            resp::decimal(ms(self.ttl), d_ttl),
+            ttl.as_bytes(),
             self.holder.as_bytes(),
             self.meta.as_bytes(),
             self.waiter.as_bytes(),
-            resp::decimal(ms(self.register), d_register),
+            register.as_bytes(),
         ]
     }
 }
-
-/// The answer to one acquisition attempt on one store.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Attempt {
-    Acquired {
-        fence: u64,
-    },
-    Busy {
-        /// The holder's remaining TTL (`None`: no expiry, or free but owed to a fair waiter).
-        holder_ttl: Option<Duration>,
-        /// Set when the attempt registered us as a waiter: how long to block at most before
-        /// coming back.
-        block: Option<Duration>,
-        /// No grant we could pop was pending: a grant popped later was made after this reply.
-        fresh: bool,
-        /// Server time of the reply, Unix ms.
-        server_ms: u64,
-    },
-}
-
-/// Decodes the five integers every primitive's acquire script answers with, `{status, value,
-/// block, fresh, now}`: `1` acquired (`value`: the fencing token); `0` busy (`value`: the
-/// holder's remaining TTL, `block`: how long the registered caller may block, `fresh`: `1` when
-/// no grant it could pop was pending, `now`: server ms); a negative status names the key that
-/// holds another type, which `wrong_key` maps to its name (`None`: not a code of this script).
-pub(crate) fn decode_attempt(
-    (status, value, block, fresh, server_ms): (i64, i64, i64, i64, i64),
-    wrong_key: impl FnOnce(i64) -> Option<String>,
-    what: &'static str,
-) -> Result<Attempt, Error> {
-    match status {
-        1 => Ok(Attempt::Acquired {
-            fence: u64::try_from(value).unwrap_or(0),
-        }),
-        0 => Ok(Attempt::Busy {
-            holder_ttl: millis(value),
-            block: millis(block),
-            fresh: fresh == 1,
-            server_ms: u64::try_from(server_ms).unwrap_or(0),
-        }),
-        code => match wrong_key(code) {
-            Some(redis_key) => Err(Error::WrongType { redis_key }),
-            None => Err(unexpected(what)),
-        },
-    }
-}
-
-/// Decodes an acquire script's reply in either of its forms: a fast path's fencing token alone
-/// (a single integer, the cheapest reply for Redis to build and for us to read), or the five
-/// integers of the full path (see [`decode_attempt`]).
-pub(crate) fn decode_attempt_reply(
-    reply: Value,
-    wrong_key: impl FnOnce(i64) -> Option<String>,
-    what: &'static str,
-) -> Result<Attempt, Error> {
-    let five = match reply {
-        Value::Int(fence) if fence > 0 => {
-            return Ok(Attempt::Acquired {
-                fence: fence.unsigned_abs(),
-            });
-        }
-        Value::Array(v) => match v.as_slice() {
-            [a, b, c, d, e] => match (int(a), int(b), int(c), int(d), int(e)) {
-                (Some(a), Some(b), Some(c), Some(d), Some(e)) => (a, b, c, d, e),
-                _ => return Err(unexpected(what)),
-            },
-            _ => return Err(unexpected(what)),
-        },
-        _ => return Err(unexpected(what)),
-    };
-    decode_attempt(five, wrong_key, what)
-}
-
-/// The answer to a waiter's claim of a grant it popped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Claim {
-    Claimed {
-        fence: u64,
-    },
-    /// The key is gone: the grant expired before it was claimed.
-    Gone,
-    /// Another token (or another type) is there now.
-    NotOurs,
-}
-
-/// The answer to a renewal.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Renewal {
-    Renewed,
-    /// The key is gone.
-    Gone,
-    /// Another owner (or another type) is there.
-    NotOurs,
-}
-
-/// The answer to a release.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Release {
-    /// Given up: deleted, or handed over to a waiter.
-    Released,
-    /// Given up, but kept ownerless until the minimum hold has passed.
-    Kept,
-    /// The key was already gone.
-    Late,
-    /// Another owner (or another type) is there now; left untouched.
-    Lost,
-}
-
-/// What one store says about the remaining TTL of a lock we hold.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum OwnedTtl {
-    Left(Duration),
-    NoExpiry,
-    Gone,
-    NotOurs,
-}
-
-/// A grant popped from a wake-up list: the lock is ours under `token`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Grant {
-    pub(crate) token: String,
-    pub(crate) fence: u64,
-    /// Server time of the release that made it, Unix ms.
-    pub(crate) server_ms: u64,
-}
-
-/// A wake-up list element: `token fence server_ms`, as `hand_over` (`lua.rs`) pushes it.
-pub(crate) fn parse_grant(grant: &str) -> Option<Grant> {
-    let mut parts = grant.split(' ');
-    let token = parts.next()?.to_owned();
-    let fence = parts.next()?.parse().ok()?;
-    let server_ms = parts.next()?.parse().ok()?;
-    Some(Grant {
-        token,
-        fence,
-        server_ms,
-    })
-}
-
-/// Who holds a lock, as stored with it (the decoded `INSPECT` reply).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Holder {
-    pub(crate) remaining_ttl: Option<Duration>,
-    pub(crate) host: String,
-    pub(crate) pid: u32,
-    /// Server clock, Unix ms.
-    pub(crate) since_ms: u64,
-    pub(crate) fence: u64,
-    pub(crate) meta: Option<String>,
-    /// End of the minimum hold, Unix ms (server clock), if one was asked for.
-    pub(crate) hold_until_ms: Option<u64>,
-    /// `false` during a minimum hold or cool-down after release.
-    pub(crate) owned: bool,
-    /// End of the cool-down a release asked for, Unix ms (server clock).
-    pub(crate) cool_until_ms: Option<u64>,
-    /// Live waiter registrations.
-    pub(crate) waiters: u32,
-    /// Fair waiters queued.
-    pub(crate) queued: u32,
-    /// The waiter id at the head of the fair queue.
-    pub(crate) queue_head: Option<String>,
-    /// Readers and waiting writers, for a read-write lock (`None`: a mutex).
-    pub(crate) rw: Option<rwlock::RwState>,
-    /// The lock was taken by the native fast path, which does not store its fencing token:
-    /// `fence` is the counter's value, at least the holder's and below any later holder's.
-    pub(crate) fence_is_counter: bool,
-}
-
-/// The holder of a lock broken by `force_release`.
-pub(crate) type Broken = Option<(String, u32)>;
 
 /// The start of the holder information stored with every lock this process takes: `host \n
 /// pid \n`; the scripts append the acquisition time and the metadata.
 pub(crate) fn holder_prefix(host: &str, pid: u32) -> String {
     format!("{host}\n{pid}\n")
-}
-
-/// A reply of a shape the scripts never send: a bug or a foreign script of the same name.
-fn unexpected(what: &'static str) -> Error {
-    Error::Redis(redis::RedisError::from((
-        redis::ErrorKind::UnexpectedReturnType,
-        what,
-    )))
-}
-
-/// An integer in a reply (Lua numbers arrive as integers, fields as bulk strings).
-fn int(v: &Value) -> Option<i64> {
-    match v {
-        Value::Int(i) => Some(*i),
-        Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
-        Value::SimpleString(s) => s.parse().ok(),
-        _ => None,
-    }
-}
-
-/// A count in a reply: a non-negative integer, 0 for anything else.
-fn count(v: &Value) -> u32 {
-    int(v).and_then(|c| u32::try_from(c).ok()).unwrap_or(0)
-}
-
-fn text(v: &Value) -> String {
-    match v {
-        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-        Value::SimpleString(s) => s.clone(),
-        Value::Int(i) => i.to_string(),
-        _ => String::new(),
-    }
-}
-
-/// A non-negative reply value as milliseconds; negative codes mean "none".
-fn millis(v: i64) -> Option<Duration> {
-    u64::try_from(v).ok().map(Duration::from_millis)
 }

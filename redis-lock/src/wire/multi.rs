@@ -7,8 +7,11 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use redis::{ConnectionLike, Script};
+use redis::Script;
 
+use super::Con;
+use super::resp::Decimal;
+use super::script::run;
 use super::{LockKeys, millis, ms, unexpected};
 use crate::error::{Error, Result};
 
@@ -42,7 +45,7 @@ static ACQUIRE_ALL: LazyLock<Script> = LazyLock::new(|| {
         "for i = 1, n do\n",
         "  local lock, fence, queue = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]\n",
         "  local t = redis.pcall('HGET', lock, 'token')\n",
-        // A single lock taken natively is a string `token \n info` (see `mutex.rs`).
+        // A single lock taken natively is a string `token \n info` (see `mutex/mod.rs`).
         "  if type(t) == 'table' then\n",
         "    local s = redis.pcall('GET', lock)\n",
         "    t = type(s) == 'string' and string.match(s, ",
@@ -101,16 +104,16 @@ pub(crate) struct AllArgs<'a> {
 
 /// `ACQUIRE_ALL`: take every `(keys, token)` member or none, each with `ttl` and the holder
 /// information `holder` + `meta`.
-pub(crate) fn acquire_all(con: &mut dyn ConnectionLike, a: &AllArgs<'_>) -> Result<AllAttempt> {
-    let mut invocation = ACQUIRE_ALL.prepare_invoke();
-    for (keys, _) in a.members {
-        invocation.key(&keys.lock).key(&keys.fence).key(&keys.queue);
-    }
-    invocation.arg(ms(a.ttl)).arg(a.holder).arg(a.meta);
-    for (_, token) in a.members {
-        invocation.arg(*token);
-    }
-    let reply: Vec<i64> = invocation.invoke(con)?;
+pub(crate) fn acquire_all(con: &mut Con<'_>, a: &AllArgs<'_>) -> Result<AllAttempt> {
+    let keys: Vec<&[u8]> = a
+        .members
+        .iter()
+        .flat_map(|(keys, _)| [&keys.lock, &keys.fence, &keys.queue].map(|k| k.as_bytes()))
+        .collect();
+    let ttl = Decimal::new(ms(a.ttl));
+    let mut args: Vec<&[u8]> = vec![ttl.as_bytes(), a.holder.as_bytes(), a.meta.as_bytes()];
+    args.extend(a.members.iter().map(|(_, token)| token.as_bytes()));
+    let reply: Vec<i64> = run(con, &ACQUIRE_ALL, &keys, &args)?;
     decode_acquire_all(a.members, &reply)
 }
 

@@ -43,22 +43,36 @@ pub(crate) fn pack_bulk(out: &mut Vec<u8>, arg: &[u8]) {
 
 /// Appends `n` in decimal digits (no `format!`: this runs on every acquisition).
 pub(crate) fn push_decimal(out: &mut Vec<u8>, n: u64) {
-    out.extend_from_slice(decimal(n, &mut [0; 20]));
+    out.extend_from_slice(Decimal::new(n).as_bytes());
 }
 
-/// `n` in decimal digits, written into `digits` (no allocation).
-pub(crate) fn decimal(mut n: u64, digits: &mut [u8; 20]) -> &[u8] {
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        // `n % 10` is below 10.
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
+/// A number's decimal digits, kept on the stack: an argument of a request packed by hand
+/// (no allocation, no `format!`).
+#[derive(Clone, Copy)]
+pub(crate) struct Decimal {
+    digits: [u8; 20],
+    start: usize,
+}
+
+impl Decimal {
+    pub(crate) fn new(mut n: u64) -> Decimal {
+        let mut digits = [0; 20];
+        let mut start = digits.len();
+        loop {
+            start -= 1;
+            // `n % 10` is below 10.
+            digits[start] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
         }
+        Decimal { digits, start }
     }
-    &digits[at..]
+
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        &self.digits[self.start..]
+    }
 }
 
 /// The first RESP2 value in `buf` and its length, once it is complete: `Ok(None)` while more

@@ -1,0 +1,33 @@
+//! The holder asking how long its lock has left: the `OWNED_TTL` script.
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+use super::super::Con;
+use super::super::script::run;
+use super::super::{LockKeys, OwnedTtl, decode_owned_ttl};
+use crate::error::Result;
+
+/// Remaining TTL, for the holder only.
+/// KEYS: lock. ARGV: token. Returns the PTTL (`-1` without expiry), `-2` gone, `-3` not ours.
+static OWNED_TTL: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        owner_of!(),
+        "local t = owner_of(KEYS[1])\n",
+        "if t == ARGV[1] then return redis.call('PTTL', KEYS[1]) end\n",
+        "if t == false then return -2 end\n",
+        "return -3\n",
+    ))
+});
+
+/// `OWNED_TTL`: the remaining TTL of a lock we hold.
+pub(crate) fn owned_ttl(con: &mut Con<'_>, keys: &LockKeys, token: &str) -> Result<OwnedTtl> {
+    let r: i64 = run(
+        con,
+        &OWNED_TTL,
+        &[keys.lock.as_bytes()],
+        &[token.as_bytes()],
+    )?;
+    Ok(decode_owned_ttl(r))
+}

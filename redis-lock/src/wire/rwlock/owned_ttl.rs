@@ -1,0 +1,65 @@
+//! How long a read share or the write lock has left, for its holder: the `OWNED_TTL_READ` and
+//! `OWNED_TTL_WRITE` scripts.
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+use super::super::Con;
+use super::super::script::run;
+use super::super::{LockKeys, OwnedTtl, decode_owned_ttl};
+use super::Side;
+use crate::error::Result;
+
+/// Remaining TTL of a read share. KEYS: lock, readers. ARGV: token.
+/// Returns the ms left, `-2` gone, `-3` another type is there.
+static OWNED_TTL_READ: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        clock!(),
+        "local f = redis.pcall('HGET', KEYS[1], 'r:' .. ARGV[1])\n",
+        "if type(f) == 'table' then return -3 end\n",
+        "local s = redis.pcall('ZSCORE', KEYS[2], ARGV[1])\n",
+        "if type(s) == 'table' then return -3 end\n",
+        "if f and s and tonumber(s) > clock() then return tonumber(s) - clock() end\n",
+        "return -2\n",
+    ))
+});
+
+/// Remaining TTL of the write lock. KEYS: lock. ARGV: token.
+/// Returns the PTTL, `-2` gone, `-3` not ours.
+static OWNED_TTL_WRITE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        "local t = redis.pcall('HGET', KEYS[1], 'wtoken')\n",
+        "if type(t) == 'table' then return -3 end\n",
+        "if t == ARGV[1] then return redis.call('PTTL', KEYS[1]) end\n",
+        "if redis.call('EXISTS', KEYS[1]) == 0 then return -2 end\n",
+        "return -3\n",
+    ))
+});
+
+/// `OWNED_TTL_READ` / `OWNED_TTL_WRITE`.
+pub(crate) fn owned_ttl(
+    con: &mut Con<'_>,
+    side: Side,
+    keys: &LockKeys,
+    token: &str,
+) -> Result<OwnedTtl> {
+    let r: i64 = match side {
+        Side::Read => {
+            let readers = keys.readers();
+            run(
+                con,
+                &OWNED_TTL_READ,
+                &[keys.lock.as_bytes(), readers.as_bytes()],
+                &[token.as_bytes()],
+            )?
+        }
+        Side::Write => run(
+            con,
+            &OWNED_TTL_WRITE,
+            &[keys.lock.as_bytes()],
+            &[token.as_bytes()],
+        )?,
+    };
+    Ok(decode_owned_ttl(r))
+}

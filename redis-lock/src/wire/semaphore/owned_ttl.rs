@@ -1,0 +1,35 @@
+//! How long one permit has left, for its holder: the `OWNED_TTL` script.
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+use super::super::Con;
+use super::super::script::run;
+use super::super::{LockKeys, OwnedTtl, decode_owned_ttl};
+use crate::error::Result;
+
+/// The remaining TTL of one permit, for its holder only.
+/// KEYS: permits. ARGV: token. Returns the ms left, `-2` gone, `-3` another type.
+static OWNED_TTL: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        clock!(),
+        "local t = redis.call('TYPE', KEYS[1])['ok']\n",
+        "if t ~= 'none' and t ~= 'zset' then return -3 end\n",
+        "local s = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[1]))\n",
+        "if not s or s <= clock() then return -2 end\n",
+        "return s - clock()\n",
+    ))
+});
+
+/// `OWNED_TTL`: the remaining TTL of one permit.
+pub(crate) fn owned_ttl(con: &mut Con<'_>, keys: &LockKeys, token: &str) -> Result<OwnedTtl> {
+    let r: i64 = run(
+        con,
+        &OWNED_TTL,
+        &[keys.lock.as_bytes()],
+        &[token.as_bytes()],
+    )?;
+    // The script never answers `-1` (no expiry): a permit always has one.
+    Ok(decode_owned_ttl(r))
+}

@@ -5,13 +5,12 @@
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-
 use super::Kind;
 use super::primitive::{Lock, Params};
 use crate::deploy::seam::{AllAtOnce, Grants, Native, Primitive, Redlock};
-use crate::wire::Con;
 use crate::error::Result;
 use crate::options::LockOptions;
+use crate::wire::Con;
 use crate::wire::multi::{self, AllArgs, AllAttempt};
 use crate::wire::mutex as script;
 use crate::wire::{

@@ -68,10 +68,11 @@ impl Params {
 
 /// The table from kind to primitive: the `Kind` enum and, per kind, its word and how it is
 /// made. One row per kind: `Kind = "word" [/ "serde name"] => constructor [, mod module];`,
-/// where the constructor is a `fn(Params) -> Arc<dyn Lock>` and `mod module` declares the
-/// module the primitive is in (once, on the first row of its kinds). A row's attributes
-/// (`#[cfg(test)]`) go to everything the row makes. The serde name is what a serialized
-/// lease handle calls the kind (the word, when none is given).
+/// where the constructor is a `fn(Params) -> Arc<dyn Lock>`, and `mod module` declares the
+/// module the primitive is in, so that a primitive in one file is added by one row (the
+/// library's own primitives declare their modules as usual, where `cargo fmt` finds them). A
+/// row's attributes (`#[cfg(test)]`) go to everything the row makes. The serde name is what a
+/// serialized lease handle calls the kind (the word, when none is given).
 macro_rules! primitives {
     ($(
         $(#[$attr:meta])*

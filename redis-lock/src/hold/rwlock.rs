@@ -7,13 +7,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-
 use super::Kind;
 use super::primitive::{Lock, Nested, Params};
 use crate::deploy::seam::Primitive;
-use crate::wire::Con;
 use crate::error::{Error, Result};
 use crate::options::LockOptions;
+use crate::wire::Con;
 use crate::wire::rwlock::{self as script, Side};
 use crate::wire::{
     Attempt, AttemptArgs, Broken, Holder, LockKeys, OwnedTtl, Release, ReleaseArgs, Renewal,
@@ -166,8 +165,14 @@ mod tests {
     #[test]
     fn a_thread_that_holds_the_name_downgrades_but_never_upgrades() {
         assert!(matches!(nested(Side::Read, Kind::Read, "t"), Nested::Join));
-        assert!(matches!(nested(Side::Write, Kind::Write, "t"), Nested::Join));
-        assert!(matches!(nested(Side::Write, Kind::Read, "t"), Nested::Refuse));
+        assert!(matches!(
+            nested(Side::Write, Kind::Write, "t"),
+            Nested::Join
+        ));
+        assert!(matches!(
+            nested(Side::Write, Kind::Read, "t"),
+            Nested::Refuse
+        ));
         let Nested::Attempt(Some(p)) = nested(Side::Read, Kind::Write, "writer-token") else {
             panic!("a read under a write is a new share");
         };

@@ -6,14 +6,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-
 use super::primitive::{Lock, Params};
 use super::{Inner, Kind};
 use crate::deploy::seam::{Grants, Primitive};
-use crate::wire::Con;
 use crate::error::{Error, Result};
 use crate::options::LockOptions;
 use crate::store::Store;
+use crate::wire::Con;
 use crate::wire::semaphore::{self as script, MAX_PERMITS, Permits};
 use crate::wire::{
     Attempt, AttemptArgs, Broken, Claim, ClaimArgs, Holder, LockKeys, OwnedTtl, Release,

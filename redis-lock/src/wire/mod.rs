@@ -26,7 +26,7 @@ pub(crate) mod mutex;
 mod reply;
 pub(crate) mod resp;
 pub(crate) mod rwlock;
-mod script;
+pub(crate) mod script;
 pub(crate) mod semaphore;
 pub(crate) mod token;
 
@@ -42,9 +42,12 @@ pub(crate) use lua::HANDOFF_GRACE;
 pub(crate) use reply::{
     Attempt, Broken, Claim, Grant, Holder, OwnedTtl, Release, Renewal, parse_grant,
 };
-use reply::{
-    Info, count, decode_attempt_reply, decode_broken, decode_claim, decode_inspect,
-    decode_owned_ttl, decode_release, decode_renew, int, millis, text, uint, unexpected,
+// The shared decoders, for every primitive's typed calls (the test-only primitive that proves
+// the seam, `hold/stash.rs`, is one file outside this layer, and uses them too).
+use reply::{Info, count, int, millis, text, uint, unexpected};
+pub(crate) use reply::{
+    decode_attempt_reply, decode_broken, decode_claim, decode_inspect, decode_owned_ttl,
+    decode_release, decode_renew,
 };
 use resp::Decimal;
 

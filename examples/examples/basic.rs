@@ -23,7 +23,7 @@ fn main() -> redis_lock::Result<()> {
                     guard.fencing_token()
                 );
                 std::thread::sleep(Duration::from_millis(100));
-                guard.ensure_held()?; // still ours: safe to commit
+                guard.check_held()?; // Redis says it is still ours: safe to commit
                 Ok(())
             })
         })

@@ -16,7 +16,7 @@
 //!     // Waits until the lock is free, like `Mutex::lock`.
 //!     let guard = locks.lock("nightly-report")?;
 //!     // ... do the work; the watchdog renews the lock meanwhile ...
-//!     guard.ensure_held()?; // still ours? then commit
+//!     guard.check_held()?; // asks Redis: still ours? then commit
 //!     drop(guard); // released
 //!
 //!     // One attempt only: `None` means somebody else holds it.

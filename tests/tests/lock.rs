@@ -481,6 +481,66 @@ fn busy_and_timeout_errors_carry_the_holder_and_its_remaining_ttl() {
     assert_eq!((bad.holder(), bad.retry_after()), (None, None));
 }
 
+/// `check_held` asks Redis: it reports a lock broken behind the guard's back (an operator's
+/// `force_release`, a `DEL`, a takeover) at once, where the local `ensure_held` still says
+/// held until the watchdog's next renewal, and marks the guard lost.
+#[test]
+fn check_held_asks_redis_and_reports_a_broken_lock_at_once() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let operator = client(&server);
+    // Force release, with the default 30 s TTL: the watchdog would renew only after 10 s.
+    let guard = locks.lock("ledger").unwrap();
+    let left = guard.check_held().unwrap().expect("a ttl");
+    assert!(left > Duration::from_secs(25), "{left:?}");
+    operator.force_release("ledger").unwrap();
+    assert!(
+        guard.ensure_held().is_ok(),
+        "the local check cannot know yet"
+    );
+    let err = guard.check_held().unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Lost {
+                reason: LostReason::Deleted,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(guard.is_lost() && guard.ensure_held().is_err());
+    drop(guard);
+    // A `DEL` and a new owner: taken over.
+    let guard = locks.lock("ledger").unwrap();
+    let _: i64 = redis::cmd("DEL")
+        .arg("lock:{ledger}")
+        .query(&mut server.connection())
+        .unwrap();
+    let _other = operator.lock("ledger").unwrap();
+    let err = guard.check_held().unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Lost {
+                reason: LostReason::TakenOver,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    // A multi-lock: the member broken is named.
+    let both = locks.lock_all(["from", "to"]).unwrap();
+    assert!(both.check_held().unwrap().is_some());
+    operator.force_release("to").unwrap();
+    let err = both.check_held().unwrap_err();
+    assert!(
+        matches!(&err, Error::Lost { key, .. } if key == "to"),
+        "{err:?}"
+    );
+    assert!(both.is_lost());
+}
+
 #[test]
 fn retry_strategies_give_up_as_configured() {
     let server = RedisServer::start();

@@ -183,3 +183,25 @@ pub use redis;
 /// The `r2d2` crate this library pools connections with, re-exported for
 /// [`LockClient::from_pool`] and the source of [`Error::Pool`].
 pub use r2d2;
+
+// `#[distributed_lock]` names this library `::redis_lock` when used inside this package (its
+// doctests, binary and examples link it under that name): this makes the name work in the
+// library itself too (only its unit tests use the attribute so far).
+#[allow(unused_extern_crates)]
+extern crate self as redis_lock;
+
+/// The attribute in this package's doctests, which are crates of their own that link the
+/// library as `redis_lock` (the manifest lookup answers "this package itself" there too).
+///
+/// ```no_run
+/// #[redis_lock::distributed_lock(key = "report:{day}", ttl = 10, wait = "0s")]
+/// fn report(day: u32) -> redis_lock::Result<u32> {
+///     Ok(day)
+/// }
+///
+/// fn main() {
+///     let _ = report(1);
+/// }
+/// ```
+#[cfg(all(doctest, feature = "macros"))]
+pub struct AttributeInDoctests;

@@ -147,17 +147,21 @@ use proc_macro::TokenStream;
 ///   knows the work may have overlapped with another holder.
 /// - **`()` and `Option<T>` functions** (only with `on_busy = "skip"`): they cannot carry
 ///   the error, so it is logged at error level and the value is returned as is. Use
-///   `Result<(), E>` to be told, or check `guard.ensure_held()` in the body.
+///   `Result<(), E>` to be told, or check `guard.check_held()` in the body.
 ///
-/// Finding out costs no round trip: the check is the outcome of the release that ends every
-/// call anyway. To stop before committing side effects, check inside the body:
+/// Finding out at the end costs no round trip: the check is the outcome of the release that
+/// ends every call anyway. But by then the body's side effects are done: an `Err(Lost)` from
+/// the release means "the work may have overlapped with another holder", not "nothing was
+/// committed". To commit only while the lock is held, ask Redis inside the body just before
+/// committing (`check_held`, one round trip; `ensure_held` is the free local check of what
+/// the watchdog last saw), and fence the write with the token:
 ///
 /// ```no_run
 /// # use redis_lock::distributed_lock;
 /// #[distributed_lock(key = "ledger:{account}", ttl = 5, guard = lock)]
 /// fn post(account: u64, amount: i64) -> Result<u64, redis_lock::Error> {
 ///     // ... compute ...
-///     lock.ensure_held()?; // still ours? then commit, fenced by the token
+///     lock.check_held()?; // Redis says it is still ours: commit, fenced by the token
 ///     Ok(lock.fencing_token())
 /// }
 /// ```
@@ -203,8 +207,8 @@ use proc_macro::TokenStream;
 ///
 /// # `guard = name`
 ///
-/// Binds `name: &redis_lock::LockGuard` in the body: check `name.ensure_held()` or
-/// `name.is_lost()` before committing side effects, pass `name.fencing_token()` to the
+/// Binds `name: &redis_lock::LockGuard` in the body: check `name.check_held()` (asks Redis)
+/// or `name.ensure_held()` (local, free) before committing side effects, pass `name.fencing_token()` to the
 /// resource you write to, or `name.extend(..)` for a long step.
 ///
 /// # The crate

@@ -179,20 +179,21 @@ pub(crate) fn wrap(plan: Plan, func: ItemFn) -> TokenStream {
     let function = sig.ident.to_string();
     let function = quote!(::core::concat!(::core::module_path!(), "::", #function));
     let options = options(&plan);
-    let enter = match (plan.skip, plan.permits.is_some(), plan.all.is_some()) {
-        (true, false, false) => quote_spanned!(ret_span=> enter_or_skip),
-        (false, false, false) => quote_spanned!(ret_span=> enter),
-        // `validate` refuses `permits` with `keys`.
-        (true, true, _) => quote_spanned!(ret_span=> enter_permit_or_skip),
-        (false, true, _) => quote_spanned!(ret_span=> enter_permit),
-        (true, false, true) => quote_spanned!(ret_span=> enter_all_or_skip),
-        (false, false, true) => quote_spanned!(ret_span=> enter_all),
+    let enter = if plan.skip {
+        quote_spanned!(ret_span=> enter_or_skip)
+    } else {
+        quote_spanned!(ret_span=> enter)
     };
-    // A semaphore's number of permits goes before the options.
-    let permits = plan.permits.map(|n| {
-        let n = Literal::u32_unsuffixed(n);
-        quote!(#n,)
-    });
+    // What is taken: one lock, a semaphore's permit, or every lock of `keys` (`validate`
+    // refuses `permits` with `keys`).
+    let target = match (plan.permits, plan.all.is_some()) {
+        (Some(n), _) => {
+            let n = Literal::u32_unsuffixed(n);
+            quote!(#krate::__private::Target::Permit(#key, #n))
+        }
+        (None, true) => quote!(#krate::__private::Target::All(#key)),
+        (None, false) => quote!(#krate::__private::Target::Lock(#key)),
+    };
     // With `impl Trait` in it, the type is named with `_` in those places: the rest (an
     // error type that lacks `From<redis_lock::Error>`, say) is still checked on it.
     let named = ret_ty.clone().or_else(|| match &sig.output {
@@ -201,7 +202,7 @@ pub(crate) fn wrap(plan: Plan, func: ItemFn) -> TokenStream {
     });
     let turbofish = named.as_ref().map(|ty| quote_spanned!(ret_span=> ::<#ty>));
     let take = quote! {
-        let #held = match #krate::__private::#enter #turbofish(#client, #key, #permits #options, #function) {
+        let #held = match #krate::__private::#enter #turbofish(#client, #target, #options, #function) {
             ::core::ops::ControlFlow::Continue(#held) => #held,
             ::core::ops::ControlFlow::Break(#ret) => return #ret,
         };

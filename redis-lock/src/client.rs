@@ -3,13 +3,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::builder::Builder;
 use crate::error::{Error, HolderInfo, Result};
 use crate::guard::LockGuard;
-use crate::hold::Inner;
 use crate::hold::acquire::Deadline;
 use crate::hold::lease::ReleaseOutcome;
+use crate::hold::primitive::Params;
 use crate::hold::retry::RetryStrategy;
+use crate::hold::{Inner, Kind};
 use crate::info::LockInfo;
 use crate::options::{LockMode, LockOptions};
 
@@ -59,188 +59,6 @@ impl LockClient {
         LockClient {
             inner: Arc::new(inner),
         }
-    }
-
-    /// A client with default settings for the Redis at `url` (`redis://[user:password@]host[:port][/db]`,
-    /// or `rediss://` for TLS when the `redis` crate's TLS feature is enabled).
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidInput`] for a malformed URL. No connection is made here.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let locks = redis_lock::LockClient::open("redis://127.0.0.1:6379/").unwrap();
-    /// assert!(redis_lock::LockClient::open("not a url").is_err());
-    /// # let _ = locks;
-    /// ```
-    pub fn open(url: &str) -> Result<LockClient> {
-        Builder::from_url(url).build()
-    }
-
-    /// A [`Builder`] to configure a client for `url`.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # fn main() -> redis_lock::Result<()> {
-    /// # let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
-    /// use std::time::Duration;
-    /// let locks = redis_lock::LockClient::builder("redis://127.0.0.1/")
-    ///     .namespace("billing:")
-    ///     .default_ttl(Duration::from_secs(10))
-    ///     .build()?;
-    /// # let _ = locks;
-    /// # Ok(()) }
-    /// ```
-    pub fn builder(url: &str) -> Builder {
-        Builder::from_url(url)
-    }
-
-    /// A [`Builder`] for a client on a Redis Cluster, given some of its nodes (the client
-    /// discovers the rest with `CLUSTER SLOTS`). Feature `cluster`.
-    ///
-    /// Each pooled connection holds a connection to every master and sends each script to the
-    /// master that serves the lock's hash slot; all keys of one lock share that slot (see
-    /// [`namespace`](Builder::namespace)). Redirections while slots move (`MOVED`, `ASK`,
-    /// `TRYAGAIN`) are followed and retried up to 8 times with a short growing pause
-    /// (10–500 ms); a migration that keeps a lock's keys split for longer than that fails the
-    /// call with [`Error::Redis`] (`TRYAGAIN`), which the caller can retry.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # fn main() -> redis_lock::Result<()> {
-    /// let locks = redis_lock::LockClient::cluster_builder([
-    ///     "redis://10.0.0.1:7000/",
-    ///     "redis://10.0.0.2:7000/",
-    /// ])
-    /// .build()?;
-    /// let guard = locks.lock("report")?;
-    /// # drop(guard); Ok(()) }
-    /// ```
-    #[cfg(feature = "cluster")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
-    pub fn cluster_builder<I, S>(nodes: I) -> Builder
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
-        Builder::from_cluster(nodes.into_iter().map(|s| s.as_ref().to_owned()).collect())
-    }
-
-    /// A [`Builder`] for a client on the master that Redis Sentinel knows as `master_name`,
-    /// asking the `sentinels` (URLs, tried in order) where it is.
-    ///
-    /// New connections ask the sentinels and check with `ROLE` that the named server is a
-    /// master. The pool's housekeeping thread asks again every
-    /// [`sentinel_check_interval`](Builder::sentinel_check_interval); after a failover,
-    /// pooled connections to the old master are dropped, so new acquisitions go to the new
-    /// master. A failover can lose locks that were not replicated yet; acquire with
-    /// [`replicas`](crate::LockOptions::replicas) to prevent that (SAFETY.md in the repository
-    /// compares the deployments).
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # fn main() -> redis_lock::Result<()> {
-    /// let locks = redis_lock::LockClient::sentinel_builder(
-    ///     "mymaster",
-    ///     ["redis://10.0.0.1:26379/", "redis://10.0.0.2:26379/", "redis://10.0.0.3:26379/"],
-    /// )
-    /// .master_auth(None, "secret")
-    /// .build()?;
-    /// let guard = locks.options("report").replicas(1, std::time::Duration::from_millis(50)).acquire()?;
-    /// # drop(guard); Ok(()) }
-    /// ```
-    pub fn sentinel_builder<I, S>(master_name: &str, sentinels: I) -> Builder
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
-        Builder::from_sentinels(
-            master_name.to_owned(),
-            sentinels
-                .into_iter()
-                .map(|s| s.as_ref().to_owned())
-                .collect(),
-        )
-    }
-
-    /// A [`Builder`] for a Redlock client: one lock over independent Redis `servers` (not
-    /// replicas of each other; use 3 or 5), held while a majority of them holds it.
-    ///
-    /// An acquisition counts when a majority took the lock within its validity time (the TTL
-    /// minus the time the acquisition took minus a clock drift allowance of 1 % + 2 ms); otherwise
-    /// it is undone on all servers. Release goes to all servers; the watchdog renews on a
-    /// majority and reports the lock lost when it no longer can. When fewer than a majority
-    /// answer at all, calls fail with [`Error::NoQuorum`]. Fencing tokens stay strictly
-    /// increasing as long as no server loses its data (SAFETY.md in the repository says more).
-    /// A waiter registers on every server and is woken by the release on the server where it
-    /// saw the holder; fair waiting ([`RetryStrategy::fair`](crate::RetryStrategy::fair)) is
-    /// refused with [`Error::InvalidInput`], since each server would keep its own queue.
-    /// Each server is tried in turn with the client's `connect_timeout` and `io_timeout`: keep
-    /// them well below the TTL. A call returns once a majority decided; what a slower server
-    /// still owes (say, releasing a lock whose attempt reached it late) is finished in the
-    /// background, and dropping the last handle of the client waits for it, at most twice
-    /// (the longer of `connect_timeout` and `pool_timeout`) + `io_timeout`.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// use std::time::Duration;
-    /// # fn main() -> redis_lock::Result<()> {
-    /// let locks = redis_lock::LockClient::redlock_builder([
-    ///     "redis://10.0.0.1:6379/",
-    ///     "redis://10.0.0.2:6379/",
-    ///     "redis://10.0.0.3:6379/",
-    /// ])
-    /// .connect_timeout(Duration::from_millis(100))
-    /// .io_timeout(Duration::from_millis(100))
-    /// .build()?;
-    /// let guard = locks.lock("report")?;
-    /// # drop(guard); Ok(()) }
-    /// ```
-    pub fn redlock_builder<I, S>(servers: I) -> Builder
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
-        Builder::from_redlock(servers.into_iter().map(|s| s.as_ref().to_owned()).collect())
-    }
-
-    /// A [`Builder`] for a client on an r2d2 pool the application already has. Lock
-    /// operations use that pool as configured (turn its `test_on_check_out` off to save a round
-    /// trip per operation). Waiters block on connections of their own, made from `client`
-    /// (the client the pool was built from), so they never take the pool's connections.
-    pub fn builder_with_pool(pool: r2d2::Pool<redis::Client>, client: redis::Client) -> Builder {
-        Builder::from_pool(pool, client)
-    }
-
-    /// A client with default settings on an existing r2d2 pool (see
-    /// [`builder_with_pool`](Self::builder_with_pool)).
-    ///
-    /// # Errors
-    ///
-    /// Never fails with the default settings; the `Result` is there for symmetry with
-    /// [`open`](Self::open).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// // The crates re-exported by this one: no second dependency to keep in step.
-    /// use redis_lock::{r2d2, redis};
-    ///
-    /// let client = redis::Client::open("redis://127.0.0.1/").unwrap();
-    /// let pool = r2d2::Pool::builder()
-    ///     .test_on_check_out(false)
-    ///     .build_unchecked(client.clone());
-    /// let locks = redis_lock::LockClient::from_pool(pool, client).unwrap();
-    /// # let _ = locks;
-    /// ```
-    pub fn from_pool(pool: r2d2::Pool<redis::Client>, client: redis::Client) -> Result<LockClient> {
-        Builder::from_pool(pool, client).build()
     }
 
     /// The key prefix of this client.
@@ -372,16 +190,16 @@ impl LockClient {
     /// # Ok(()) }
     /// ```
     pub fn try_lock_until(&self, key: &str, deadline: Instant) -> Result<Option<LockGuard>> {
-        let opts = LockOptions::new();
         let deadline = Deadline {
             at: deadline,
             started: Instant::now(),
         };
-        busy_if_held_here(
-            self.inner
-                .acquire(&self.inner.mutex, key, &opts, &deadline)
-                .map(|lease| lease.map(LockGuard::new)),
-        )
+        busy_if_held_here(self.take(
+            Kind::Mutex.make(Params::DEFAULT),
+            key,
+            &LockOptions::new(),
+            &deadline,
+        ))
     }
 
     /// Whether this thread holds `key` through this client: a lock it acquired (and has not
@@ -489,10 +307,24 @@ impl LockClient {
     /// at the end of the wait budget; [`Error::AlreadyHeld`] when this thread does.
     fn acquire_opt(&self, key: &str, opts: &LockOptions) -> Result<Option<LockGuard>> {
         let deadline = Deadline::after(opts.wait.or(self.inner.config.default_wait))?;
-        let primitive = self.primitive(opts.mode);
+        let primitive = Kind::of_mode(opts.mode).make(Params::DEFAULT);
+        self.take(primitive, key, opts, &deadline)
+    }
+
+    /// A guard of `key` held through `primitive` (made from the table of primitives,
+    /// `hold/mod.rs`): what every single-lock acquisition comes to, a mutex or a side of a
+    /// read-write lock (by `mode`), a semaphore's permit, the attribute macro's lock.
+    /// `Ok(None)`: busy until `deadline`.
+    pub(crate) fn take(
+        &self,
+        primitive: Arc<dyn crate::hold::primitive::Lock>,
+        key: &str,
+        opts: &LockOptions,
+        deadline: &Deadline,
+    ) -> Result<Option<LockGuard>> {
         Ok(self
             .inner
-            .acquire(&primitive, key, opts, &deadline)?
+            .acquire(&primitive, key, opts, deadline)?
             .map(LockGuard::new))
     }
 
@@ -517,12 +349,12 @@ impl LockClient {
     /// ```
     pub fn inspect(&self, key: &str) -> Result<Option<LockInfo>> {
         let keys = self.inner.keys(key)?;
-        let holder = match self.inner.deployment.inspect(&self.inner.mutex, &keys) {
+        let deployment = &self.inner.deployment;
+        let holder = match deployment.inspect(&*Kind::Mutex.make(Params::DEFAULT), &keys) {
             // Not a mutex: a read-write lock, perhaps (its own script tells).
-            Err(Error::WrongType { redis_key }) if redis_key == keys.lock => self
-                .inner
-                .deployment
-                .inspect(&self.primitive(Some(LockMode::Read)), &keys)?,
+            Err(Error::WrongType { redis_key }) if redis_key == keys.lock => {
+                deployment.inspect(&*Kind::Read.make(Params::DEFAULT), &keys)?
+            }
             other => other?,
         };
         Ok(holder.map(|h| LockInfo::from_holder(key, h)))
@@ -548,16 +380,12 @@ impl LockClient {
     /// ```
     pub fn force_release(&self, key: &str) -> Result<Option<(String, u32)>> {
         let keys = self.inner.keys(key)?;
-        match self
-            .inner
-            .deployment
-            .force_release(&self.inner.mutex, &keys)
-        {
+        let deployment = &self.inner.deployment;
+        match deployment.force_release(&*Kind::Mutex.make(Params::DEFAULT), &keys) {
             // Not a mutex: a read-write lock, perhaps (its own script tells).
-            Err(Error::WrongType { redis_key }) if redis_key == keys.lock => self
-                .inner
-                .deployment
-                .force_release(&self.primitive(Some(LockMode::Write)), &keys),
+            Err(Error::WrongType { redis_key }) if redis_key == keys.lock => {
+                deployment.force_release(&*Kind::Write.make(Params::DEFAULT), &keys)
+            }
             other => other,
         }
     }

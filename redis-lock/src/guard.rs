@@ -347,7 +347,7 @@ impl LockGuard {
     /// ```
     pub fn release_after(mut self, cooldown: Duration) -> Result<ReleaseOutcome> {
         validate_cooldown(cooldown)?;
-        self.lease.check_cooldown()?;
+        self.lease.check_cooldown(cooldown)?;
         self.live = false;
         if self.lease.drop_hold() {
             self.lease.release_after(cooldown)

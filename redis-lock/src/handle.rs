@@ -3,64 +3,20 @@
 //! for environment variables and, behind the `serde` feature, any serde format.
 
 use std::str::FromStr;
-use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::client::LockClient;
-use crate::deploy::seam::Primitive;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
-use crate::hold::semaphore as sem;
-use crate::options::LockMode;
+use crate::hold::Kind;
+use crate::hold::primitive::Params;
+use crate::hold::resume::Resumed;
 use crate::options::MAX_TTL;
 use crate::wire::keys::{MAX_KEY_LEN, MAX_NAMESPACE_LEN};
 use crate::wire::token::is_token;
 
 /// What starts the text form (`to_string_secret`), with its version.
 const TEXT_PREFIX: &str = "redis-lock-handle:v1:";
-
-/// What a handle holds, so that it is resumed through the primitive that took it.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[cfg_attr(
-    feature = "serde",
-    derive(serde::Serialize, serde::Deserialize),
-    serde(rename_all = "lowercase")
-)]
-enum HoldKind {
-    /// A mutex lock (and every handle made before handles carried their kind).
-    #[default]
-    Mutex,
-    /// A read share of a read-write lock.
-    Read,
-    /// The write lock of a read-write lock.
-    Write,
-    /// A permit of a semaphore.
-    Permit,
-}
-
-impl HoldKind {
-    const ALL: [HoldKind; 4] = [
-        HoldKind::Mutex,
-        HoldKind::Read,
-        HoldKind::Write,
-        HoldKind::Permit,
-    ];
-
-    /// Its word: the kind of the primitive that holds it (`Primitive::kind`, as in metrics
-    /// and spans), which is also how the text form spells it.
-    fn word(self) -> &'static str {
-        match self {
-            HoldKind::Mutex => "mutex",
-            HoldKind::Read => "read",
-            HoldKind::Write => "write",
-            HoldKind::Permit => "semaphore",
-        }
-    }
-
-    fn from_word(word: &str) -> Option<HoldKind> {
-        HoldKind::ALL.into_iter().find(|k| k.word() == word)
-    }
-}
 
 /// A held lock as a value: its name and namespace, the owner token, the fencing token, the
 /// TTL it is renewed to and when it expires unless renewed. Made by
@@ -95,9 +51,11 @@ pub struct LeaseHandle {
     fencing_token: u64,
     ttl_ms: u64,
     expires_unix_ms: u64,
-    /// Absent from handles made before handles carried their kind: those are all mutexes.
-    #[cfg_attr(feature = "serde", serde(default))]
-    kind: HoldKind,
+    /// What it holds, so that it is resumed through the primitive that took it (the table in
+    /// `hold/mod.rs`). Absent from handles made before handles carried their kind: those are
+    /// all mutexes.
+    #[cfg_attr(feature = "serde", serde(default = "Kind::unnamed"))]
+    kind: Kind,
 }
 
 impl std::fmt::Debug for LeaseHandle {
@@ -248,7 +206,7 @@ impl LeaseHandle {
             self.ttl_ms,
             self.expires_unix_ms
         );
-        if self.kind != HoldKind::Mutex {
+        if self.kind != Kind::unnamed() {
             text.push(':');
             text.push_str(self.kind.word());
         }
@@ -292,8 +250,8 @@ impl FromStr for LeaseHandle {
         let rest = s.trim().strip_prefix(TEXT_PREFIX).ok_or_else(malformed)?;
         let parts: Vec<&str> = rest.split(':').collect();
         let (kind, parts) = match parts[..] {
-            [.., kind] if parts.len() == 7 => (HoldKind::from_word(kind), &parts[..6]),
-            _ => (Some(HoldKind::Mutex), &parts[..]),
+            [.., kind] if parts.len() == 7 => (Kind::from_word(kind), &parts[..6]),
+            _ => (Some(Kind::unnamed()), &parts[..]),
         };
         let (Some(kind), &[namespace, name, token, fence, ttl, expires]) = (kind, parts) else {
             return Err(malformed());
@@ -359,8 +317,7 @@ impl LockGuard {
             expires_unix_ms: expires
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
-            // Every primitive's kind is one of these (`every_primitive_kind_is_a_hold_kind`).
-            kind: HoldKind::from_word(lease.kind()).unwrap_or_default(),
+            kind: lease.kind(),
         }
     }
 
@@ -453,23 +410,17 @@ impl LockClient {
                 ),
             ));
         }
-        // The primitive that took it; only a lock with one holder (a mutex, a write lock) has
-        // a fencing token of its holder's to compare with the handle's.
-        let (primitive, check_fence): (Arc<dyn Primitive>, bool) = match handle.kind {
-            HoldKind::Mutex => (self.primitive(None), true),
-            HoldKind::Read => (self.primitive(Some(LockMode::Read)), false),
-            HoldKind::Write => (self.primitive(Some(LockMode::Write)), true),
-            // The limit is only stored by an acquisition; a resumed permit never attempts.
-            HoldKind::Permit => (Arc::new(sem::Semaphore { permits: 1 }), false),
-        };
+        // Resumed through the primitive that took it (the table in `hold/mod.rs`).
+        let primitive = handle.kind.make(Params::DEFAULT);
         let lease = self.inner.resume(
             &primitive,
-            &handle.name,
-            handle.token(),
-            handle.fencing_token,
-            handle.ttl(),
-            watchdog,
-            check_fence,
+            &Resumed {
+                name: &handle.name,
+                token: handle.token(),
+                fence: handle.fencing_token,
+                ttl: handle.ttl(),
+                watchdog,
+            },
         )?;
         Ok(LockGuard::new(lease))
     }
@@ -487,26 +438,7 @@ mod tests {
             fencing_token: 42,
             ttl_ms: 30_000,
             expires_unix_ms: 1_700_000_000_000,
-            kind: HoldKind::Mutex,
-        }
-    }
-
-    #[test]
-    fn every_primitive_kind_is_a_hold_kind() {
-        let primitives: [(Arc<dyn Primitive>, HoldKind); 4] = [
-            (Arc::new(crate::hold::mutex::Mutex), HoldKind::Mutex),
-            (
-                Arc::new(crate::hold::rwlock::RwLock::read()),
-                HoldKind::Read,
-            ),
-            (
-                Arc::new(crate::hold::rwlock::RwLock::write()),
-                HoldKind::Write,
-            ),
-            (Arc::new(sem::Semaphore { permits: 1 }), HoldKind::Permit),
-        ];
-        for (primitive, kind) in primitives {
-            assert_eq!(HoldKind::from_word(primitive.kind()), Some(kind));
+            kind: Kind::Mutex,
         }
     }
 
@@ -518,12 +450,7 @@ mod tests {
             mutex.strip_prefix(TEXT_PREFIX).unwrap().split(':').count(),
             6
         );
-        for kind in [
-            HoldKind::Mutex,
-            HoldKind::Read,
-            HoldKind::Write,
-            HoldKind::Permit,
-        ] {
+        for &kind in Kind::ALL {
             let h = LeaseHandle { kind, ..handle() };
             let back: LeaseHandle = h.to_string_secret().parse().unwrap();
             assert_eq!(back, h);

@@ -43,6 +43,43 @@ pub(crate) fn validate_ttl(ttl: Duration) -> crate::error::Result<()> {
     Ok(())
 }
 
+/// The limits every acquisition's options are held to, whatever the primitive (what a
+/// primitive cannot honour at all is its own check, `hold::primitive::Lock::check`): the TTL,
+/// the minimum hold, the cool-down, the replica acknowledgement's timeout, the metadata's
+/// length. Nothing is sent for bad input.
+pub(crate) fn validate(ttl: Duration, opts: &LockOptions) -> crate::error::Result<()> {
+    use crate::error::Error;
+    validate_ttl(ttl)?;
+    if opts.hold_at_least > MAX_TTL {
+        return Err(Error::invalid(
+            "hold_at_least",
+            format!("longer than {MAX_TTL:?}"),
+        ));
+    }
+    if let Some(cooldown) = opts.cooldown {
+        validate_cooldown(cooldown)?;
+    }
+    if let Some(ack) = opts.replicas
+        && ack.timeout > MAX_TTL
+    {
+        return Err(Error::invalid(
+            "replicas",
+            format!("the acknowledgement timeout is longer than {MAX_TTL:?}"),
+        ));
+    }
+    if opts
+        .metadata
+        .as_ref()
+        .is_some_and(|m| m.len() > MAX_METADATA_LEN)
+    {
+        return Err(Error::invalid(
+            "metadata",
+            format!("longer than {MAX_METADATA_LEN} bytes"),
+        ));
+    }
+    Ok(())
+}
+
 /// What a loss callback is told.
 #[derive(Debug, Clone)]
 #[non_exhaustive]

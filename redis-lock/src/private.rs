@@ -4,7 +4,7 @@
 //! The expansion of a locked function is, in outline:
 //!
 //! ```text
-//! let held = match enter(client, key, options, "path::to::function") {
+//! let held = match enter(client, Target::Lock(key), options, "path::to::function") {
 //!     Continue(held) => held,      // the lock is ours (or joined, when re-entered)
 //!     Break(ret) => return ret,    // Err(lock error) / skipped
 //! };
@@ -160,17 +160,69 @@ fn found_gone(lease: &Lease) -> LostReason {
     lease.lost_reason().unwrap_or(LostReason::Expired)
 }
 
-/// Takes the lock for a function whose lock failures go through its `Result`.
+/// What a locked function takes: the attribute's `key` (one lock; its mode, `mode = "read"`,
+/// is in the options), `key` with `permits = N` (a permit of that semaphore), or `keys` (every
+/// lock together).
+#[derive(Debug, Clone, Copy)]
+pub enum Target<'a> {
+    Lock(&'a str),
+    Permit(&'a str, u32),
+    All(&'a [&'a str]),
+}
+
+impl Target<'_> {
+    /// The options the expansion's come to: a single lock or permit is reentrant (a locked
+    /// function may call itself, or another of the same lock); a multi-lock is not.
+    fn options(self, options: LockOptions, function: &'static str) -> LockOptions {
+        let options = options.metadata(function);
+        match self {
+            Target::Lock(_) | Target::Permit(..) => options.reentrant(true),
+            Target::All(_) => options,
+        }
+    }
+
+    /// Takes it, waiting as the options say: busy until the end of the wait is an error (with
+    /// its holder), as the client's waiting calls report it. A lock's primitive comes from the
+    /// table of primitives by its mode (`LockClient::acquire_with`), a permit's from its
+    /// semaphore.
+    fn acquire(self, client: &LockClient, options: &LockOptions) -> Result<Holding> {
+        Ok(match self {
+            Target::Lock(key) => Holding::One(client.acquire_with(key, options)?),
+            Target::Permit(key, permits) => {
+                Holding::One(client.semaphore(key, permits)?.acquire_with(options)?)
+            }
+            Target::All(keys) => Holding::All(client.acquire_all_with(keys, options)?),
+        })
+    }
+
+    /// Takes it if it is free within the wait: `Ok(None)` when busy until its end (also when
+    /// this thread holds it already and may not join it), as the client's `try_` calls
+    /// answer.
+    fn try_acquire(self, client: &LockClient, options: &LockOptions) -> Result<Option<Holding>> {
+        Ok(match self {
+            Target::Lock(key) => client.try_acquire_with(key, options)?.map(Holding::One),
+            Target::Permit(key, permits) => client
+                .semaphore(key, permits)?
+                .try_acquire_with(options)?
+                .map(Holding::One),
+            Target::All(keys) => client
+                .try_acquire_all_with(keys, options)?
+                .map(Holding::All),
+        })
+    }
+}
+
+/// Takes the lock(s) for a function whose lock failures go through its `Result`.
 pub fn enter<R: Fallible>(
     client: Result<&LockClient>,
-    key: &str,
+    target: Target<'_>,
     options: LockOptions,
     function: &'static str,
 ) -> ControlFlow<R, Held<R>> {
-    let options = options.reentrant(true).metadata(function);
-    match client.and_then(|client| client.acquire_with(key, &options)) {
+    let options = target.options(options, function);
+    match client.and_then(|client| target.acquire(client, &options)) {
         Ok(guard) => ControlFlow::Continue(Held {
-            guard: Holding::One(guard),
+            guard,
             lost: |ret, error, _| R::lost(ret, error),
             function,
         }),
@@ -178,122 +230,36 @@ pub fn enter<R: Fallible>(
     }
 }
 
-/// [`enter`] for `keys = [...]`: every lock together (a multi-lock is not reentrant).
-pub fn enter_all<R: Fallible>(
-    client: Result<&LockClient>,
-    keys: &[&str],
-    options: LockOptions,
-    function: &'static str,
-) -> ControlFlow<R, Held<R>> {
-    let options = options.metadata(function);
-    match client.and_then(|client| client.acquire_all_with(keys, &options)) {
-        Ok(guard) => ControlFlow::Continue(Held {
-            guard: Holding::All(guard),
-            lost: |ret, error, _| R::lost(ret, error),
-            function,
-        }),
-        Err(error) => ControlFlow::Break(R::lock_failed(error)),
-    }
-}
-
-/// [`enter_or_skip`] for `keys = [...]`.
-pub fn enter_all_or_skip<R: Skippable>(
-    client: Result<&LockClient>,
-    keys: &[&str],
-    options: LockOptions,
-    function: &'static str,
-) -> ControlFlow<R, Held<R>> {
-    let mut options = options.metadata(function);
-    if options.wait.is_none() {
-        options = options.wait(Duration::ZERO);
-    }
-    match client.and_then(|client| client.try_acquire_all_with(keys, &options)) {
-        Ok(Some(guard)) => ControlFlow::Continue(Held {
-            guard: Holding::All(guard),
-            lost: R::lost,
-            function,
-        }),
-        Ok(None) => {
-            tracing::info!(target: "redis_lock", keys = %keys.join(","), function, "call skipped: a lock is busy");
-            ControlFlow::Break(R::skipped())
-        }
-        Err(error) => ControlFlow::Break(R::lock_failed(error, function)),
-    }
-}
-
-/// Takes the lock for an `on_busy = "skip"` function: a busy lock skips the call. Without an
+/// Takes the lock(s) for an `on_busy = "skip"` function: busy skips the call. Without an
 /// explicit `wait`, one attempt is made.
 pub fn enter_or_skip<R: Skippable>(
     client: Result<&LockClient>,
-    key: &str,
+    target: Target<'_>,
     options: LockOptions,
     function: &'static str,
 ) -> ControlFlow<R, Held<R>> {
-    let mut options = options.reentrant(true).metadata(function);
+    let mut options = target.options(options, function);
     if options.wait.is_none() {
         options = options.wait(Duration::ZERO);
     }
-    match client.and_then(|client| client.try_acquire_with(key, &options)) {
+    match client.and_then(|client| target.try_acquire(client, &options)) {
         Ok(Some(guard)) => ControlFlow::Continue(Held {
-            guard: Holding::One(guard),
+            guard,
             lost: R::lost,
             function,
         }),
         Ok(None) => {
-            tracing::info!(target: "redis_lock", key, function, "call skipped: the lock is busy");
-            ControlFlow::Break(R::skipped())
-        }
-        Err(error) => ControlFlow::Break(R::lock_failed(error, function)),
-    }
-}
-
-/// Takes a permit of the semaphore `key` of `permits` permits (`permits = N`), for a
-/// function whose failures go through its `Result`; otherwise as [`enter`].
-pub fn enter_permit<R: Fallible>(
-    client: Result<&LockClient>,
-    key: &str,
-    permits: u32,
-    options: LockOptions,
-    function: &'static str,
-) -> ControlFlow<R, Held<R>> {
-    let options = options.reentrant(true).metadata(function);
-    let taken = client
-        .and_then(|client| client.semaphore(key, permits))
-        .and_then(|semaphore| semaphore.acquire_with(&options));
-    match taken {
-        Ok(guard) => ControlFlow::Continue(Held {
-            guard: Holding::One(guard),
-            lost: |ret, error, _| R::lost(ret, error),
-            function,
-        }),
-        Err(error) => ControlFlow::Break(R::lock_failed(error)),
-    }
-}
-
-/// Takes a permit for an `on_busy = "skip"` function with `permits = N`: no permit free skips
-/// the call. Without an explicit `wait`, one attempt is made.
-pub fn enter_permit_or_skip<R: Skippable>(
-    client: Result<&LockClient>,
-    key: &str,
-    permits: u32,
-    options: LockOptions,
-    function: &'static str,
-) -> ControlFlow<R, Held<R>> {
-    let mut options = options.reentrant(true).metadata(function);
-    if options.wait.is_none() {
-        options = options.wait(Duration::ZERO);
-    }
-    let taken = client
-        .and_then(|client| client.semaphore(key, permits))
-        .and_then(|semaphore| semaphore.try_acquire_with(&options));
-    match taken {
-        Ok(Some(guard)) => ControlFlow::Continue(Held {
-            guard: Holding::One(guard),
-            lost: R::lost,
-            function,
-        }),
-        Ok(None) => {
-            tracing::info!(target: "redis_lock", key, function, "call skipped: no permit is free");
+            match target {
+                Target::Lock(key) => {
+                    tracing::info!(target: "redis_lock", key, function, "call skipped: the lock is busy");
+                }
+                Target::Permit(key, _) => {
+                    tracing::info!(target: "redis_lock", key, function, "call skipped: no permit is free");
+                }
+                Target::All(keys) => {
+                    tracing::info!(target: "redis_lock", keys = %keys.join(","), function, "call skipped: a lock is busy");
+                }
+            }
             ControlFlow::Break(R::skipped())
         }
         Err(error) => ControlFlow::Break(R::lock_failed(error, function)),

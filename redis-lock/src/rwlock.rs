@@ -1,28 +1,16 @@
 //! The read-write lock's public calls: `read_lock` / `write_lock` and their `try_` family on
 //! `LockClient`, returning the same `LockGuard` as the mutex (a guard is a lease, whatever
-//! the primitive).
+//! the primitive). Each is an acquisition with a `LockMode`, which picks the side from the
+//! table of primitives (`Kind::of_mode`).
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::client::LockClient;
-use crate::deploy::seam::Primitive;
 use crate::error::Result;
 use crate::guard::LockGuard;
-use crate::hold::rwlock::RwLock;
 use crate::options::{LockMode, LockOptions};
 
 impl LockClient {
-    /// The primitive an acquisition with `mode` uses: the mutex, or a side of the read-write
-    /// lock.
-    pub(crate) fn primitive(&self, mode: Option<LockMode>) -> Arc<dyn Primitive> {
-        match mode {
-            None => Arc::clone(&self.inner.mutex),
-            Some(LockMode::Read) => Arc::new(RwLock::read()),
-            Some(LockMode::Write) => Arc::new(RwLock::write()),
-        }
-    }
-
     /// Takes a read share of the read-write lock `key`, waiting until no writer holds it or
     /// waits for it (or up to the client's [`default_wait`](crate::Builder::default_wait)).
     ///

@@ -5,11 +5,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::client::{LockClient, busy_if_held_here, not_acquired};
-use crate::deploy::seam::Primitive;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
+use crate::hold::Kind;
 use crate::hold::acquire::Deadline;
-use crate::hold::semaphore::{self as sem, validate_permits};
+use crate::hold::primitive::{Lock, Params};
+use crate::hold::semaphore::validate_permits;
 use crate::options::LockOptions;
 use crate::wire::LockKeys;
 
@@ -59,7 +60,8 @@ pub struct Semaphore {
     name: String,
     keys: LockKeys,
     permits: u32,
-    primitive: Arc<dyn Primitive>,
+    /// The semaphore's primitive, from the table of primitives (`hold/mod.rs`).
+    primitive: Arc<dyn Lock>,
 }
 
 impl std::fmt::Debug for Semaphore {
@@ -93,13 +95,13 @@ impl LockClient {
     pub fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
         let keys = self.inner.keys(name)?;
         validate_permits(permits)?;
-        self.inner.check_semaphore(None)?;
+        self.inner.semaphore_store()?;
         Ok(Semaphore {
             client: self.clone(),
             name: name.to_owned(),
             keys,
             permits,
-            primitive: Arc::new(sem::Semaphore { permits }),
+            primitive: Kind::Semaphore.make(Params { permits }),
         })
     }
 }
@@ -125,7 +127,7 @@ impl LockClient {
     /// # Ok(()) }
     /// ```
     pub fn list_semaphores(&self, pattern: &str) -> Result<Vec<SemaphoreInfo>> {
-        if self.inner.check_semaphore(None).is_err() {
+        if self.inner.semaphore_store().is_err() {
             return Ok(Vec::new());
         }
         let namespace = &self.inner.config.namespace;
@@ -329,12 +331,9 @@ impl Semaphore {
     /// Both families' acquisition: [`Error::AlreadyHeld`] when this thread holds the permit
     /// it would join (see `client::busy_if_held_here`).
     fn acquire_opt(&self, opts: &LockOptions) -> Result<Option<LockGuard>> {
-        let inner = &self.client.inner;
-        inner.check_semaphore(Some(opts))?;
-        let deadline = Deadline::after(opts.wait.or(inner.config.default_wait))?;
-        Ok(inner
-            .acquire(&self.primitive, &self.name, opts, &deadline)?
-            .map(LockGuard::new))
+        let deadline = Deadline::after(opts.wait.or(self.client.inner.config.default_wait))?;
+        self.client
+            .take(Arc::clone(&self.primitive), &self.name, opts, &deadline)
     }
 
     /// The limit in force: the one stored in Redis, or [`permits`](Self::permits) when none
@@ -455,7 +454,7 @@ impl Semaphore {
         self.client
             .inner
             .deployment
-            .force_release(&self.primitive, &self.keys)
+            .force_release(&*self.primitive, &self.keys)
     }
 }
 

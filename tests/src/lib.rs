@@ -111,6 +111,87 @@ pub fn stored_fence(redis: &mut redis::Connection, key: &str) -> Option<u64> {
     })
 }
 
+/// `ZCARD key` on `server`: how many waiters are registered in `key:waiters`, queued in
+/// `key:queue`, ...
+pub fn zcard(server: &RedisServer, key: &str) -> usize {
+    redis::cmd("ZCARD")
+        .arg(key)
+        .query(&mut server.connection())
+        .unwrap()
+}
+
+/// `PTTL key`: the key's remaining TTL in ms (`-1` without expiry, `-2` absent).
+pub fn pttl(redis: &mut redis::Connection, key: &str) -> i64 {
+    redis::cmd("PTTL").arg(key).query(redis).unwrap()
+}
+
+/// Clients blocked in a command on `server` (`INFO clients`): waiters in `BLPOP`.
+pub fn blocked_clients(server: &RedisServer) -> u64 {
+    server
+        .info_field("clients", "blocked_clients")
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// Sends the command `args` to `server` as its default (administrative) user.
+pub fn admin(server: &RedisServer, args: &[&str]) -> redis::Value {
+    let mut c = redis::cmd(args[0]);
+    for a in &args[1..] {
+        c.arg(*a);
+    }
+    c.query(&mut server.connection()).unwrap()
+}
+
+/// The URL of the user [`acl_user`] makes.
+pub fn acl_url(server: &RedisServer) -> String {
+    format!("redis://locker:locker-pass@127.0.0.1:{}/", server.port())
+}
+
+/// Makes (again) the user `locker` (password `locker-pass`, see [`acl_url`]), allowed the keys
+/// `lock:*` and exactly `commands`; then a cold script cache (so `SCRIPT LOAD` is needed), no
+/// keys (a script stopped half-way by a missing permission keeps what it wrote, say a lock
+/// without TTL) and an empty ACL log.
+pub fn acl_user(server: &RedisServer, commands: &[&str]) {
+    admin(server, &["ACL", "DELUSER", "locker"]);
+    let plus: Vec<String> = commands.iter().map(|c| format!("+{c}")).collect();
+    let mut args = vec![
+        "ACL",
+        "SETUSER",
+        "locker",
+        "on",
+        ">locker-pass",
+        "resetkeys",
+        "~lock:*",
+        "resetchannels",
+        "-@all",
+    ];
+    args.extend(plus.iter().map(String::as_str));
+    admin(server, &args);
+    admin(server, &["SCRIPT", "FLUSH"]);
+    admin(server, &["FLUSHALL"]);
+    admin(server, &["ACL", "LOG", "RESET"]);
+}
+
+/// The commands denied (to any user) since the last `ACL LOG RESET`.
+pub fn acl_denied(server: &RedisServer) -> std::collections::HashSet<String> {
+    let log: Vec<Vec<redis::Value>> = redis::cmd("ACL")
+        .arg("LOG")
+        .query(&mut server.connection())
+        .unwrap();
+    let text = |v: &redis::Value| match v {
+        redis::Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+        redis::Value::SimpleString(s) => s.clone(),
+        _ => String::new(),
+    };
+    log.iter()
+        .filter_map(|entry| {
+            let i = entry.iter().position(|v| text(v) == "object")?;
+            Some(text(&entry[i + 1]))
+        })
+        .collect()
+}
+
 /// Per-command call counts (`INFO commandstats`) since the last [`reset_stats`], without the
 /// `INFO` and `CONFIG` calls that read and reset them.
 pub fn command_counts(redis: &mut redis::Connection) -> std::collections::BTreeMap<String, u64> {

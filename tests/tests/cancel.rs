@@ -8,22 +8,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use redis_lock::{CancelToken, Error, LockClient, LockGuard, LockOptions, Result, RetryStrategy};
-use redis_lock_tests::{RedisServer, client, holds, wait_until};
-
-fn zcard(server: &RedisServer, key: &str) -> usize {
-    redis::cmd("ZCARD")
-        .arg(key)
-        .query(&mut server.connection())
-        .unwrap()
-}
-
-fn blocked_clients(server: &RedisServer) -> u64 {
-    server
-        .info_field("clients", "blocked_clients")
-        .unwrap()
-        .parse()
-        .unwrap()
-}
+use redis_lock_tests::{RedisServer, blocked_clients, client, holds, wait_until, zcard};
 
 /// A thread acquiring `name` with `opts`; it sends the instant it returned with the result.
 fn waiter(

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use redis_lock::testing::TlsRedisServer;
 use redis_lock::{LockClient, ReleaseOutcome};
-use redis_lock_tests::{RedisServer, client, free_port, signal, wait_until};
+use redis_lock_tests::{RedisServer, client, free_port, pttl, signal, wait_until};
 use serde_json::Value;
 
 /// Exit codes documented in `redis-lock --help`.
@@ -1422,13 +1422,6 @@ fn run_with_permits_status_and_list_show_the_semaphore() {
 // ---------------------------------------------------------------------------------------
 // Lease handles: `run` passes one to its command; `extend --handle`, `release --handle`
 
-fn pttl(server: &RedisServer, key: &str) -> i64 {
-    redis::cmd("PTTL")
-        .arg(format!("lock:{{{key}}}"))
-        .query(&mut server.connection())
-        .unwrap()
-}
-
 /// The test process holds the lock and hands its handle to a second process (the tool),
 /// which extends and then releases it; the first guard then finds the lock no longer its own.
 #[test]
@@ -1446,7 +1439,10 @@ fn a_handle_passed_to_another_process_extends_and_releases_the_lock() {
     let done = finish(tool(&server).args(["extend", "--handle", &handle, "--ttl", "10m"]));
     assert_eq!(done.code, 0, "{done:?}");
     assert!(!done.stdout.contains(guard.token()), "{done:?}");
-    assert!(pttl(&server, "handed") > 120_000, "extended to 10 minutes");
+    assert!(
+        pttl(&mut server.connection(), "lock:{handed}") > 120_000,
+        "extended to 10 minutes"
+    );
     assert!(held(&locks, "handed"));
 
     let done = finish(tool(&server).args(["release", "--handle", &handle, "--json"]));

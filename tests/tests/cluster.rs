@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use redis_lock::testing::RedisCluster;
 use redis_lock::{Error, LockClient, ReleaseOutcome};
-use redis_lock_tests::{cluster_client, wait_until};
+use redis_lock_tests::{cluster_client, wait_until, zcard};
 
 /// The Redis keys of lock `name` under the default namespace (as ARCHITECTURE.md lays out).
 fn redis_keys(name: &str) -> [String; 3] {
@@ -301,13 +301,6 @@ fn lock_survives_a_slot_migration() {
         "the fence counter moved along"
     );
     assert!(exists(&cluster.nodes()[target], &lock));
-}
-
-fn zcard(node: &redis_lock::testing::RedisServer, key: &str) -> usize {
-    redis::cmd("ZCARD")
-        .arg(key)
-        .query(&mut node.connection())
-        .unwrap()
 }
 
 /// Fair mode on a cluster: each fair waiter blocks on its own wake-up list

@@ -8,16 +8,12 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 use redis_lock::{LockClient, LockOptions, ReleaseOutcome, RetryStrategy};
-use redis_lock_tests::{RedisServer, client, read_line_starting, signal, spawn_holder, wait_until};
+use redis_lock_tests::{
+    RedisServer, blocked_clients, client, read_line_starting, signal, spawn_holder, wait_until,
+    zcard,
+};
 
 const HOLDER: &str = env!("CARGO_BIN_EXE_lock-holder");
-
-fn zcard(server: &RedisServer, key: &str) -> usize {
-    redis::cmd("ZCARD")
-        .arg(key)
-        .query(&mut server.connection())
-        .unwrap()
-}
 
 /// Waits until `n` waiters of lock `name` are registered (in the fair queue with `fair`).
 fn await_waiters(server: &RedisServer, name: &str, n: usize, fair: bool) {
@@ -44,14 +40,6 @@ fn keys(server: &RedisServer) -> Vec<String> {
 
 fn blpop_calls(server: &RedisServer) -> u64 {
     server.command_calls("blpop").unwrap()
-}
-
-fn blocked_clients(server: &RedisServer) -> u64 {
-    server
-        .info_field("clients", "blocked_clients")
-        .unwrap()
-        .parse()
-        .unwrap()
 }
 
 #[test]

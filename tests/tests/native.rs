@@ -8,16 +8,12 @@ use std::time::Duration;
 
 use redis_lock::{LockOptions, ReleaseOutcome};
 use redis_lock_tests::{
-    RedisServer, client, command_counts, has_delifeq, reset_stats, stored_fence, stored_token,
-    wait_until,
+    RedisServer, client, command_counts, has_delifeq, pttl, reset_stats, stored_fence,
+    stored_token, wait_until,
 };
 
 fn key_type(redis: &mut redis::Connection, key: &str) -> String {
     redis::cmd("TYPE").arg(key).query(redis).unwrap()
-}
-
-fn pttl(redis: &mut redis::Connection, key: &str) -> i64 {
-    redis::cmd("PTTL").arg(key).query(redis).unwrap()
 }
 
 #[test]

@@ -6,7 +6,9 @@ use std::sync::{LazyLock, Mutex};
 use std::time::Duration;
 
 use redis_lock::{Error, LockClient, LostReason, ReleaseOutcome};
-use redis_lock_tests::{RedisServer, client, client_for, wait_until};
+use redis_lock_tests::{
+    RedisServer, acl_denied, acl_url, acl_user, admin, client, client_for, wait_until,
+};
 
 // --- owner tokens ---------------------------------------------------------------------------
 
@@ -94,49 +96,6 @@ fn a_client_with_a_stale_token_cannot_renew_or_release_the_current_lock() {
 
 /// The minimal rule's commands (one list, in the test library).
 const COMMANDS: &[&str] = redis_lock_tests::LOCK_ACL_COMMANDS;
-
-fn acl_rule(commands: &[&str]) -> Vec<String> {
-    let mut rule: Vec<String> = [
-        "on",
-        ">locker-pass",
-        "resetkeys",
-        "~lock:*",
-        "resetchannels",
-        "-@all",
-    ]
-    .iter()
-    .map(|s| (*s).to_owned())
-    .collect();
-    rule.extend(commands.iter().map(|c| format!("+{c}")));
-    rule
-}
-
-fn admin(server: &RedisServer, args: &[&str]) -> redis::Value {
-    let mut c = redis::cmd(args[0]);
-    for a in &args[1..] {
-        c.arg(*a);
-    }
-    c.query(&mut server.connection()).unwrap()
-}
-
-/// Commands denied to `locker` since the last `ACL LOG RESET`.
-fn denied(server: &RedisServer) -> HashSet<String> {
-    let log: Vec<Vec<redis::Value>> = redis::cmd("ACL")
-        .arg("LOG")
-        .query(&mut server.connection())
-        .unwrap();
-    let text = |v: &redis::Value| match v {
-        redis::Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-        redis::Value::SimpleString(s) => s.clone(),
-        _ => String::new(),
-    };
-    log.iter()
-        .filter_map(|entry| {
-            let i = entry.iter().position(|v| text(v) == "object")?;
-            Some(text(&entry[i + 1]))
-        })
-        .collect()
-}
 
 /// Every operation of the library once: ping, acquire, extend, remaining TTL, inspect, a
 /// waiter woken by the release (BLPOP; a fair waiter) and an attempt on the lock handed to
@@ -266,19 +225,8 @@ fn workload(server: &RedisServer, url: &str) -> redis_lock::Result<()> {
 #[test]
 fn minimal_acl_rule_is_enough_and_every_command_in_it_is_needed() {
     let server = RedisServer::start();
-    let url = format!("redis://locker:locker-pass@127.0.0.1:{}/", server.port());
-    let setuser = |commands: &[&str]| {
-        admin(&server, &["ACL", "DELUSER", "locker"]);
-        let rule = acl_rule(commands);
-        let mut args = vec!["ACL", "SETUSER", "locker"];
-        args.extend(rule.iter().map(String::as_str));
-        admin(&server, &args);
-        // A cold script cache (so SCRIPT LOAD is needed) and no leftovers: a script stopped
-        // half-way by a missing permission keeps what it wrote (say, a lock without TTL).
-        admin(&server, &["SCRIPT", "FLUSH"]);
-        admin(&server, &["FLUSHALL"]);
-        admin(&server, &["ACL", "LOG", "RESET"]);
-    };
+    let url = acl_url(&server);
+    let setuser = |commands: &[&str]| acl_user(&server, commands);
 
     // On a server with `DELIFEQ` (Valkey 9) the rule has it too (SAFETY.md): the release of
     // an uncontended lock uses it. Without it the server refuses the first such release and
@@ -292,7 +240,7 @@ fn minimal_acl_rule_is_enough_and_every_command_in_it_is_needed() {
     };
     setuser(commands);
     workload(&server, &url).unwrap();
-    assert_eq!(denied(&server), HashSet::new());
+    assert_eq!(acl_denied(&server), HashSet::new());
 
     // Keys outside `~lock:*` are refused by Redis, and the library reports it.
     let other_ns = LockClient::builder(&url)
@@ -319,7 +267,7 @@ fn minimal_acl_rule_is_enough_and_every_command_in_it_is_needed() {
         for _ in 0..3 {
             setuser(&fewer);
             let _ = workload(&server, &url);
-            seen = denied(&server);
+            seen = acl_denied(&server);
             if seen.contains(*missing) {
                 break;
             }

@@ -831,33 +831,6 @@ const LOCK_COMMANDS: &[&str] = redis_lock_tests::LOCK_ACL_COMMANDS;
 /// Beyond the lock's rule (which has `get` and `set` since the mutex's native fast path).
 const SEMAPHORE_COMMANDS: &[&str] = &["zcard", "zrank", "hdel", "lrange"];
 
-fn admin(server: &RedisServer, args: &[&str]) {
-    let mut c = redis::cmd(args[0]);
-    for a in &args[1..] {
-        c.arg(*a);
-    }
-    c.query::<redis::Value>(&mut server.connection()).unwrap();
-}
-
-/// Commands denied since the last `ACL LOG RESET`.
-fn denied(server: &RedisServer) -> std::collections::HashSet<String> {
-    let log: Vec<Vec<redis::Value>> = redis::cmd("ACL")
-        .arg("LOG")
-        .query(&mut server.connection())
-        .unwrap();
-    let text = |v: &redis::Value| match v {
-        redis::Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-        redis::Value::SimpleString(s) => s.clone(),
-        _ => String::new(),
-    };
-    log.iter()
-        .filter_map(|entry| {
-            let i = entry.iter().position(|v| text(v) == "object")?;
-            Some(text(&entry[i + 1]))
-        })
-        .collect()
-}
-
 /// Every semaphore operation once: acquire, extend, remaining TTL, inspect, a fair waiter
 /// woken by the release (grant), a waiter that gives up (leave), a permit lost and released
 /// late, set_permits, force_release.
@@ -922,27 +895,8 @@ fn semaphore_workload(server: &RedisServer, url: &str) -> redis_lock::Result<()>
 #[test]
 fn the_semaphore_needs_the_lock_rule_plus_its_own_commands_and_every_one_of_them() {
     let server = RedisServer::start();
-    let url = format!("redis://locker:locker-pass@127.0.0.1:{}/", server.port());
-    let setuser = |commands: &[&str]| {
-        admin(&server, &["ACL", "DELUSER", "locker"]);
-        let mut args = vec![
-            "ACL",
-            "SETUSER",
-            "locker",
-            "on",
-            ">locker-pass",
-            "resetkeys",
-            "~lock:*",
-            "resetchannels",
-            "-@all",
-        ];
-        let plus: Vec<String> = commands.iter().map(|c| format!("+{c}")).collect();
-        args.extend(plus.iter().map(String::as_str));
-        admin(&server, &args);
-        admin(&server, &["SCRIPT", "FLUSH"]);
-        admin(&server, &["FLUSHALL"]);
-        admin(&server, &["ACL", "LOG", "RESET"]);
-    };
+    let url = redis_lock_tests::acl_url(&server);
+    let setuser = |commands: &[&str]| redis_lock_tests::acl_user(&server, commands);
     let all: Vec<&str> = LOCK_COMMANDS
         .iter()
         .chain(SEMAPHORE_COMMANDS)
@@ -950,15 +904,18 @@ fn the_semaphore_needs_the_lock_rule_plus_its_own_commands_and_every_one_of_them
         .collect();
     setuser(&all);
     semaphore_workload(&server, &url).unwrap();
-    assert_eq!(denied(&server), std::collections::HashSet::new());
+    assert_eq!(
+        redis_lock_tests::acl_denied(&server),
+        std::collections::HashSet::new()
+    );
     for missing in SEMAPHORE_COMMANDS {
         let fewer: Vec<&str> = all.iter().copied().filter(|c| c != missing).collect();
         setuser(&fewer);
         let _ = semaphore_workload(&server, &url);
         assert!(
-            denied(&server).contains(*missing),
+            redis_lock_tests::acl_denied(&server).contains(*missing),
             "without {missing}: denied {:?}",
-            denied(&server)
+            redis_lock_tests::acl_denied(&server)
         );
     }
 }

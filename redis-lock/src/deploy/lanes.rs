@@ -2,8 +2,8 @@
 //! servers at once without an async runtime and without a thread per call.
 //!
 //! The one-request operations (attempt, renewal, release) are asked by the calling thread
-//! itself where it can (`Quorum::fan_out_direct`, `store/direct.rs`); a lane takes what it
-//! cannot: servers without an idle plain connection, a `NOSCRIPT` reply, the replies still to
+//! itself where it can (`Ask::Request` in `quorum/fan_out.rs`, `store/direct.rs`); a lane
+//! takes what it cannot: servers without an idle plain connection, a `NOSCRIPT` reply, the replies still to
 //! come once the call decided, and every other operation.
 //!
 //! A `Lane` is a queue of jobs and the threads that run them. It starts one thread when the

@@ -7,16 +7,16 @@ pub(crate) mod quorum;
 pub(crate) mod seam;
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::store::connection::PooledConn;
 use crate::store::{Ack, Store, Wake, combine, direct};
-use crate::wire::multi::AllAttempt;
+use crate::wire::multi::{AllArgs, AllAttempt};
 use crate::wire::token::new_token;
 use crate::wire::{
-    Attempt, AttemptArgs, Broken, Claim, Form, Holder, LockKeys, OwnedTtl, Release, Renewal,
+    Attempt, AttemptArgs, Broken, Claim, ClaimArgs, Form, Holder, LockKeys, OwnedTtl, Release,
+    ReleaseArgs, Renewal,
 };
 use quorum::Quorum;
 use seam::Primitive;
@@ -34,54 +34,6 @@ pub(crate) struct Attempted {
     /// The server a quorum saw the holder on: its release pushes the wake-up there. What the
     /// wait step needs from the attempt travels here, not through shared state.
     pub(crate) wait_on: Option<usize>,
-}
-
-/// What a release sends.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct ReleaseArgs<'a> {
-    pub(crate) keys: &'a LockKeys,
-    pub(crate) token: &'a str,
-    pub(crate) cooldown: Duration,
-    pub(crate) grant: &'a str,
-    pub(crate) registration: &'a str,
-    /// Undoing an acquisition that was never held: no minimum hold or cool-down applies.
-    pub(crate) undo: bool,
-    /// The lock was most likely taken on the primitive's native fast path (the mutex: a
-    /// string lock), so its release reads that form first. A guess: a wrong one costs Redis
-    /// one failed read, never a wrong answer.
-    pub(crate) native: bool,
-    /// What that fast path wrote, when the holder kept it: a store whose server has a native
-    /// compare-and-delete releases with it (`wire::Form::Written`).
-    pub(crate) value: Option<&'a str>,
-}
-
-impl ReleaseArgs<'_> {
-    /// The form hint for a release on `store`, whose capabilities it carries.
-    fn form<'s>(&'s self, store: &'s Store) -> Form<'s> {
-        match (self.native, self.value) {
-            (false, _) => Form::Hash,
-            (true, None) => Form::String,
-            (true, Some(value)) => Form::Written {
-                value,
-                caps: &store.caps,
-            },
-        }
-    }
-}
-
-/// A waiter's claim of a popped grant. Only a single store hands out grants to pop: under
-/// Redlock each server's release grants its copy of the lock under the same token, so a
-/// waiter only peeks and takes the grants by attempting again.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct ClaimArgs<'a> {
-    pub(crate) keys: &'a LockKeys,
-    pub(crate) grant: &'a str,
-    pub(crate) ttl: Duration,
-    pub(crate) holder: &'a str,
-    pub(crate) meta: &'a str,
-    pub(crate) min_hold: Duration,
-    pub(crate) registration: &'a str,
-    pub(crate) ack: Option<Ack>,
 }
 
 impl Deployment {
@@ -108,60 +60,64 @@ impl Deployment {
 
     pub(crate) fn attempt(
         &self,
-        p: &Arc<dyn Primitive>,
+        p: &dyn Primitive,
         args: &AttemptArgs<'_>,
         ack: Option<Ack>,
     ) -> Result<Attempted> {
         match self {
             Deployment::Single(store) => Ok(Attempted {
-                attempt: attempt_on(store, &**p, args, ack)?,
+                attempt: attempt_on(store, p, args, ack)?,
                 wait_on: None,
             }),
             Deployment::Quorum(q) => q.attempt(p, args, ack),
         }
     }
 
-    /// One all-or-nothing attempt on several locks of `p` (`(keys, token)` per member), as one
-    /// script. `Ok(None)` when that is not possible here (a quorum, keys in several Cluster
-    /// slots, a primitive without such a script): take the members one by one instead.
+    /// One all-or-nothing attempt on several locks of `p` (`a.members`), as one script.
+    /// `Ok(None)` when that is not possible here (a quorum, keys in several Cluster slots, a
+    /// primitive without [`AllAtOnce`](seam::AllAtOnce)): take the members one by one instead.
     pub(crate) fn attempt_all(
         &self,
-        p: &Arc<dyn Primitive>,
-        members: &[(&LockKeys, &str)],
-        ttl: Duration,
-        holder: &str,
-        meta: &str,
+        p: &dyn Primitive,
+        a: &AllArgs<'_>,
     ) -> Result<Option<AllAttempt>> {
-        match self {
-            Deployment::Single(store) => {
-                let keys: Vec<&LockKeys> = members.iter().map(|m| m.0).collect();
-                if !store.one_script(&keys) {
-                    return Ok(None);
-                }
-                let mut conn = store.conn()?;
-                p.attempt_all(&mut conn, members, ttl, holder, meta)
-            }
-            Deployment::Quorum(_) => Ok(None),
+        let (Deployment::Single(store), Some(all)) = (self, p.all_at_once()) else {
+            return Ok(None);
+        };
+        let keys: Vec<&LockKeys> = a.members.iter().map(|m| m.0).collect();
+        if !store.one_script(&keys) {
+            return Ok(None);
         }
+        let mut conn = store.conn()?;
+        all.attempt_all(&mut conn, a).map(Some)
     }
 
-    /// `Ok(None)` when this deployment does not hand out grants to pop.
-    pub(crate) fn claim(&self, p: &Arc<dyn Primitive>, c: &ClaimArgs<'_>) -> Result<Option<Claim>> {
+    /// A waiter's claim of a grant it popped, with replica acknowledgement as for an attempt.
+    /// `Ok(None)` when there are no grants to claim: only a single store hands them out to pop
+    /// (under Redlock each server's release grants its copy of the lock under the same token,
+    /// so a waiter only peeks and takes the grants by attempting again), and only a primitive
+    /// with [`Grants`](seam::Grants) makes them.
+    pub(crate) fn claim(
+        &self,
+        p: &dyn Primitive,
+        c: &ClaimArgs<'_>,
+        ack: Option<Ack>,
+    ) -> Result<Option<Claim>> {
         match self {
-            Deployment::Single(store) => claim_on(store, &**p, c).map(Some),
+            Deployment::Single(store) => claim_on(store, p, c, ack),
             Deployment::Quorum(_) => Ok(None),
         }
     }
 
     pub(crate) fn renew(
         &self,
-        p: &Arc<dyn Primitive>,
+        p: &dyn Primitive,
         keys: &LockKeys,
         token: &str,
         ttl: Duration,
     ) -> Result<Renewal> {
         match self {
-            Deployment::Single(store) => renew_on(store, &**p, keys, token, ttl),
+            Deployment::Single(store) => renew_on(store, p, keys, token, ttl),
             Deployment::Quorum(q) => q.renew(p, keys, token, ttl),
         }
     }
@@ -169,9 +125,9 @@ impl Deployment {
     /// Gives the lock up, handing it over to a waiter under the token `grant` where one is
     /// registered (after `cooldown`, if not zero); `registration` is our own leftover waiter
     /// id to forget (or "").
-    pub(crate) fn release(&self, p: &Arc<dyn Primitive>, r: &ReleaseArgs<'_>) -> Result<Release> {
+    pub(crate) fn release(&self, p: &dyn Primitive, r: &ReleaseArgs<'_>) -> Result<Release> {
         match self {
-            Deployment::Single(store) => release_on(store, &**p, r),
+            Deployment::Single(store) => release_on(store, p, r),
             Deployment::Quorum(q) => q.release(p, r),
         }
     }
@@ -184,13 +140,13 @@ impl Deployment {
     /// release, `true`.
     pub(crate) fn release_acked(
         &self,
-        p: &Arc<dyn Primitive>,
+        p: &dyn Primitive,
         r: &ReleaseArgs<'_>,
         ack: Ack,
     ) -> Result<(Release, bool)> {
         match self {
             Deployment::Single(store) if store.epoch().is_some() => on_master(store, |conn| {
-                let release = release_with(conn, p.as_ref(), r, r.form(store))?;
+                let release = p.release(conn, &for_store(r, store))?;
                 let acked = store
                     .await_replicas(conn, ack)
                     .is_ok_and(|acked| acked >= ack.count);
@@ -202,7 +158,7 @@ impl Deployment {
 
     pub(crate) fn owned_ttl(
         &self,
-        p: &Arc<dyn Primitive>,
+        p: &dyn Primitive,
         keys: &LockKeys,
         token: &str,
     ) -> Result<OwnedTtl> {
@@ -217,9 +173,9 @@ impl Deployment {
 
     /// Unregisters a waiter that gives up, passing on a grant a release made for it. Best
     /// effort: a registration that is not removed lapses by itself within the waiter margin.
-    pub(crate) fn leave(&self, p: &Arc<dyn Primitive>, keys: &LockKeys, waiter: &str) {
+    pub(crate) fn leave(&self, p: &dyn Primitive, keys: &LockKeys, waiter: &str) {
         match self {
-            Deployment::Single(store) => leave_on(store, &**p, keys, waiter),
+            Deployment::Single(store) => leave_on(store, p, keys, waiter),
             Deployment::Quorum(q) => q.leave(p, keys, waiter),
         }
     }
@@ -251,11 +207,7 @@ impl Deployment {
         }
     }
 
-    pub(crate) fn inspect(
-        &self,
-        p: &Arc<dyn Primitive>,
-        keys: &LockKeys,
-    ) -> Result<Option<Holder>> {
+    pub(crate) fn inspect(&self, p: &dyn Primitive, keys: &LockKeys) -> Result<Option<Holder>> {
         match self {
             Deployment::Single(store) => {
                 let mut conn = store.conn()?;
@@ -265,7 +217,7 @@ impl Deployment {
         }
     }
 
-    pub(crate) fn force_release(&self, p: &Arc<dyn Primitive>, keys: &LockKeys) -> Result<Broken> {
+    pub(crate) fn force_release(&self, p: &dyn Primitive, keys: &LockKeys) -> Result<Broken> {
         match self {
             Deployment::Single(store) => {
                 let mut conn = store.conn()?;
@@ -353,23 +305,23 @@ pub(crate) fn attempt_on(
     Ok(attempt)
 }
 
-/// A claim on one store, with replica acknowledgement as for an attempt.
-fn claim_on(store: &Store, p: &dyn Primitive, c: &ClaimArgs<'_>) -> Result<Claim> {
+/// A claim on one store, with replica acknowledgement as for an attempt; `None` for a
+/// primitive without grants.
+fn claim_on(
+    store: &Store,
+    p: &dyn Primitive,
+    c: &ClaimArgs<'_>,
+    ack: Option<Ack>,
+) -> Result<Option<Claim>> {
+    let Some(grants) = p.grants() else {
+        return Ok(None);
+    };
     let mut conn = store.conn()?;
-    let claim = p.claim(
-        &mut conn,
-        c.keys,
-        c.grant,
-        c.ttl,
-        c.holder,
-        c.meta,
-        c.min_hold,
-        c.registration,
-    )?;
-    if let (Claim::Claimed { .. }, Some(ack)) = (claim, c.ack) {
+    let claim = grants.claim(&mut conn, c)?;
+    if let (Claim::Claimed { .. }, Some(ack)) = (claim, ack) {
         acknowledged(store, conn, p, c.keys, c.grant, ack)?;
     }
-    Ok(claim)
+    Ok(Some(claim))
 }
 
 /// Waits for `ack`; on a shortfall (or a failed wait) deletes the lock this call wrote
@@ -395,13 +347,16 @@ fn acknowledged(
     let undo = |conn: &mut PooledConn| -> Result<Release> {
         p.release(
             conn,
-            keys,
-            token,
-            true,
-            Duration::ZERO,
-            &new_token()?,
-            "",
-            Form::String,
+            &ReleaseArgs {
+                keys,
+                token,
+                grant: &new_token()?,
+                registration: "",
+                cooldown: Duration::ZERO,
+                undo: true,
+                form: Form::String,
+                caps: None,
+            },
         )
     };
     let undone = if redis::ConnectionLike::is_open(&conn) {
@@ -509,26 +464,16 @@ fn renew_once(
 }
 
 fn release_on(store: &Store, p: &dyn Primitive, r: &ReleaseArgs<'_>) -> Result<Release> {
-    on_master(store, |conn| release_with(conn, p, r, r.form(store)))
+    on_master(store, |conn| p.release(conn, &for_store(r, store)))
 }
 
-/// A release on a connection already checked out.
-fn release_with(
-    con: &mut dyn redis::ConnectionLike,
-    p: &dyn Primitive,
-    r: &ReleaseArgs<'_>,
-    form: Form<'_>,
-) -> Result<Release> {
-    p.release(
-        con,
-        r.keys,
-        r.token,
-        r.undo,
-        r.cooldown,
-        r.grant,
-        r.registration,
-        form,
-    )
+/// `r` for a release on `store`: with the capabilities its server is known to have (a native
+/// compare-and-delete for a lock we wrote).
+fn for_store<'a>(r: &ReleaseArgs<'a>, store: &'a Store) -> ReleaseArgs<'a> {
+    ReleaseArgs {
+        caps: Some(&store.caps),
+        ..*r
+    }
 }
 
 fn leave_on(store: &Store, p: &dyn Primitive, keys: &LockKeys, waiter: &str) {

@@ -1,68 +1,46 @@
 //! The seam every lock primitive plugs into: what a primitive does on *one* store, in one
 //! round trip each. The deployment runs these on its single store or on every server of a
 //! quorum and combines the answers; the acquire loop, waiting, watchdog, lease, registry and
-//! retry above only ever see the combined answer. A primitive is its `wire/` module (scripts
-//! and typed calls), an implementation of this trait that calls them, and a guard type.
+//! retry above only ever see the combined answer.
+//!
+//! Its shape says what a primitive can do, the way `lock_api` separates `RawMutex` from
+//! `RawMutexFair` and `RawMutexTimed`: [`Primitive`] is what every primitive has; each
+//! capability some primitives have is a trait of its own, which a primitive declares by
+//! answering its accessor (`Primitive::grants`, ...) with itself. A primitive without a
+//! capability answers `None`, and the layers above take the path that needs none of it; no
+//! primitive answers an operation it cannot do with a placeholder.
+//!
+//! | capability | who has it | what needs it |
+//! |---|---|---|
+//! | [`Grants`]: a release hands the lock to one waiter as a grant it pops and claims | mutex, semaphore | the handoff (`hold/acquire.rs`), an adopted grant's first renewal |
+//! | [`Native`]: a native fast path (no script) for some attempts | mutex | the acquire loop (the value the holder keeps for its release) |
+//! | [`Redlock`]: sound under Redlock, with a fencing token of its own that a quorum raises to agree | mutex | every operation on a quorum (others are refused before anything is sent) |
+//! | [`AllAtOnce`]: several locks of it taken all or none by one script | mutex | the multi-lock |
 //!
 //! It lives in the deployment layer (not in `hold/`) because Redlock must run each operation
 //! per server: undoing a partial acquisition, leaving the servers that registered a waiter,
-//! settling the fencing counter.
+//! settling the fencing counter. What the layers above need of a primitive besides these
+//! (its kind, which options it takes, what a thread that holds the name already does) is
+//! `hold::primitive::Lock`, whose supertrait this is.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use redis::ConnectionLike;
 
-use crate::error::Result;
-use crate::wire::multi::AllAttempt;
+use crate::error::{Error, Result};
+use crate::wire::multi::{AllArgs, AllAttempt};
 use crate::wire::{
-    Attempt, AttemptArgs, Broken, Claim, Form, Holder, LockKeys, OwnedTtl, Release, Renewal,
+    Attempt, AttemptArgs, Broken, Claim, ClaimArgs, Holder, LockKeys, OwnedTtl, Release,
+    ReleaseArgs, Renewal,
 };
 
-/// A lock primitive's operations on one store. Each takes a connection checked out by the
-/// deployment, so the request counter, the reply timeouts and broken-connection handling are
-/// the store's and not the primitive's business.
-pub(crate) trait Primitive: Send + Sync + std::fmt::Debug {
-    /// Its name in metrics and spans (`mutex`; a mode for primitives that have one).
-    fn kind(&self) -> &'static str;
-
+/// A lock primitive's operations on one store: what every primitive has. Each takes a
+/// connection checked out by the deployment, so the request counter, the reply timeouts and
+/// broken-connection handling are the store's and not the primitive's business.
+pub(crate) trait Primitive: Shared + Send + Sync + std::fmt::Debug {
     /// Take the lock, or find it busy (registering as a waiter as `args` say).
     fn attempt(&self, con: &mut dyn ConnectionLike, args: &AttemptArgs<'_>) -> Result<Attempt>;
-
-    /// What the primitive's native fast path writes for this holder (`AttemptArgs::value`),
-    /// for the holder to keep for its release (see `Form::Written`). `None`: it has no native
-    /// fast path, or keeps nothing.
-    fn native_value(&self, _token: &str, _holder: &str, _meta: &str) -> Option<String> {
-        None
-    }
-
-    /// Take several locks of this primitive at once, all or none, on a store where one script
-    /// can name all their keys: `(keys, owner token)` per member. `Ok(None)`: the primitive
-    /// has no such script (the multi-lock then takes the members one by one, in order).
-    fn attempt_all(
-        &self,
-        _con: &mut dyn ConnectionLike,
-        _members: &[(&LockKeys, &str)],
-        _ttl: Duration,
-        _holder: &str,
-        _meta: &str,
-    ) -> Result<Option<AllAttempt>> {
-        Ok(None)
-    }
-
-    /// Make a popped grant ours: holder information, minimum hold, full TTL.
-    #[allow(clippy::too_many_arguments)]
-    fn claim(
-        &self,
-        con: &mut dyn ConnectionLike,
-        keys: &LockKeys,
-        grant: &str,
-        ttl: Duration,
-        holder: &str,
-        meta: &str,
-        min_hold: Duration,
-        registration: &str,
-    ) -> Result<Claim>;
 
     /// Extend the TTL of a lock we hold.
     fn renew(
@@ -73,22 +51,10 @@ pub(crate) trait Primitive: Send + Sync + std::fmt::Debug {
         ttl: Duration,
     ) -> Result<Renewal>;
 
-    /// Give the lock up (handing it to a waiter under `grant`), keeping it ownerless for the
-    /// rest of a minimum hold and for `cooldown`. `undo`: the acquisition is being undone (it
-    /// was never held), so neither applies. `form`: what the holder knows of the form the
-    /// lock has (a hint for which to read first, and the value a native release compares).
-    #[allow(clippy::too_many_arguments)]
-    fn release(
-        &self,
-        con: &mut dyn ConnectionLike,
-        keys: &LockKeys,
-        token: &str,
-        undo: bool,
-        cooldown: Duration,
-        grant: &str,
-        registration: &str,
-        form: Form<'_>,
-    ) -> Result<Release>;
+    /// Give the lock up: handing it to a waiter (under `args.grant`, for a primitive with
+    /// [`Grants`]), keeping it ownerless for the rest of a minimum hold and for
+    /// `args.cooldown` unless `args.undo` (the acquisition is being undone: it was never held).
+    fn release(&self, con: &mut dyn ConnectionLike, args: &ReleaseArgs<'_>) -> Result<Release>;
 
     /// The remaining TTL of a lock we hold.
     fn owned_ttl(
@@ -107,15 +73,6 @@ pub(crate) trait Primitive: Send + Sync + std::fmt::Debug {
         grant: &str,
     ) -> Result<()>;
 
-    /// Redlock: raise this server's fencing counter to `fence` if the lock is ours here.
-    fn raise_fence(
-        &self,
-        con: &mut dyn ConnectionLike,
-        keys: &LockKeys,
-        token: &str,
-        fence: u64,
-    ) -> Result<bool>;
-
     /// Who holds the lock.
     fn inspect(&self, con: &mut dyn ConnectionLike, keys: &LockKeys) -> Result<Option<Holder>>;
 
@@ -127,46 +84,87 @@ pub(crate) trait Primitive: Send + Sync + std::fmt::Debug {
         grant: &str,
     ) -> Result<Broken>;
 
-    /// What an acquisition does when this thread already holds the same name through this
-    /// client, by a lease of primitive `held` (its [`kind`](Self::kind)) under `token`. The
-    /// mutex: join it (if reentrant) when it is a mutex too; anything else is a new attempt.
-    fn nested(&self, held: &'static str, token: &str) -> Nested {
-        let _ = token;
-        if held == self.kind() {
-            Nested::Join
-        } else {
-            Nested::Attempt(None)
-        }
-    }
-
     /// The wake-up list a waiter of this primitive blocks on (`waiter`: its id; `fair`: fair
-    /// mode). The mutex: the shared list, or the fair waiter's own.
-    fn wake_list(&self, keys: &LockKeys, waiter: &str, fair: bool) -> String {
-        crate::wire::mutex::wake_list(keys, waiter, fair)
+    /// mode), which its releases push to.
+    fn wake_list(&self, keys: &LockKeys, waiter: &str, fair: bool) -> String;
+
+    /// [`Grants`], if its releases hand the lock over as a grant.
+    fn grants(&self) -> Option<&dyn Grants> {
+        None
     }
 
-    /// Whether the primitive is sound on a Redlock quorum; if not, acquisitions under Redlock
-    /// are refused with `Error::InvalidInput` before anything is sent.
-    fn quorum_sound(&self) -> bool {
-        true
+    /// [`Native`], if it has a native fast path.
+    fn native(&self) -> Option<&dyn Native> {
+        None
     }
 
-    /// The refusal of a cool-down (`Error::InvalidInput`, sent before anything else) when a
-    /// release of this primitive cannot keep what it held taken by nobody for a while; `None`
-    /// when it can. The same refusal for `LockOptions::cooldown` and for
-    /// `LockGuard::release_after`.
-    fn refuse_cooldown(&self) -> Option<crate::error::Error> {
+    /// [`Redlock`], if it is sound on a Redlock quorum.
+    fn redlock(&self) -> Option<&dyn Redlock> {
+        None
+    }
+
+    /// [`AllAtOnce`], if several locks of it can be taken by one script.
+    fn all_at_once(&self) -> Option<&dyn AllAtOnce> {
         None
     }
 }
 
-/// See [`Primitive::nested`].
-#[derive(Debug)]
-pub(crate) enum Nested {
-    /// Join the held lease if the acquisition is reentrant, else `Error::AlreadyHeld`.
-    Join,
-    /// Refuse with `Error::UpgradeRefused`: the acquisition would wait for this very thread.
-    Refuse,
-    /// Attempt as usual, with this primitive instead (`None`: the same).
-    Attempt(Option<Arc<dyn Primitive>>),
+/// A primitive as a shared value, for the threads of a quorum that ask its servers (late
+/// answers are handled after the call returned). Every primitive is a small `Clone` value.
+pub(crate) trait Shared {
+    fn shared(&self) -> Arc<dyn Primitive>;
+}
+
+impl<T: Primitive + Clone + 'static> Shared for T {
+    fn shared(&self) -> Arc<dyn Primitive> {
+        Arc::new(self.clone())
+    }
+}
+
+/// Capability: a release that finds waiters hands the lock to exactly one of them as a grant
+/// (an owner token pushed to its wake-up list), which the waiter that pops it adopts or claims.
+/// A primitive without it wakes its waiters to attempt again: a popped grant is never theirs.
+pub(crate) trait Grants {
+    /// Make a popped grant ours: holder information, minimum hold, full TTL.
+    fn claim(&self, con: &mut dyn ConnectionLike, args: &ClaimArgs<'_>) -> Result<Claim>;
+}
+
+/// Capability: a native fast path, native commands instead of a script for the attempts that
+/// may take it (the mutex: `SET NX PX` + `INCR`).
+pub(crate) trait Native {
+    /// What attempt `args` writes on the native fast path, when it may take it (the one place
+    /// this is decided, before the attempt: the holder keeps the value for its release);
+    /// `None`: the script.
+    fn value(&self, args: &AttemptArgs<'_>) -> Option<String>;
+}
+
+/// Capability: sound on a Redlock quorum, held while a majority holds it. Each server keeps
+/// its own fencing counter, so an acquisition settles its token across its majority by
+/// raising the counters that are behind (see `quorum/`).
+pub(crate) trait Redlock {
+    /// Raise this server's fencing counter to `fence` if the lock is ours here: `true` when
+    /// raised (or already there), `false` when the lock is not ours on this server.
+    fn raise_fence(
+        &self,
+        con: &mut dyn ConnectionLike,
+        keys: &LockKeys,
+        token: &str,
+        fence: u64,
+    ) -> Result<bool>;
+}
+
+/// Capability: several locks of this primitive taken at once, all or none, on a store where
+/// one script can name all their keys (the multi-lock; elsewhere it takes them one by one).
+pub(crate) trait AllAtOnce {
+    fn attempt_all(&self, con: &mut dyn ConnectionLike, args: &AllArgs<'_>) -> Result<AllAttempt>;
+}
+
+/// The error of an operation on a Redlock quorum for a primitive without [`Redlock`]. The
+/// layers above refuse such a primitive earlier, with its name (`Inner::check_quorum`).
+pub(crate) fn not_sound_on_a_quorum() -> Error {
+    Error::invalid(
+        "primitive",
+        "this primitive is not available under Redlock; use a single server, Sentinel or \
+         Cluster",
+    )
 }

@@ -23,15 +23,17 @@ use tracing::Span;
 use super::cancel::CancelToken;
 use super::lease::{Lease, Start};
 use super::observe::{self, Hold, Labels};
+use super::primitive::{Lock, Nested};
 use super::retry::{RetryStrategy, Step};
 use super::{Inner, registry, watchdog};
-use crate::deploy::seam::{Nested, Primitive};
-use crate::deploy::{Attempted, ClaimArgs, ReleaseArgs};
+use crate::deploy::Attempted;
 use crate::error::{Error, Result};
-use crate::options::{LockOptions, MAX_METADATA_LEN, MAX_TTL, validate_cooldown, validate_ttl};
+use crate::options::{LockOptions, validate};
 use crate::store::{Ack, NO_CONNECTION_POLL, Wake};
 use crate::wire::token::{Ids, new_ids};
-use crate::wire::{Attempt, AttemptArgs, Claim, Grant, HANDOFF_GRACE, LockKeys};
+use crate::wire::{
+    Attempt, AttemptArgs, Claim, ClaimArgs, Form, Grant, HANDOFF_GRACE, LockKeys, ReleaseArgs,
+};
 
 /// Longest single wait of a fair waiter: it checks in at least this often, so a dead one is
 /// noticed within `FAIR_CHECK_IN + WAITER_MARGIN`.
@@ -84,7 +86,7 @@ struct Registration {
 /// One acquisition: what it asked for, and who it is.
 struct Acquisition<'a> {
     inner: &'a Arc<Inner>,
-    primitive: &'a Arc<dyn Primitive>,
+    primitive: &'a Arc<dyn Lock>,
     name: &'a str,
     keys: LockKeys,
     opts: &'a LockOptions,
@@ -93,11 +95,7 @@ struct Acquisition<'a> {
     watchdog: bool,
     ids: Ids,
     fair: bool,
-    labels: &'a Labels,
-    /// The span the hold span goes under.
-    parent: &'a Span,
-    /// Attempts sent so far (for the acquire span).
-    attempts: &'a Cell<u32>,
+    report: Report<'a>,
 }
 
 /// Giving up an acquisition whose outcome is unknown, owned, so that it can go on after the
@@ -113,12 +111,12 @@ struct Acquisition<'a> {
 /// attempt's TTL has run out (the lock is gone by then anyway) or the client is dropped.
 struct Undo {
     inner: std::sync::Weak<Inner>,
-    primitive: Arc<dyn Primitive>,
+    primitive: Arc<dyn Lock>,
     keys: LockKeys,
     token: String,
     grant: String,
-    /// What the native fast path wrote, if the caller made it ("": unknown).
-    value: String,
+    /// What the native fast path wrote, if it took that path.
+    value: Option<String>,
 }
 
 impl Undo {
@@ -126,16 +124,16 @@ impl Undo {
     fn send(&self) -> Option<Result<crate::wire::Release>> {
         let inner = self.inner.upgrade()?;
         Some(inner.deployment.release(
-            &self.primitive,
+            &*self.primitive,
             &ReleaseArgs {
                 keys: &self.keys,
                 token: &self.token,
-                cooldown: Duration::ZERO,
                 grant: &self.grant,
                 registration: "",
+                cooldown: Duration::ZERO,
                 undo: true,
-                native: true,
-                value: (!self.value.is_empty()).then_some(&*self.value),
+                form: Form::of(true, self.value.as_deref()),
+                caps: None,
             },
         ))
     }
@@ -205,12 +203,21 @@ pub(crate) fn grant_use(
     }
 }
 
+/// Where an acquisition reports what happened: its labels, the span its hold goes under (the
+/// caller's, not the acquire span), and the attempts sent so far (for the acquire span).
+#[derive(Clone, Copy)]
+pub(crate) struct Report<'a> {
+    pub(crate) labels: &'a Labels,
+    pub(crate) parent: &'a Span,
+    pub(crate) attempts: &'a Cell<u32>,
+}
+
 impl Inner {
     /// The acquire loop: attempt, then wait as the retry strategy says, until acquired, the
     /// wait budget is spent, or the strategy gives up. `Ok(None)`: busy until the end.
     pub(crate) fn acquire(
         self: &Arc<Self>,
-        primitive: &Arc<dyn Primitive>,
+        primitive: &Arc<dyn Lock>,
         name: &str,
         opts: &LockOptions,
         deadline: &Deadline,
@@ -220,7 +227,7 @@ impl Inner {
                 .label
                 .clone()
                 .unwrap_or(std::borrow::Cow::Borrowed(observe::OTHER)),
-            primitive: primitive.kind(),
+            primitive: primitive.kind().word(),
         };
         // The hold span's parent: the caller's span, not the acquire span.
         let parent = Span::current();
@@ -229,9 +236,13 @@ impl Inner {
         let waits = deadline.at > deadline.started && *retry != RetryStrategy::none();
         let span = observe::acquire_span(name, &labels, waits, deadline.budget());
         let attempts = Cell::new(0);
-        let result = span.in_scope(|| {
-            self.acquire_in_span(primitive, name, opts, deadline, &labels, &parent, &attempts)
-        });
+        let report = Report {
+            labels: &labels,
+            parent: &parent,
+            attempts: &attempts,
+        };
+        let result =
+            span.in_scope(|| self.acquire_in_span(primitive, name, opts, deadline, report));
         let outcome = match &result {
             Ok(Some(_)) => Ok(observe::Outcome::Acquired),
             Ok(None) if waits => Ok(observe::Outcome::Timeout),
@@ -253,54 +264,30 @@ impl Inner {
         result
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn acquire_in_span(
         self: &Arc<Self>,
-        primitive: &Arc<dyn Primitive>,
+        primitive: &Arc<dyn Lock>,
         name: &str,
         opts: &LockOptions,
         deadline: &Deadline,
-        labels: &Labels,
-        parent: &Span,
-        attempts: &Cell<u32>,
+        report: Report<'_>,
     ) -> Result<Option<Arc<Lease>>> {
         let keys = self.keys(name)?;
         let ttl = opts.ttl.unwrap_or(self.config.default_ttl);
+        let retry = opts.retry.as_ref().unwrap_or(&self.config.default_retry);
+        // Bad input is refused before anything is sent: the limits every acquisition is held
+        // to, then what this primitive cannot honour.
         validate(ttl, opts)?;
+        primitive.check(opts, retry.is_fair())?;
         self.check_ttl(ttl)?;
         if opts.cancel.as_ref().is_some_and(CancelToken::is_cancelled) {
             return Err(cancelled(name));
         }
-        // What this thread already holds of the name decides, and a lease the request would
-        // join wins over the others: a thread that holds a write lock and a share taken under
-        // it (a downgrade) and asks for a read joins that share, not a second one.
-        let (mut join, mut refuse, mut nested_primitive) = (None, false, None);
-        for lease in registry::all_held_here(self, name) {
-            match primitive.nested(lease.kind(), &lease.token) {
-                Nested::Join => join = join.or(Some(lease)),
-                Nested::Refuse => refuse = true,
-                Nested::Attempt(other) => nested_primitive = nested_primitive.or(other),
-            }
-        }
-        if let Some(lease) = join {
-            if !opts.reentrant {
-                // Waiting would wait for this very thread: say so at once.
-                return Err(Error::AlreadyHeld {
-                    key: name.to_owned(),
-                });
-            }
-            lease.add_hold();
-            tracing::debug!(target: "redis_lock", key = name, "lock re-entered");
-            return Ok(Some(lease));
-        }
-        if refuse {
-            return Err(Error::UpgradeRefused {
-                key: name.to_owned(),
-            });
-        }
-        let primitive = nested_primitive.as_ref().unwrap_or(primitive);
+        let primitive = match self.nested(primitive, name, opts)? {
+            Held::Joined(lease) => return Ok(Some(lease)),
+            Held::Attempt(other) => other.unwrap_or_else(|| Arc::clone(primitive)),
+        };
         self.check_quorum(primitive.as_ref(), "primitive")?;
-        let retry = opts.retry.as_ref().unwrap_or(&self.config.default_retry);
         if retry.is_fair() && !self.deployment.allows_fair() {
             return Err(Error::invalid(
                 "retry",
@@ -310,7 +297,7 @@ impl Inner {
         }
         let a = Acquisition {
             inner: self,
-            primitive,
+            primitive: &primitive,
             name,
             keys,
             opts,
@@ -323,12 +310,54 @@ impl Inner {
             watchdog: opts.watchdog.unwrap_or(self.config.watchdog),
             ids: new_ids()?,
             fair: retry.is_fair(),
-            labels,
-            parent,
-            attempts,
+            report,
         };
         a.run(retry, deadline)
     }
+
+    /// What this thread already holds of `name` decides, and a lease the request would join
+    /// wins over the others: a thread that holds a write lock and a share taken under it (a
+    /// downgrade) and asks for a read joins that share, not a second one.
+    fn nested(
+        self: &Arc<Self>,
+        primitive: &Arc<dyn Lock>,
+        name: &str,
+        opts: &LockOptions,
+    ) -> Result<Held> {
+        let (mut join, mut refuse, mut other) = (None, false, None);
+        for lease in registry::all_held_here(self, name) {
+            match primitive.nested(lease.kind(), &lease.token) {
+                Nested::Join => join = join.or(Some(lease)),
+                Nested::Refuse => refuse = true,
+                Nested::Attempt(instead) => other = other.or(instead),
+            }
+        }
+        if let Some(lease) = join {
+            if !opts.reentrant {
+                // Waiting would wait for this very thread: say so at once.
+                return Err(Error::AlreadyHeld {
+                    key: name.to_owned(),
+                });
+            }
+            lease.add_hold();
+            tracing::debug!(target: "redis_lock", key = name, "lock re-entered");
+            return Ok(Held::Joined(lease));
+        }
+        if refuse {
+            return Err(Error::UpgradeRefused {
+                key: name.to_owned(),
+            });
+        }
+        Ok(Held::Attempt(other))
+    }
+}
+
+/// What a thread that holds the name already does (see [`Inner::nested`]).
+enum Held {
+    /// It joined the lease it holds.
+    Joined(Arc<Lease>),
+    /// It attempts, with this primitive instead of the one asked for (`None`: the same).
+    Attempt(Option<Arc<dyn Lock>>),
 }
 
 fn cancelled(name: &str) -> Error {
@@ -337,37 +366,15 @@ fn cancelled(name: &str) -> Error {
     }
 }
 
-/// Bad input is refused before anything is sent.
-fn validate(ttl: Duration, opts: &LockOptions) -> Result<()> {
-    validate_ttl(ttl)?;
-    if opts.hold_at_least > MAX_TTL {
-        return Err(Error::invalid(
-            "hold_at_least",
-            format!("longer than {MAX_TTL:?}"),
-        ));
-    }
-    if let Some(cooldown) = opts.cooldown {
-        validate_cooldown(cooldown)?;
-    }
-    if let Some(ack) = opts.replicas
-        && ack.timeout > MAX_TTL
-    {
-        return Err(Error::invalid(
-            "replicas",
-            format!("the acknowledgement timeout is longer than {MAX_TTL:?}"),
-        ));
-    }
-    if opts
-        .metadata
-        .as_ref()
-        .is_some_and(|m| m.len() > MAX_METADATA_LEN)
-    {
-        return Err(Error::invalid(
-            "metadata",
-            format!("longer than {MAX_METADATA_LEN} bytes"),
-        ));
-    }
-    Ok(())
+/// What one attempt of the loop came to.
+enum Tried {
+    Acquired(Arc<Lease>),
+    Busy {
+        holder_ttl: Option<Duration>,
+        block: Option<Duration>,
+        /// Where a quorum saw the holder (see `Attempted::wait_on`).
+        wait_on: Option<usize>,
+    },
 }
 
 impl Acquisition<'_> {
@@ -386,7 +393,7 @@ impl Acquisition<'_> {
     fn leave(&self) {
         self.inner
             .deployment
-            .leave(self.primitive, &self.keys, &self.ids.waiter);
+            .leave(&**self.primitive, &self.keys, &self.ids.waiter);
     }
 
     fn run(self, retry: &RetryStrategy, deadline: &Deadline) -> Result<Option<Arc<Lease>>> {
@@ -402,18 +409,7 @@ impl Acquisition<'_> {
         let cancel = self.opts.cancel.as_ref();
         // Named only when there is a cancel token to wake through it.
         let cancel_list = cancel.map(|_| self.keys.cancel(&self.ids.waiter));
-        let _waker = cancel.map(|token| {
-            let (inner, keys, id) = (
-                Arc::clone(self.inner),
-                self.keys.clone(),
-                self.ids.waiter.clone(),
-            );
-            token.on_cancel(move || {
-                if let Err(error) = inner.deployment.wake(&keys, &id) {
-                    tracing::debug!(target: "redis_lock", %error, "could not wake a cancelled waiter; it stops at the end of its current wait");
-                }
-            })
-        });
+        let _waker = self.wake_on_cancel();
         let is_cancelled = || cancel.is_some_and(CancelToken::is_cancelled);
         loop {
             if is_cancelled() {
@@ -424,91 +420,20 @@ impl Acquisition<'_> {
                 return Err(cancelled(self.name));
             }
             attempt += 1;
-            self.attempts.set(attempt);
-            let left = deadline.at.saturating_duration_since(Instant::now());
-            let register = if retry.notified() && retry.may_wait_after(attempt, left) {
-                if self.fair {
-                    left.min(FAIR_CHECK_IN)
-                } else {
-                    left
-                }
-            } else {
-                Duration::ZERO
-            };
-            let sent = Instant::now();
-            // As `wire::mutex::acquire` takes it: not fair, not registered, no minimum hold,
-            // one store, and the lock not found busy lately.
-            let native = !self.fair
-                && registration.is_none()
-                && self.opts.hold_at_least.is_zero()
-                && !self.inner.deployment.is_quorum()
-                && !self.inner.busy.recently_busy(&self.keys.lock);
-            // What the native fast path will write, kept for a native release.
-            let value = if native {
-                self.primitive
-                    .native_value(&self.ids.token, &self.inner.holder, self.meta())
-            } else {
-                None
-            };
-            let args = AttemptArgs {
-                keys: &self.keys,
-                token: &self.ids.token,
-                ttl: self.ttl,
-                holder: &self.inner.holder,
-                meta: self.meta(),
-                min_hold: self.opts.hold_at_least,
-                waiter: &self.ids.waiter,
-                register,
-                fair: self.fair,
-                registered: registration.is_some(),
-                native,
-                value: value.as_deref().unwrap_or(""),
-                since: crate::wire::unix_ms_now(),
-            };
-            let attempted = match self.attempt(&args) {
-                Ok(a) => a,
-                Err(e) => {
-                    if registration.is_some() {
-                        self.leave();
-                    }
-                    return Err(e);
-                }
-            };
-            let (holder_ttl, block) = match attempted.attempt {
-                Attempt::Acquired { fence } => {
-                    let lease =
-                        self.hold(self.taken(self.ids.token.clone(), fence, sent, value))?;
-                    tracing::debug!(
-                        target: "redis_lock",
-                        key = self.name,
-                        fence,
-                        attempts = attempt,
-                        waited = ?deadline.started.elapsed(),
-                        "lock acquired"
-                    );
-                    return Ok(Some(lease));
-                }
-                Attempt::Busy {
-                    holder_ttl,
-                    block,
-                    fresh,
-                    server_ms,
-                } => {
-                    self.inner.busy.busy(&self.keys.lock);
-                    if block.is_some() {
-                        registration = Some(Registration {
-                            sent,
-                            fresh,
-                            server_ms,
-                        });
-                    }
-                    (holder_ttl, block)
-                }
-            };
+            self.report.attempts.set(attempt);
+            let (holder_ttl, block, wait_on) =
+                match self.attempt_once(retry, deadline, attempt, &mut registration)? {
+                    Tried::Acquired(lease) => return Ok(Some(lease)),
+                    Tried::Busy {
+                        holder_ttl,
+                        block,
+                        wait_on,
+                    } => (holder_ttl, block, wait_on),
+                };
             let left = deadline.at.saturating_duration_since(Instant::now());
             let step = retry.next(attempt, left, holder_ttl, block);
             if step != Step::Stop && waiting.is_none() {
-                waiting = Some(observe::Waiting::start(self.labels));
+                waiting = Some(observe::Waiting::start(self.report.labels));
             }
             let popped = match step {
                 Step::Stop => {
@@ -518,19 +443,14 @@ impl Acquisition<'_> {
                     return Ok(None);
                 }
                 Step::Sleep(d) => {
-                    match cancel {
-                        Some(token) => {
-                            token.sleep(d);
-                        }
-                        None => std::thread::sleep(d),
-                    }
+                    self.sleep(d);
                     None
                 }
                 Step::WaitSignal(d) => {
                     let cancel = cancel_list
                         .as_deref()
                         .map(|list| (list, &is_cancelled as _));
-                    self.wait(&wake, d, attempted.wait_on, cancel)
+                    self.wait(&wake, d, wait_on, cancel)
                 }
             };
             let Some(grant) = popped else {
@@ -547,6 +467,124 @@ impl Acquisition<'_> {
         }
     }
 
+    /// A cancel of this acquisition wakes its blocking wait through Redis (dropped when the
+    /// acquisition ends).
+    fn wake_on_cancel(&self) -> Option<super::cancel::Registered> {
+        let token = self.opts.cancel.as_ref()?;
+        let (inner, keys, id) = (
+            Arc::clone(self.inner),
+            self.keys.clone(),
+            self.ids.waiter.clone(),
+        );
+        Some(token.on_cancel(move || {
+            if let Err(error) = inner.deployment.wake(&keys, &id) {
+                tracing::debug!(target: "redis_lock", %error, "could not wake a cancelled waiter; it stops at the end of its current wait");
+            }
+        }))
+    }
+
+    /// Sleeps `d`, or until the acquisition is cancelled.
+    fn sleep(&self, d: Duration) {
+        match &self.opts.cancel {
+            Some(token) => {
+                token.sleep(d);
+            }
+            None => std::thread::sleep(d),
+        }
+    }
+
+    /// One attempt: registering as a waiter if the strategy will wait for a wake-up, trying
+    /// the native fast path where the primitive has one and may take it. Acquired: the lease.
+    fn attempt_once(
+        &self,
+        retry: &RetryStrategy,
+        deadline: &Deadline,
+        attempt: u32,
+        registration: &mut Option<Registration>,
+    ) -> Result<Tried> {
+        let left = deadline.at.saturating_duration_since(Instant::now());
+        let register = self.register_for(retry, attempt, left);
+        let sent = Instant::now();
+        let mut args = AttemptArgs {
+            keys: &self.keys,
+            token: &self.ids.token,
+            ttl: self.ttl,
+            holder: &self.inner.holder,
+            meta: self.meta(),
+            min_hold: self.opts.hold_at_least,
+            waiter: &self.ids.waiter,
+            register,
+            fair: self.fair,
+            registered: registration.is_some(),
+            native: None,
+            since: crate::wire::unix_ms_now(),
+        };
+        // The native fast path: where the deployment takes it (one store, the lock not found
+        // busy lately) and the primitive has one that this attempt may take. Its value is
+        // kept for the release.
+        let value = (!self.inner.deployment.is_quorum()
+            && !self.inner.busy.recently_busy(&self.keys.lock))
+        .then(|| self.primitive.native().and_then(|n| n.value(&args)))
+        .flatten();
+        args.native = value.as_deref();
+        let attempted = match self.attempt(&args) {
+            Ok(a) => a,
+            Err(e) => {
+                if registration.is_some() {
+                    self.leave();
+                }
+                return Err(e);
+            }
+        };
+        match attempted.attempt {
+            Attempt::Acquired { fence } => {
+                let lease = self.hold(self.taken(self.ids.token.clone(), fence, sent, value))?;
+                tracing::debug!(
+                    target: "redis_lock",
+                    key = self.name,
+                    fence,
+                    attempts = attempt,
+                    waited = ?deadline.started.elapsed(),
+                    "lock acquired"
+                );
+                Ok(Tried::Acquired(lease))
+            }
+            Attempt::Busy {
+                holder_ttl,
+                block,
+                fresh,
+                server_ms,
+            } => {
+                self.inner.busy.busy(&self.keys.lock);
+                if block.is_some() {
+                    *registration = Some(Registration {
+                        sent,
+                        fresh,
+                        server_ms,
+                    });
+                }
+                Ok(Tried::Busy {
+                    holder_ttl,
+                    block,
+                    wait_on: attempted.wait_on,
+                })
+            }
+        }
+    }
+
+    /// How long attempt number `attempt` registers the caller as a waiter for, with `left` of
+    /// the budget: as long as the strategy will wait for a wake-up after it (a fair waiter
+    /// checks in at least every `FAIR_CHECK_IN`); zero, not at all.
+    fn register_for(&self, retry: &RetryStrategy, attempt: u32, left: Duration) -> Duration {
+        if !(retry.notified() && retry.may_wait_after(attempt, left)) {
+            Duration::ZERO
+        } else if self.fair {
+            left.min(FAIR_CHECK_IN)
+        } else {
+            left
+        }
+    }
+
     /// One attempt. A reply lost in flight (the connection broke or timed out after the
     /// request went out, say because a signal or a network cut got in the way) leaves us not
     /// knowing whether we now hold the lock; acquisition is idempotent per owner token, so the
@@ -555,28 +593,28 @@ impl Acquisition<'_> {
     /// owns stays taken for its whole TTL.
     fn attempt(&self, args: &AttemptArgs<'_>) -> Result<Attempted> {
         let deployment = &self.inner.deployment;
-        match deployment.attempt(self.primitive, args, self.ack) {
+        match deployment.attempt(&**self.primitive, args, self.ack) {
             Err(e) if e.is_connection_error() => {
                 tracing::debug!(target: "redis_lock", key = self.name, error = %e, "acquire reply lost; asking again with the same token");
                 deployment
-                    .attempt(self.primitive, args, self.ack)
-                    .inspect_err(|_| self.undo(args.value))
+                    .attempt(&**self.primitive, args, self.ack)
+                    .inspect_err(|_| self.undo(args.native))
             }
             other => other,
         }
     }
 
     /// Gives up whatever an attempt whose outcome is unknown may have taken; `value`: what its
-    /// native fast path wrote, if the caller made it (a server with `DELIFEQ` then deletes it
+    /// native fast path wrote, if it took that path (a server with `DELIFEQ` then deletes it
     /// with one native command, which runs even when its reply is lost too).
-    fn undo(&self, value: &str) {
+    fn undo(&self, value: Option<&str>) {
         let undo = Undo {
             inner: Arc::downgrade(self.inner),
             primitive: Arc::clone(self.primitive),
             keys: self.keys.clone(),
             token: self.ids.token.clone(),
             grant: self.ids.grant.clone(),
-            value: value.to_owned(),
+            value: value.map(str::to_owned),
         };
         match undo.send() {
             Some(Err(error)) if error.is_connection_error() => {
@@ -595,17 +633,17 @@ impl Acquisition<'_> {
     fn pass_on(&self, grant: &Grant) {
         let registration = if self.fair { "" } else { &self.ids.waiter };
         let passed = self.inner.deployment.release(
-            self.primitive,
+            &**self.primitive,
             &ReleaseArgs {
                 keys: &self.keys,
                 token: &grant.token,
-                cooldown: Duration::ZERO,
                 grant: &self.ids.grant,
                 registration,
+                cooldown: Duration::ZERO,
                 undo: true,
                 // A grant is a hash.
-                native: false,
-                value: None,
+                form: Form::Hash,
+                caps: None,
             },
         );
         if let Err(error) = passed {
@@ -627,26 +665,25 @@ impl Acquisition<'_> {
             Wake::Nothing => None,
             Wake::Failed => {
                 // Do not spin against a Redis that fails at once.
-                let pause = timeout.min(NO_CONNECTION_POLL);
-                match &self.opts.cancel {
-                    Some(token) => {
-                        token.sleep(pause);
-                    }
-                    None => std::thread::sleep(pause),
-                }
+                self.sleep(timeout.min(NO_CONNECTION_POLL));
                 None
             }
         }
     }
 
     /// A release granted us the lock through the wake-up list: adopt the grant, or claim it.
-    /// `Ok(None)` when somebody took the grant first (it had lapsed): keep waiting.
+    /// `Ok(None)` when somebody took the grant first (it had lapsed), or when this primitive
+    /// makes no grants (it has no `Grants`: what its releases push only says "look again"):
+    /// keep waiting.
     fn take_grant(
         &self,
         grant: Grant,
         registration: Option<Registration>,
         deadline: &Deadline,
     ) -> Result<Option<Arc<Lease>>> {
+        if self.primitive.grants().is_none() {
+            return Ok(None);
+        }
         // Fair waiters left the registry with the grant; a non-fair registration is removed by
         // the claim or the release.
         let leftover = if self.fair {
@@ -685,13 +722,13 @@ impl Acquisition<'_> {
                 on_lost: self.on_lost(),
                 ack: self.ack,
             })?;
-            observe::handoff(self.labels);
+            observe::handoff(self.report.labels);
             tracing::debug!(target: "redis_lock", key = self.name, fence = grant.fence, waited = ?deadline.started.elapsed(), "lock handed over");
             return Ok(Some(lease));
         }
         let sent = Instant::now();
         let claimed = self.inner.deployment.claim(
-            self.primitive,
+            &**self.primitive,
             &ClaimArgs {
                 keys: &self.keys,
                 grant: &grant.token,
@@ -700,21 +737,21 @@ impl Acquisition<'_> {
                 meta: self.meta(),
                 min_hold: self.opts.hold_at_least,
                 registration: &leftover,
-                ack: self.ack,
             },
+            self.ack,
         )?;
         let Some(Claim::Claimed { fence }) = claimed else {
             return Ok(None);
         };
         let lease = self.hold(self.taken(grant.token, fence, sent, None))?;
-        observe::handoff(self.labels);
+        observe::handoff(self.report.labels);
         tracing::debug!(target: "redis_lock", key = self.name, fence, waited = ?deadline.started.elapsed(), "lock handed over and claimed");
         Ok(Some(lease))
     }
 
     /// How a lease starts that was taken under `token` by a request (attempt or claim) sent
     /// at `sent`, which set the full TTL and the holder information.
-    /// `value`: what the native fast path wrote, when the attempt was allowed to take it (see
+    /// `value`: what the native fast path wrote, when the attempt took it (see
     /// `Start::native`).
     fn taken(&self, token: String, fence: u64, sent: Instant, value: Option<String>) -> Start {
         Start {
@@ -743,8 +780,7 @@ impl Acquisition<'_> {
             self.primitive,
             self.name,
             self.keys.clone(),
-            self.labels,
-            self.parent,
+            self.report,
             start,
             self.watchdog,
         )
@@ -753,18 +789,22 @@ impl Acquisition<'_> {
 
 /// Makes a held lock a lease (an acquired one, or one resumed from a handle): the hold span,
 /// the registry, the watchdog.
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn start_lease(
     inner: &Arc<Inner>,
-    primitive: &Arc<dyn Primitive>,
+    primitive: &Arc<dyn Lock>,
     name: &str,
     keys: LockKeys,
-    labels: &Labels,
-    parent: &Span,
+    report: Report<'_>,
     start: Start,
     watchdog: bool,
 ) -> Result<Arc<Lease>> {
-    let hold = Hold::start(name, labels.clone(), start.fence, start.acquired, parent);
+    let hold = Hold::start(
+        name,
+        report.labels.clone(),
+        start.fence,
+        start.acquired,
+        report.parent,
+    );
     let lease = Arc::new(Lease::new(
         inner.registry.next_id(),
         Arc::clone(inner),
@@ -811,237 +851,5 @@ mod tests {
         // Holder information, minimum hold or acknowledgement needed now.
         assert_eq!(grant_use(1_000, reg, sent, true), GrantUse::Claim);
         assert_eq!(grant_use(1_000, None, sent, false), GrantUse::Claim);
-    }
-}
-
-#[cfg(all(test, feature = "testing"))]
-mod server_tests {
-    use super::*;
-    use crate::deploy::Deployment;
-    use crate::testing::RedisServer;
-    use crate::wire::Release;
-    use crate::wire::token::Ids;
-
-    /// Whether the server has `DELIFEQ` is learnt by the first release of a lock taken on the
-    /// native fast path, and kept by the store (not asked per call).
-    #[test]
-    fn the_first_native_release_learns_whether_the_server_has_delifeq() {
-        let server = RedisServer::start();
-        let client = crate::LockClient::open(&server.url()).unwrap();
-        let Deployment::Single(store) = &client.inner.deployment else {
-            panic!("one server is a single store");
-        };
-        assert_eq!(store.caps.delifeq.known(), None);
-        drop(client.lock("learn").unwrap());
-        let info: Vec<redis::Value> = redis::cmd("COMMAND")
-            .arg("INFO")
-            .arg("DELIFEQ")
-            .query(&mut server.connection())
-            .unwrap();
-        let has = !matches!(info.first(), None | Some(redis::Value::Nil));
-        assert_eq!(store.caps.delifeq.known(), Some(has));
-        // Learnt once: a release on a server without it sends the script alone from then on.
-        let before = client.request_count();
-        drop(client.lock("learn").unwrap());
-        assert_eq!(client.request_count() - before, 2);
-    }
-
-    /// The cluster client resends a script after a reply timeout; when the first copy took the
-    /// lock, the second must answer "acquired" with the same fencing token, not "busy".
-    #[test]
-    fn a_resent_acquire_finds_its_own_lock_acquired() {
-        let server = RedisServer::start();
-        let client = crate::LockClient::open(&server.url()).unwrap();
-        let inner = &client.inner;
-        let Deployment::Single(store) = &inner.deployment else {
-            panic!("one server is a single store");
-        };
-        let keys = inner.keys("resent").unwrap();
-        let ids = new_ids().unwrap();
-        let ttl = Duration::from_secs(10);
-        let attempt = |token: &str| {
-            let args = AttemptArgs {
-                keys: &keys,
-                token,
-                ttl,
-                holder: &inner.holder,
-                meta: "",
-                min_hold: Duration::ZERO,
-                waiter: &ids.waiter,
-                register: ttl,
-                fair: false,
-                registered: false,
-                native: false,
-                value: "",
-                since: crate::wire::unix_ms_now(),
-            };
-            crate::deploy::attempt_on(store, &*inner.mutex, &args, None).unwrap()
-        };
-        let Attempt::Acquired { fence } = attempt(&ids.token) else {
-            panic!("the lock is free");
-        };
-        let Attempt::Acquired { fence: again } = attempt(&ids.token) else {
-            panic!("a resent acquire was answered busy");
-        };
-        assert_eq!(again, fence, "the stored fencing token, not a new one");
-        let counter: u64 = redis::cmd("GET")
-            .arg(&keys.fence)
-            .query(&mut server.connection())
-            .unwrap();
-        assert_eq!(counter, fence, "the counter did not move");
-        // Anyone else is still refused.
-        let other = new_ids().unwrap().token;
-        assert!(matches!(attempt(&other), Attempt::Busy { .. }));
-        let mut conn = store.conn().unwrap();
-        let released = inner
-            .mutex
-            .release(
-                &mut conn,
-                &keys,
-                &ids.token,
-                false,
-                Duration::ZERO,
-                &ids.grant,
-                "",
-                crate::wire::Form::Hash,
-            )
-            .unwrap();
-        assert_eq!(released, Release::Released);
-    }
-
-    /// Every command Redis has run (`INFO commandstats`, commands inside scripts included),
-    /// but `INFO` itself, `LPOP` (the waiter's pop, standing in for `BLPOP` here) and what a
-    /// new connection sends (`CLIENT SETINFO` on Valkey).
-    fn commands(probe: &mut redis::Connection) -> u64 {
-        let text: String = redis::cmd("INFO").arg("commandstats").query(probe).unwrap();
-        text.lines()
-            .filter_map(|l| l.strip_prefix("cmdstat_")?.split_once(':'))
-            .filter(|(name, _)| !matches!(*name, "info" | "lpop") && !name.starts_with("client"))
-            .filter_map(|(_, stats)| stats.split(',').find_map(|f| f.strip_prefix("calls=")))
-            .map(|n| n.parse::<u64>().unwrap())
-            .sum()
-    }
-
-    /// What one contended acquisition costs Redis, in commands, on the path the benchmark's
-    /// contended rows take: a waiter's attempt that finds the lock busy and
-    /// registers, and the release that grants the lock to a waiter by a holder that took it
-    /// from a grant (its registration left to forget). 7 and 11 (with `BLPOP`, the waiter's
-    /// wait: 19), against 8 and 15 before the counts of `EXISTS` were used and the registry was
-    /// only pruned when its first registration had lapsed.
-    #[test]
-    fn a_contended_acquisition_costs_redis_nineteen_commands() {
-        let server = RedisServer::start();
-        let client = crate::LockClient::open(&server.url()).unwrap();
-        let inner = &client.inner;
-        let Deployment::Single(store) = &inner.deployment else {
-            panic!("one server is a single store");
-        };
-        let keys = inner.keys("costly").unwrap();
-        let ttl = Duration::from_secs(30);
-        let (a, b, c) = (new_ids().unwrap(), new_ids().unwrap(), new_ids().unwrap());
-        // `b` registers for longer than `c`, so `c`'s registration never raises the TTL of
-        // the waiters key (one `PEXPIRE` more): with equal caps whether it does depends on
-        // whether the two attempts fall in the same millisecond, as in a steady stream of
-        // waiters (the benchmark's 19.1 commands per acquisition).
-        let attempt = |ids: &Ids, register: Duration| {
-            let args = AttemptArgs {
-                keys: &keys,
-                token: &ids.token,
-                ttl,
-                holder: &inner.holder,
-                meta: "",
-                min_hold: Duration::ZERO,
-                waiter: &ids.waiter,
-                register,
-                fair: false,
-                registered: false,
-                native: false,
-                value: "",
-                since: crate::wire::unix_ms_now(),
-            };
-            crate::deploy::attempt_on(store, &*inner.mutex, &args, None).unwrap()
-        };
-        let release = |token: &str, grant: &str, registration: &str| {
-            let mut conn = store.conn().unwrap();
-            inner
-                .mutex
-                .release(
-                    &mut conn,
-                    &keys,
-                    token,
-                    false,
-                    Duration::ZERO,
-                    grant,
-                    registration,
-                    // Taken through the script: a hash.
-                    crate::wire::Form::Hash,
-                )
-                .unwrap()
-        };
-        let mut probe = server.connection();
-        let pop = |probe: &mut redis::Connection| -> String {
-            redis::cmd("LPOP").arg(&keys.signal).query(probe).unwrap()
-        };
-        // Scripts loaded, and a lock held with `b` waiting.
-        assert!(matches!(attempt(&a, ttl), Attempt::Acquired { .. }));
-        assert!(matches!(
-            attempt(&b, ttl),
-            Attempt::Busy { block: Some(_), .. }
-        ));
-
-        let before = commands(&mut probe);
-        assert!(matches!(
-            attempt(&c, ttl / 3),
-            Attempt::Busy { block: Some(_), .. }
-        ));
-        let registering = commands(&mut probe) - before;
-        // `a` grants the lock to whoever pops: `b`.
-        assert_eq!(release(&a.token, &a.grant, ""), Release::Released);
-        assert!(pop(&mut probe).starts_with(&format!("{} ", a.grant)));
-        let before = commands(&mut probe);
-        // `b` holds it under `a`'s grant, and grants it on to `c`.
-        assert_eq!(release(&a.grant, &b.grant, &b.waiter), Release::Released);
-        let granting = commands(&mut probe) - before;
-        assert!(
-            pop(&mut probe).starts_with(&format!("{} ", b.grant)),
-            "c's turn"
-        );
-        assert_eq!(
-            (registering, granting),
-            (7, 11),
-            "commands of the registering attempt and of the granting release"
-        );
-    }
-
-    /// A claim of a grant that expired before it was claimed says so (`Gone`), rather than
-    /// that somebody else took it.
-    #[test]
-    fn claiming_an_expired_grant_reports_it_gone() {
-        let server = RedisServer::start();
-        let client = crate::LockClient::open(&server.url()).unwrap();
-        let inner = &client.inner;
-        let keys = inner.keys("claimed").unwrap();
-        let claim = |grant: &str| {
-            inner
-                .deployment
-                .claim(
-                    &inner.mutex,
-                    &ClaimArgs {
-                        keys: &keys,
-                        grant,
-                        ttl: Duration::from_secs(1),
-                        holder: &inner.holder,
-                        meta: "",
-                        min_hold: Duration::ZERO,
-                        registration: "",
-                        ack: None,
-                    },
-                )
-                .unwrap()
-        };
-        assert_eq!(claim("nobody-granted-this"), Some(Claim::Gone));
-        let other = client.lock("claimed").unwrap();
-        assert_eq!(claim("nobody-granted-this"), Some(Claim::NotOurs));
-        drop(other);
     }
 }

@@ -10,15 +10,23 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use super::Inner;
 use super::observe::{self, Ended, Hold};
-use super::watchdog::Worker;
-use crate::deploy::seam::Primitive;
-use crate::deploy::{ClaimArgs, ReleaseArgs};
+use super::primitive::Lock;
+use super::{Inner, Kind};
 use crate::error::{Error, LostReason, Result};
-use crate::options::{LostCallback, LostEvent};
+use crate::options::{LockOptions, LostCallback, LostEvent};
 use crate::store::Ack;
-use crate::wire::{Claim, LockKeys, OwnedTtl, Release, Renewal};
+use crate::wire::{Claim, ClaimArgs, Form, LockKeys, OwnedTtl, Release, ReleaseArgs, Renewal};
+
+/// The thread that renews a lease, as the lease sees it. The watchdog (`watchdog.rs`)
+/// implements it and talks only to the lease; the lease knows no more of it than this.
+pub(crate) trait Renewer: Send + Sync {
+    /// The lease's renewal schedule moved (`extend`): plan again.
+    fn nudge(&self);
+    /// The lease is released or handed off: the thread may take a new lease at once. It is
+    /// not woken; it finds the lease stopped when it next looks.
+    fn detach(self: Arc<Self>);
+}
 
 /// What happened when a lock was given back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,7 +108,7 @@ pub(crate) struct Start {
     /// Most likely taken on the primitive's native fast path (the attempt was allowed to
     /// take it), rather than through a script, a grant or a claim.
     pub(crate) native: bool,
-    /// What that fast path wrote (`Primitive::native_value`), when known: a server with a
+    /// What that fast path wrote (`deploy::seam::Native`), when known: a server with a
     /// native compare-and-delete releases the lock with it.
     pub(crate) value: Option<String>,
     /// The owner token the release hands to the waiter it wakes.
@@ -194,16 +202,16 @@ pub(crate) struct Lease {
     /// Key of this lease in the client's registry of held locks.
     pub(crate) id: u64,
     pub(crate) inner: Arc<Inner>,
-    primitive: Arc<dyn Primitive>,
+    primitive: Arc<dyn Lock>,
     pub(crate) name: String,
     pub(crate) keys: LockKeys,
     pub(crate) token: String,
     pub(crate) fence: u64,
     grant: String,
     registration: String,
-    /// Most likely taken on the primitive's native fast path (see `ReleaseArgs::native`).
+    /// Most likely taken on the primitive's native fast path (see `wire::Form`).
     native: bool,
-    /// What the native fast path wrote, when known (see `ReleaseArgs::value`). Secret as the
+    /// What the native fast path wrote, when known (see `wire::Form::Written`). Secret as the
     /// token is (it starts with it): never in `Debug` or logs.
     value: Option<String>,
     cooldown: Duration,
@@ -215,7 +223,7 @@ pub(crate) struct Lease {
     /// Wakes releases waiting for the one in flight.
     released: Condvar,
     /// The renewal thread serving this lease, until release (or loss) frees it.
-    pub(crate) watchdog: Mutex<Option<Arc<Worker>>>,
+    pub(crate) watchdog: Mutex<Option<Arc<dyn Renewer>>>,
     on_lost: Option<LostCallback>,
     /// The hold's span and metrics; ended at the loss or the release, closed on drop.
     hold: Mutex<Hold>,
@@ -235,7 +243,7 @@ impl Lease {
     pub(crate) fn new(
         id: u64,
         inner: Arc<Inner>,
-        primitive: Arc<dyn Primitive>,
+        primitive: Arc<dyn Lock>,
         name: &str,
         keys: LockKeys,
         start: Start,
@@ -377,7 +385,7 @@ impl Lease {
             None => self
                 .inner
                 .deployment
-                .renew(&self.primitive, &self.keys, &self.token, ttl),
+                .renew(&*self.primitive, &self.keys, &self.token, ttl),
         };
         if let Some(job) = deadline {
             job.cancel();
@@ -428,7 +436,7 @@ impl Lease {
     /// Claims a grant taken unclaimed: holder information and the full TTL.
     fn claim(&self, ttl: Duration, meta: &str) -> Result<Renewal> {
         let claim = self.inner.deployment.claim(
-            &self.primitive,
+            &*self.primitive,
             &ClaimArgs {
                 keys: &self.keys,
                 grant: &self.token,
@@ -437,8 +445,8 @@ impl Lease {
                 meta,
                 min_hold: Duration::ZERO,
                 registration: &self.registration,
-                ack: None,
             },
+            None,
         )?;
         Ok(match claim {
             Some(Claim::Claimed { .. }) => {
@@ -458,7 +466,7 @@ impl Lease {
         match self
             .inner
             .deployment
-            .renew(&self.primitive, &self.keys, &self.token, ttl)?
+            .renew(&*self.primitive, &self.keys, &self.token, ttl)?
         {
             Renewal::Renewed => {
                 {
@@ -467,7 +475,10 @@ impl Lease {
                     let valid = self.inner.valid_until(sent, ttl);
                     st.set(sent, ttl, valid);
                 }
-                super::watchdog::nudge(self);
+                let renewer = self.watchdog.lock().clone();
+                if let Some(renewer) = renewer {
+                    renewer.nudge();
+                }
                 tracing::debug!(target: "redis_lock", key = %self.name, ?ttl, "lock extended");
                 Ok(())
             }
@@ -481,7 +492,7 @@ impl Lease {
         match self
             .inner
             .deployment
-            .owned_ttl(&self.primitive, &self.keys, &self.token)?
+            .owned_ttl(&*self.primitive, &self.keys, &self.token)?
         {
             OwnedTtl::Left(ttl) => Ok(Some(ttl)),
             OwnedTtl::NoExpiry => Ok(None),
@@ -512,31 +523,31 @@ impl Lease {
             }
             st.release = Releasing::InFlight;
         }
-        super::watchdog::detach(self);
+        self.detach_watchdog();
         let epoch = self.inner.deployment.epoch();
         let args = ReleaseArgs {
             keys: &self.keys,
             token: &self.token,
-            cooldown,
             grant: &self.grant,
             registration: &self.registration,
+            cooldown,
             undo: false,
-            native: self.native,
-            value: self.value.as_deref(),
+            form: Form::of(self.native, self.value.as_deref()),
+            caps: None,
         };
         let deployment = &self.inner.deployment;
         let result = match self.ack {
             // Acknowledged like the acquisition, or sent again if the master moves: a release
             // the old master took after the failover would not reach the new one.
             Some(ack) => deployment
-                .release_acked(&self.primitive, &args, ack)
+                .release_acked(&*self.primitive, &args, ack)
                 .map(|(answer, acked)| {
                     if !acked && self.resend_after_move(epoch, cooldown, None) {
                         tracing::debug!(target: "redis_lock", key = %self.name, "release not acknowledged by the replicas; sent again if the sentinels name a new master before it expires");
                     }
                     answer
                 }),
-            None => deployment.release(&self.primitive, &args),
+            None => deployment.release(&*self.primitive, &args),
         }
         .map(ReleaseOutcome::from);
         let held_for = self.acquired_at.elapsed();
@@ -616,14 +627,24 @@ impl Lease {
         .schedule(&self.inner, epoch)
     }
 
-    /// The primitive's kind (`mutex`, `read`, `write`, ...).
-    pub(crate) fn kind(&self) -> &'static str {
+    /// Frees the renewal thread for another lease (release, hand-off).
+    fn detach_watchdog(&self) {
+        let renewer = self.watchdog.lock().take();
+        if let Some(renewer) = renewer {
+            renewer.detach();
+        }
+    }
+
+    /// The primitive's kind.
+    pub(crate) fn kind(&self) -> Kind {
         self.primitive.kind()
     }
 
-    /// `Err` when a release of this lease cannot keep it for a cool-down (a permit).
-    pub(crate) fn check_cooldown(&self) -> Result<()> {
-        self.primitive.refuse_cooldown().map_or(Ok(()), Err)
+    /// `Err` when a release of this lease cannot keep it ownerless for `cooldown` (a permit):
+    /// the primitive's one check of options, asked for that cool-down alone.
+    pub(crate) fn check_cooldown(&self, cooldown: Duration) -> Result<()> {
+        self.primitive
+            .check(&LockOptions::new().cooldown(cooldown), false)
     }
 
     /// Gives ownership away without releasing (a lease handle now owns the lock): the
@@ -637,7 +658,7 @@ impl Lease {
             }
             st.release = Releasing::Done(ReleaseOutcome::HandedOff);
         }
-        super::watchdog::detach(self);
+        self.detach_watchdog();
         {
             let mut hold = self.hold.lock();
             hold.end(Ended::HandedOff, None);
@@ -675,7 +696,7 @@ impl Lease {
 /// `Debug` shows the lock's name, never the owner token or grant.
 struct Resend {
     inner: std::sync::Weak<Inner>,
-    primitive: Arc<dyn Primitive>,
+    primitive: Arc<dyn Lock>,
     keys: LockKeys,
     token: String,
     grant: String,
@@ -714,17 +735,17 @@ impl Resend {
         }
         let epoch = inner.deployment.epoch();
         let result = inner.deployment.release(
-            &self.primitive,
+            &*self.primitive,
             &ReleaseArgs {
                 keys: &self.keys,
                 token: &self.token,
-                cooldown: self.cooldown,
                 grant: &self.grant,
                 registration: &self.registration,
+                cooldown: self.cooldown,
                 undo: false,
-                native: self.native,
                 // Sent again after a failover: the script, which reads either form.
-                value: None,
+                form: Form::of(self.native, None),
+                caps: None,
             },
         );
         let key = self.keys.name().to_owned();

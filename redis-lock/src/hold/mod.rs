@@ -2,23 +2,33 @@
 //! (`acquire`), the lease (`lease`), the renewal threads (`watchdog`), the registry of held
 //! locks and reentrancy (`registry`), the retry strategies (`retry`), which locks were found
 //! busy lately (`busy`: they skip the native fast path), what is reported about
-//! locks in spans and metrics (`observe`), and the mutex's implementation of the primitive
-//! seam (`mutex`). Never matches on the deployment: it asks
-//! `deploy::Deployment` and gets one combined answer.
+//! locks in spans and metrics (`observe`), what a primitive is to this layer (`primitive`),
+//! and the table of primitives below: each kind, its word, and the module that implements
+//! the seam for it. Never matches on the deployment: it asks `deploy::Deployment` and gets
+//! one combined answer.
+
+#[macro_use]
+pub(crate) mod primitive;
 
 pub(crate) mod acquire;
 pub(crate) mod busy;
 pub(crate) mod cancel;
 pub(crate) mod lease;
 pub(crate) mod multi;
-pub(crate) mod mutex;
 pub(crate) mod observe;
 pub(crate) mod registry;
 pub(crate) mod resume;
 pub(crate) mod retry;
-pub(crate) mod rwlock;
-pub(crate) mod semaphore;
 pub(crate) mod watchdog;
+
+// The table from kind to primitive (see `primitives!`): the one place the client, lease
+// handles and the attribute macro's support find a primitive by its kind.
+primitives! {
+    Mutex = "mutex" => mutex::Mutex::make, mod mutex;
+    Read = "read" => rwlock::RwLock::read, mod rwlock;
+    Write = "write" => rwlock::RwLock::write;
+    Semaphore = "semaphore" / "permit" => semaphore::Semaphore::make, mod semaphore;
+}
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -27,9 +37,9 @@ use std::time::{Duration, Instant};
 use scheduled_thread_pool::ScheduledThreadPool;
 
 use crate::deploy::Deployment;
-use crate::deploy::seam::Primitive;
 use crate::error::{Error, Result};
 use crate::wire;
+use primitive::Lock;
 use retry::RetryStrategy;
 
 /// Settings resolved by the builder.
@@ -61,8 +71,6 @@ pub(crate) struct Inner {
     pub(crate) requests: Arc<AtomicU64>,
     /// `host \n pid \n`, the start of the holder information stored with each lock.
     pub(crate) holder: String,
-    /// The mutex: the primitive every `lock` call uses.
-    pub(crate) mutex: Arc<dyn Primitive>,
     /// The client's housekeeping thread: reports a lease lost on time when a renewal is
     /// stuck (see `Lease::renew_now`).
     pub(crate) timer: Arc<ScheduledThreadPool>,
@@ -94,7 +102,6 @@ impl Inner {
             registry: registry::Registry::default(),
             requests,
             holder: wire::holder_prefix(host, std::process::id()),
-            mutex: Arc::new(mutex::Mutex),
             timer,
             busy: busy::BusyHints::default(),
             config,
@@ -126,9 +133,10 @@ impl Inner {
     }
 
     /// `InvalidInput` (about `what`, the caller's argument) when `primitive` is not sound on
-    /// this client's deployment: a Redlock quorum (`Primitive::quorum_sound`). Nothing is sent.
-    pub(crate) fn check_quorum(&self, primitive: &dyn Primitive, what: &'static str) -> Result<()> {
-        if primitive.quorum_sound() || !self.deployment.is_quorum() {
+    /// this client's deployment: a Redlock quorum, for a primitive without the `Redlock`
+    /// capability (`deploy::seam`). Nothing is sent.
+    pub(crate) fn check_quorum(&self, primitive: &dyn Lock, what: &'static str) -> Result<()> {
+        if primitive.redlock().is_some() || !self.deployment.is_quorum() {
             return Ok(());
         }
         Err(Error::invalid(
@@ -136,7 +144,7 @@ impl Inner {
             format!(
                 "{} locks are not available under Redlock; use a single server, Sentinel or \
                  Cluster",
-                primitive.kind()
+                primitive.kind().word()
             ),
         ))
     }

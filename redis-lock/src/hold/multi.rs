@@ -24,18 +24,20 @@ use std::time::{Duration, Instant};
 
 use tracing::Span;
 
-use super::acquire::{Deadline, start_lease};
+use std::cell::Cell;
+
+use super::acquire::{Deadline, Report, start_lease};
 use super::cancel::CancelToken;
 use super::lease::{Lease, Start};
 use super::observe::{self, Labels};
+use super::primitive::{Lock, Params};
 use super::retry::{RetryStrategy, Step};
-use super::{Inner, registry};
-use crate::deploy::ReleaseArgs;
+use super::{Inner, Kind, registry};
 use crate::error::{Error, Result};
-use crate::options::{LockOptions, MAX_METADATA_LEN, validate_cooldown, validate_ttl};
-use crate::wire::multi::AllAttempt;
+use crate::options::{LockOptions, validate};
+use crate::wire::multi::{AllArgs, AllAttempt};
 use crate::wire::token::{Ids, new_ids};
-use crate::wire::{Attempt, AttemptArgs, LockKeys};
+use crate::wire::{Attempt, AttemptArgs, Form, LockKeys, ReleaseArgs};
 
 /// Most locks one multi-lock takes.
 pub const MAX_LOCK_ALL: usize = 64;
@@ -68,12 +70,9 @@ pub(crate) fn members(mut names: Vec<String>) -> Result<Vec<String>> {
     Ok(names)
 }
 
-/// Options a multi-lock cannot honour are refused rather than ignored.
-fn validate(opts: &LockOptions, retry: &RetryStrategy, ttl: Duration) -> Result<()> {
-    validate_ttl(ttl)?;
-    if let Some(cooldown) = opts.cooldown {
-        validate_cooldown(cooldown)?;
-    }
+/// Options a multi-lock cannot honour are refused rather than ignored (its check, in the shape
+/// of a primitive's `Lock::check`; the limits every acquisition is held to come first).
+fn check(opts: &LockOptions, fair: bool) -> Result<()> {
     let refuse = |what, reason: &str| Err(Error::invalid(what, reason.to_owned()));
     if !opts.hold_at_least.is_zero() {
         return refuse("hold_at_least", "a multi-lock has no minimum hold");
@@ -93,18 +92,11 @@ fn validate(opts: &LockOptions, retry: &RetryStrategy, ttl: Duration) -> Result<
             "a multi-lock takes mutex locks; take read and write locks one at a time",
         );
     }
-    if retry.is_fair() {
+    if fair {
         return refuse(
             "retry",
             "a multi-lock does not wait in a fair queue; use a non-fair strategy",
         );
-    }
-    if opts
-        .metadata
-        .as_ref()
-        .is_some_and(|m| m.len() > MAX_METADATA_LEN)
-    {
-        return refuse("metadata", "longer than the limit");
     }
     Ok(())
 }
@@ -112,6 +104,8 @@ fn validate(opts: &LockOptions, retry: &RetryStrategy, ttl: Duration) -> Result<
 /// One multi-lock acquisition.
 struct AllAcquisition<'a> {
     inner: &'a Arc<Inner>,
+    /// The primitive of every member.
+    mutex: Arc<dyn Lock>,
     names: &'a [String],
     keys: Vec<LockKeys>,
     opts: &'a LockOptions,
@@ -141,18 +135,14 @@ impl Inner {
         let joined = names.join(",");
         let span = observe::acquire_span(&joined, &labels, waits, deadline.budget());
         let parent = Span::current();
-        let mut attempts = 0;
-        let result = span.in_scope(|| {
-            self.acquire_all_in_span(
-                names,
-                opts,
-                retry,
-                deadline,
-                &labels,
-                &parent,
-                &mut attempts,
-            )
-        });
+        let attempts = Cell::new(0);
+        let report = Report {
+            labels: &labels,
+            parent: &parent,
+            attempts: &attempts,
+        };
+        let result =
+            span.in_scope(|| self.acquire_all_in_span(names, opts, retry, deadline, report));
         let outcome = match &result {
             Ok(Some(_)) => Ok(observe::Outcome::Acquired),
             Ok(None) if waits => Ok(observe::Outcome::Timeout),
@@ -163,37 +153,43 @@ impl Inner {
             .as_ref()
             .ok()
             .and_then(|l| l.as_ref().and_then(|l| l.iter().map(|l| l.fence).max()));
-        observe::acquired(&span, &labels, deadline.started, outcome, attempts, fence);
+        observe::acquired(
+            &span,
+            &labels,
+            deadline.started,
+            outcome,
+            attempts.get(),
+            fence,
+        );
         result
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn acquire_all_in_span(
         self: &Arc<Self>,
         names: &[String],
         opts: &LockOptions,
         retry: &RetryStrategy,
         deadline: &Deadline,
-        labels: &Labels,
-        parent: &Span,
-        attempts: &mut u32,
+        report: Report<'_>,
     ) -> Result<Option<Vec<Arc<Lease>>>> {
         let keys = names
             .iter()
             .map(|name| self.keys(name))
             .collect::<Result<Vec<_>>>()?;
         let ttl = opts.ttl.unwrap_or(self.config.default_ttl);
-        validate(opts, retry, ttl)?;
+        validate(ttl, opts)?;
+        check(opts, retry.is_fair())?;
         self.check_ttl(ttl)?;
-        let cancel = opts.cancel.as_ref();
-        let cancelled = || {
-            cancel
-                .is_some_and(CancelToken::is_cancelled)
-                .then(|| Error::Cancelled {
-                    key: names.join(","),
-                })
+        let a = AllAcquisition {
+            inner: self,
+            mutex: Kind::Mutex.make(Params::DEFAULT),
+            names,
+            keys,
+            opts,
+            ttl,
+            ids: new_ids()?,
         };
-        if let Some(e) = cancelled() {
+        if let Some(e) = a.cancelled() {
             return Err(e);
         }
         if let Some(name) = names
@@ -203,71 +199,78 @@ impl Inner {
             // Waiting would wait for this very thread.
             return Err(Error::AlreadyHeld { key: name.clone() });
         }
-        let a = AllAcquisition {
-            inner: self,
-            names,
-            keys,
-            opts,
-            ttl,
-            ids: new_ids()?,
-        };
         // Members taken alone while waiting for them (index, lease), sorted by index: the
         // whole set is attempted again with them.
         let mut held: Vec<(usize, Arc<Lease>)> = Vec::new();
-        // Gives back the held members from index `from` on.
-        let give_back = |held: &mut Vec<(usize, Arc<Lease>)>, from: usize| {
-            let keep = held.partition_point(|(i, _)| *i < from);
-            for (_, lease) in held.drain(keep..) {
-                let _ = lease.release();
-            }
-        };
+        let result = a.run(retry, deadline, report, &mut held);
+        if !matches!(result, Ok(Some(_))) {
+            give_back(&mut held, 0);
+        }
+        result
+    }
+}
+
+/// Gives back the held members from index `from` on.
+fn give_back(held: &mut Vec<(usize, Arc<Lease>)>, from: usize) {
+    let keep = held.partition_point(|(i, _)| *i < from);
+    for (_, lease) in held.drain(keep..) {
+        let _ = lease.release();
+    }
+}
+
+impl AllAcquisition<'_> {
+    /// `Error::Cancelled` once the acquisition's cancel token is.
+    fn cancelled(&self) -> Option<Error> {
+        self.opts
+            .cancel
+            .as_ref()
+            .is_some_and(CancelToken::is_cancelled)
+            .then(|| Error::Cancelled {
+                key: self.names.join(","),
+            })
+    }
+
+    /// Attempts the whole set until it is ours, waiting as the strategy says; `held`: the
+    /// members taken alone while waiting for them (the caller gives them back unless the set
+    /// is acquired, where they are among its leases).
+    fn run(
+        &self,
+        retry: &RetryStrategy,
+        deadline: &Deadline,
+        report: Report<'_>,
+        held: &mut Vec<(usize, Arc<Lease>)>,
+    ) -> Result<Option<Vec<Arc<Lease>>>> {
         loop {
-            if let Some(e) = cancelled() {
-                give_back(&mut held, 0);
+            if let Some(e) = self.cancelled() {
                 return Err(e);
             }
-            *attempts += 1;
+            let attempts = report.attempts.get() + 1;
+            report.attempts.set(attempts);
             let sent = Instant::now();
-            let attempt = match a.attempt(&held) {
-                Ok(attempt) => attempt,
-                Err(e) => {
-                    give_back(&mut held, 0);
-                    return Err(e);
-                }
-            };
-            let (index, holder_ttl) = match attempt {
+            let (index, holder_ttl) = match self.attempt(held)? {
                 AllAttempt::Acquired { fences } => {
-                    let leases = a.hold(fences, held, sent, labels, parent)?;
-                    tracing::debug!(target: "redis_lock", keys = %names.join(","), attempts = *attempts, "locks acquired together");
+                    let leases = self.hold(fences, std::mem::take(held), sent, report)?;
+                    tracing::debug!(target: "redis_lock", keys = %self.names.join(","), attempts, "locks acquired together");
                     return Ok(Some(leases));
                 }
                 AllAttempt::Busy { index, holder_ttl } => (index, holder_ttl),
             };
             let left = deadline.at.saturating_duration_since(Instant::now());
-            match retry.next(*attempts, left, holder_ttl, None) {
-                Step::Stop => {
-                    give_back(&mut held, 0);
-                    return Ok(None);
-                }
+            match retry.next(attempts, left, holder_ttl, None) {
+                Step::Stop => return Ok(None),
                 Step::WaitSignal(_) => {
                     // Only ever wait for a name after every name held (see the module's doc).
-                    give_back(&mut held, index);
+                    give_back(held, index);
                     // Wait for the busy member as any waiter does, and take it.
-                    match self.acquire(&self.mutex, &names[index], opts, deadline) {
-                        Ok(Some(lease)) => held.push((index, lease)),
-                        Ok(None) => {
-                            give_back(&mut held, 0);
-                            return Ok(None);
-                        }
-                        Err(e) => {
-                            give_back(&mut held, 0);
-                            return Err(e);
-                        }
+                    let inner = self.inner;
+                    match inner.acquire(&self.mutex, &self.names[index], self.opts, deadline)? {
+                        Some(lease) => held.push((index, lease)),
+                        None => return Ok(None),
                     }
                 }
                 Step::Sleep(d) => {
-                    give_back(&mut held, 0);
-                    match cancel {
+                    give_back(held, 0);
+                    match &self.opts.cancel {
                         Some(token) => {
                             token.sleep(d);
                         }
@@ -277,12 +280,9 @@ impl Inner {
             }
         }
     }
-}
 
-impl AllAcquisition<'_> {
     /// One all-or-nothing attempt; the members in `held` (sorted by index) are ours already.
     fn attempt(&self, held: &[(usize, Arc<Lease>)]) -> Result<AllAttempt> {
-        let inner = self.inner;
         let mine = |k: usize| {
             held.binary_search_by_key(&k, |(i, _)| *i)
                 .ok()
@@ -295,12 +295,14 @@ impl AllAcquisition<'_> {
             .enumerate()
             .map(|(k, keys)| (keys, token(k)))
             .collect();
-        let meta = self.opts.metadata.as_deref().unwrap_or("");
-        let once = || {
-            inner
-                .deployment
-                .attempt_all(&inner.mutex, &members, self.ttl, &inner.holder, meta)
+        let inner = self.inner;
+        let args = AllArgs {
+            members: &members,
+            ttl: self.ttl,
+            holder: &inner.holder,
+            meta: self.meta(),
         };
+        let once = || inner.deployment.attempt_all(&*self.mutex, &args);
         let all = match once() {
             // A reply lost in flight: ask again with the same tokens (a member already ours
             // answers as taken), and if that fails too, give up whatever it may have taken.
@@ -312,34 +314,47 @@ impl AllAcquisition<'_> {
             }
             other => other?,
         };
-        if let Some(all) = all {
-            return Ok(all);
+        match all {
+            Some(all) => Ok(all),
+            None => self.one_by_one(|k| mine(k).map(|l| l.fence)),
         }
-        // One by one, in name order.
+    }
+
+    fn meta(&self) -> &str {
+        self.opts.metadata.as_deref().unwrap_or("")
+    }
+
+    /// The whole set one member after the other, in name order, where one script cannot take
+    /// it; `held(k)`: the fence of member `k` when it is ours already.
+    fn one_by_one(&self, held: impl Fn(usize) -> Option<u64>) -> Result<AllAttempt> {
+        let inner = self.inner;
         let mut fences = vec![0; self.keys.len()];
         let mut taken = Vec::new();
         for (k, keys) in self.keys.iter().enumerate() {
-            if let Some(lease) = mine(k) {
-                fences[k] = lease.fence;
+            if let Some(fence) = held(k) {
+                fences[k] = fence;
                 continue;
             }
-            let args = AttemptArgs {
+            let mut args = AttemptArgs {
                 keys,
                 token: &self.ids.token,
                 ttl: self.ttl,
                 holder: &inner.holder,
-                meta,
+                meta: self.meta(),
                 min_hold: Duration::ZERO,
                 waiter: &self.ids.waiter,
                 register: Duration::ZERO,
                 fair: false,
                 registered: false,
-                native: !inner.deployment.is_quorum(),
-                // Made by the fast path itself: a member's lease keeps no value.
-                value: "",
+                native: None,
                 since: crate::wire::unix_ms_now(),
             };
-            match inner.deployment.attempt(&inner.mutex, &args, None) {
+            // A member's lease keeps no value (its release reads the string first).
+            let value = (!inner.deployment.is_quorum())
+                .then(|| self.mutex.native().and_then(|n| n.value(&args)))
+                .flatten();
+            args.native = value.as_deref();
+            match inner.deployment.attempt(&*self.mutex, &args, None) {
                 Ok(attempted) => match attempted.attempt {
                     Attempt::Acquired { fence } => {
                         fences[k] = fence;
@@ -368,16 +383,16 @@ impl AllAcquisition<'_> {
     fn undo(&self, which: impl IntoIterator<Item = usize>) {
         for k in which {
             let undone = self.inner.deployment.release(
-                &self.inner.mutex,
+                &*self.mutex,
                 &ReleaseArgs {
                     keys: &self.keys[k],
                     token: &self.ids.token,
-                    cooldown: Duration::ZERO,
                     grant: &self.ids.grant,
                     registration: "",
+                    cooldown: Duration::ZERO,
                     undo: true,
-                    native: true,
-                    value: None,
+                    form: Form::String,
+                    caps: None,
                 },
             );
             if let Err(error) = undone {
@@ -392,8 +407,7 @@ impl AllAcquisition<'_> {
         fences: Vec<u64>,
         held: Vec<(usize, Arc<Lease>)>,
         sent: Instant,
-        labels: &Labels,
-        parent: &Span,
+        report: Report<'_>,
     ) -> Result<Vec<Arc<Lease>>> {
         let inner = self.inner;
         let watchdog = self.opts.watchdog.unwrap_or(inner.config.watchdog);
@@ -426,13 +440,13 @@ impl AllAcquisition<'_> {
                     .or_else(|| inner.config.default_on_lost.clone()),
                 ack: None,
             };
+            let name = &self.names[k];
             match start_lease(
                 inner,
-                &inner.mutex,
-                &self.names[k],
+                &self.mutex,
+                name,
                 self.keys[k].clone(),
-                labels,
-                parent,
+                report,
                 start,
                 watchdog,
             ) {
@@ -484,11 +498,18 @@ mod tests {
         );
     }
 
+    /// The multi-lock's check after the limits every acquisition is held to, as the
+    /// acquisition runs them.
+    fn validate_all(opts: &LockOptions, retry: &RetryStrategy, ttl: Duration) -> Result<()> {
+        validate(ttl, opts)?;
+        check(opts, retry.is_fair())
+    }
+
     #[test]
     fn options_a_multi_lock_cannot_honour_are_refused() {
         let ttl = Duration::from_secs(1);
         let notify = RetryStrategy::notify();
-        assert!(validate(&LockOptions::new(), &notify, ttl).is_ok());
+        assert!(validate_all(&LockOptions::new(), &notify, ttl).is_ok());
         for (opts, retry) in [
             (
                 LockOptions::new().hold_at_least(Duration::from_secs(1)),
@@ -503,12 +524,12 @@ mod tests {
         ] {
             assert!(
                 matches!(
-                    validate(&opts, &retry, ttl),
+                    validate_all(&opts, &retry, ttl),
                     Err(Error::InvalidInput { .. })
                 ),
                 "{opts:?}"
             );
         }
-        assert!(validate(&LockOptions::new(), &notify, Duration::ZERO).is_err());
+        assert!(validate_all(&LockOptions::new(), &notify, Duration::ZERO).is_err());
     }
 }

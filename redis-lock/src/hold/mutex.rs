@@ -1,58 +1,40 @@
 //! The mutex's implementation of the primitive seam: each operation is the matching typed call
-//! of `wire::mutex`.
+//! of `wire::mutex`. It has every capability: grants, the native fast path, Redlock, and
+//! several locks at once (the multi-lock).
 
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use redis::ConnectionLike;
 
-use crate::deploy::seam::Primitive;
+use super::Kind;
+use super::primitive::{Lock, Params};
+use crate::deploy::seam::{AllAtOnce, Grants, Native, Primitive, Redlock};
 use crate::error::Result;
-use crate::wire::multi::AllAttempt;
-use crate::wire::mutex::{self as script, MinHold};
+use crate::options::LockOptions;
+use crate::wire::multi::{self, AllArgs, AllAttempt};
+use crate::wire::mutex as script;
 use crate::wire::{
-    Attempt, AttemptArgs, Broken, Claim, Form, Holder, LockKeys, OwnedTtl, Release, Renewal,
+    Attempt, AttemptArgs, Broken, Claim, ClaimArgs, Holder, LockKeys, OwnedTtl, Release,
+    ReleaseArgs, Renewal,
 };
 
 /// One owner at a time.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Mutex;
 
-impl Primitive for Mutex {
-    fn kind(&self) -> &'static str {
-        "mutex"
+impl Mutex {
+    /// The mutex (the table's constructor): one shared instance, since it has no state, so
+    /// that a `lock` call allocates nothing for it.
+    pub(crate) fn make(_: Params) -> Arc<dyn Lock> {
+        static MUTEX: LazyLock<Arc<dyn Lock>> = LazyLock::new(|| Arc::new(Mutex));
+        Arc::clone(&MUTEX)
     }
+}
 
+impl Primitive for Mutex {
     fn attempt(&self, con: &mut dyn ConnectionLike, args: &AttemptArgs<'_>) -> Result<Attempt> {
         script::acquire(con, args)
-    }
-
-    fn native_value(&self, token: &str, holder: &str, meta: &str) -> Option<String> {
-        Some(script::string_value(token, holder, meta))
-    }
-
-    fn attempt_all(
-        &self,
-        con: &mut dyn ConnectionLike,
-        members: &[(&LockKeys, &str)],
-        ttl: Duration,
-        holder: &str,
-        meta: &str,
-    ) -> Result<Option<AllAttempt>> {
-        crate::wire::multi::acquire_all(con, members, ttl, holder, meta).map(Some)
-    }
-
-    fn claim(
-        &self,
-        con: &mut dyn ConnectionLike,
-        keys: &LockKeys,
-        grant: &str,
-        ttl: Duration,
-        holder: &str,
-        meta: &str,
-        min_hold: Duration,
-        registration: &str,
-    ) -> Result<Claim> {
-        script::claim(con, keys, grant, ttl, holder, meta, min_hold, registration)
     }
 
     fn renew(
@@ -65,32 +47,8 @@ impl Primitive for Mutex {
         script::renew(con, keys, token, ttl)
     }
 
-    fn release(
-        &self,
-        con: &mut dyn ConnectionLike,
-        keys: &LockKeys,
-        token: &str,
-        undo: bool,
-        cooldown: Duration,
-        grant: &str,
-        registration: &str,
-        form: Form<'_>,
-    ) -> Result<Release> {
-        let min_hold = if undo {
-            MinHold::Ignore
-        } else {
-            MinHold::Respect
-        };
-        script::release(
-            con,
-            keys,
-            token,
-            min_hold,
-            cooldown,
-            grant,
-            registration,
-            form,
-        )
+    fn release(&self, con: &mut dyn ConnectionLike, args: &ReleaseArgs<'_>) -> Result<Release> {
+        script::release(con, args)
     }
 
     fn owned_ttl(
@@ -112,16 +70,6 @@ impl Primitive for Mutex {
         script::leave(con, keys, waiter, grant)
     }
 
-    fn raise_fence(
-        &self,
-        con: &mut dyn ConnectionLike,
-        keys: &LockKeys,
-        token: &str,
-        fence: u64,
-    ) -> Result<bool> {
-        script::raise_fence(con, keys, token, fence)
-    }
-
     fn inspect(&self, con: &mut dyn ConnectionLike, keys: &LockKeys) -> Result<Option<Holder>> {
         script::inspect(con, keys)
     }
@@ -133,5 +81,70 @@ impl Primitive for Mutex {
         grant: &str,
     ) -> Result<Broken> {
         script::force_release(con, keys, grant)
+    }
+
+    fn wake_list(&self, keys: &LockKeys, waiter: &str, fair: bool) -> String {
+        script::wake_list(keys, waiter, fair)
+    }
+
+    fn grants(&self) -> Option<&dyn Grants> {
+        Some(self)
+    }
+
+    fn native(&self) -> Option<&dyn Native> {
+        Some(self)
+    }
+
+    fn redlock(&self) -> Option<&dyn Redlock> {
+        Some(self)
+    }
+
+    fn all_at_once(&self) -> Option<&dyn AllAtOnce> {
+        Some(self)
+    }
+}
+
+impl Grants for Mutex {
+    fn claim(&self, con: &mut dyn ConnectionLike, args: &ClaimArgs<'_>) -> Result<Claim> {
+        script::claim(con, args)
+    }
+}
+
+impl Native for Mutex {
+    fn value(&self, args: &AttemptArgs<'_>) -> Option<String> {
+        script::native_value(args)
+    }
+}
+
+impl Redlock for Mutex {
+    fn raise_fence(
+        &self,
+        con: &mut dyn ConnectionLike,
+        keys: &LockKeys,
+        token: &str,
+        fence: u64,
+    ) -> Result<bool> {
+        script::raise_fence(con, keys, token, fence)
+    }
+}
+
+impl AllAtOnce for Mutex {
+    fn attempt_all(&self, con: &mut dyn ConnectionLike, args: &AllArgs<'_>) -> Result<AllAttempt> {
+        multi::acquire_all(con, args)
+    }
+}
+
+impl Lock for Mutex {
+    fn kind(&self) -> Kind {
+        Kind::Mutex
+    }
+
+    /// The mutex takes every option.
+    fn check(&self, _opts: &LockOptions, _fair: bool) -> Result<()> {
+        Ok(())
+    }
+
+    fn holder_fence(&self) -> bool {
+        true
     }
 }

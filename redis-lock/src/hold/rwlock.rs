@@ -1,17 +1,22 @@
 //! The read-write lock's implementation of the primitive seam: each operation is the matching
 //! typed call of `wire::rwlock`, for the side (read or write) this instance takes; and the
-//! rules for a thread that already holds the name (downgrade, refused upgrade).
+//! rules for a thread that already holds the name (downgrade, refused upgrade). It has none
+//! of the seam's capabilities: nothing is granted through its wake-up lists (a woken waiter
+//! attempts again), it has no native fast path, and it is not available under Redlock.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use redis::ConnectionLike;
 
-use crate::deploy::seam::{Nested, Primitive};
+use super::Kind;
+use super::primitive::{Lock, Nested, Params};
+use crate::deploy::seam::Primitive;
 use crate::error::{Error, Result};
+use crate::options::LockOptions;
 use crate::wire::rwlock::{self as script, Side};
 use crate::wire::{
-    Attempt, AttemptArgs, Broken, Claim, Form, Holder, LockKeys, OwnedTtl, Release, Renewal,
+    Attempt, AttemptArgs, Broken, Holder, LockKeys, OwnedTtl, Release, ReleaseArgs, Renewal,
 };
 
 /// Many readers or one writer: one side of it per instance.
@@ -34,67 +39,26 @@ impl std::fmt::Debug for RwLock {
 }
 
 impl RwLock {
-    /// The read side.
-    pub(crate) fn read() -> RwLock {
-        RwLock {
+    /// The read side (the table's constructor).
+    pub(crate) fn read(_: Params) -> Arc<dyn Lock> {
+        Arc::new(RwLock {
             side: Side::Read,
             under: String::new(),
-        }
+        })
     }
 
-    /// The write side.
-    pub(crate) fn write() -> RwLock {
-        RwLock {
+    /// The write side (the table's constructor).
+    pub(crate) fn write(_: Params) -> Arc<dyn Lock> {
+        Arc::new(RwLock {
             side: Side::Write,
             under: String::new(),
-        }
+        })
     }
-}
-
-/// What `LockOptions` a read-write lock cannot honour, refused before anything is sent.
-fn unsupported(args: &AttemptArgs<'_>) -> Result<()> {
-    if args.fair {
-        return Err(Error::invalid(
-            "retry",
-            "fair waiting is not available for read-write locks: readers enter together, and \
-             waiting writers already keep new readers out; use a non-fair strategy",
-        ));
-    }
-    if !args.min_hold.is_zero() {
-        return Err(Error::invalid(
-            "hold_at_least",
-            "a minimum hold is not available for read-write locks",
-        ));
-    }
-    Ok(())
 }
 
 impl Primitive for RwLock {
-    fn kind(&self) -> &'static str {
-        match self.side {
-            Side::Read => "read",
-            Side::Write => "write",
-        }
-    }
-
     fn attempt(&self, con: &mut dyn ConnectionLike, args: &AttemptArgs<'_>) -> Result<Attempt> {
-        unsupported(args)?;
         script::acquire(con, self.side, args, &self.under)
-    }
-
-    fn claim(
-        &self,
-        _con: &mut dyn ConnectionLike,
-        _keys: &LockKeys,
-        _grant: &str,
-        _ttl: Duration,
-        _holder: &str,
-        _meta: &str,
-        _min_hold: Duration,
-        _registration: &str,
-    ) -> Result<Claim> {
-        // Nothing is ever granted through the wake-up list: a woken waiter attempts again.
-        Ok(Claim::NotOurs)
     }
 
     fn renew(
@@ -107,18 +71,8 @@ impl Primitive for RwLock {
         script::renew(con, self.side, keys, token, ttl)
     }
 
-    fn release(
-        &self,
-        con: &mut dyn ConnectionLike,
-        keys: &LockKeys,
-        token: &str,
-        undo: bool,
-        cooldown: Duration,
-        _grant: &str,
-        registration: &str,
-        _form: Form<'_>,
-    ) -> Result<Release> {
-        script::release(con, self.side, keys, token, undo, cooldown, registration)
+    fn release(&self, con: &mut dyn ConnectionLike, args: &ReleaseArgs<'_>) -> Result<Release> {
+        script::release(con, self.side, args)
     }
 
     fn owned_ttl(
@@ -140,17 +94,6 @@ impl Primitive for RwLock {
         script::leave(con, keys, waiter)
     }
 
-    fn raise_fence(
-        &self,
-        _con: &mut dyn ConnectionLike,
-        _keys: &LockKeys,
-        _token: &str,
-        _fence: u64,
-    ) -> Result<bool> {
-        // Only a quorum raises fences, and read-write locks are refused there.
-        Ok(false)
-    }
-
     fn inspect(&self, con: &mut dyn ConnectionLike, keys: &LockKeys) -> Result<Option<Holder>> {
         script::inspect(con, keys)
     }
@@ -168,15 +111,45 @@ impl Primitive for RwLock {
         script::wake_list(keys, self.side)
     }
 
-    fn nested(&self, held: &'static str, token: &str) -> Nested {
-        nested(self.side, held, token)
+    // No `redlock`: the quorum rules (undoing partial attempts, waking, raising fences) were
+    // designed and tested for one owner per server; shares and waiting writers per server
+    // have not been shown sound there (SAFETY.md), so they are refused.
+}
+
+impl Lock for RwLock {
+    fn kind(&self) -> Kind {
+        match self.side {
+            Side::Read => Kind::Read,
+            Side::Write => Kind::Write,
+        }
     }
 
-    /// Not under Redlock: the quorum rules (undoing partial attempts, waking, raising fences)
-    /// were designed and tested for one owner per server; shares and waiting writers per
-    /// server have not been shown sound there (SAFETY.md), so they are refused.
-    fn quorum_sound(&self) -> bool {
-        false
+    /// No fair waiting (readers enter together, and waiting writers already keep new readers
+    /// out) and no minimum hold.
+    fn check(&self, opts: &LockOptions, fair: bool) -> Result<()> {
+        if fair {
+            return Err(Error::invalid(
+                "retry",
+                "fair waiting is not available for read-write locks: readers enter together, \
+                 and waiting writers already keep new readers out; use a non-fair strategy",
+            ));
+        }
+        if !opts.hold_at_least.is_zero() {
+            return Err(Error::invalid(
+                "hold_at_least",
+                "a minimum hold is not available for read-write locks",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The write lock has one holder; read shares are many.
+    fn holder_fence(&self) -> bool {
+        self.side == Side::Write
+    }
+
+    fn nested(&self, held: Kind, token: &str) -> Nested {
+        nested(self.side, held, token)
     }
 }
 
@@ -190,11 +163,11 @@ impl Primitive for RwLock {
 ///
 /// A thread that holds both a write lock and a share under it is asked per lease; the
 /// acquisition lets a join win over the others (`Inner::acquire_in_span`).
-fn nested(side: Side, held: &'static str, token: &str) -> Nested {
+fn nested(side: Side, held: Kind, token: &str) -> Nested {
     match (side, held) {
-        (Side::Read, "read") | (Side::Write, "write") => Nested::Join,
-        (Side::Write, "read") => Nested::Refuse,
-        (Side::Read, "write") => Nested::Attempt(Some(Arc::new(RwLock {
+        (Side::Read, Kind::Read) | (Side::Write, Kind::Write) => Nested::Join,
+        (Side::Write, Kind::Read) => Nested::Refuse,
+        (Side::Read, Kind::Write) => Nested::Attempt(Some(Arc::new(RwLock {
             side: Side::Read,
             under: token.to_owned(),
         }))),
@@ -208,13 +181,13 @@ mod tests {
 
     #[test]
     fn a_thread_that_holds_the_name_downgrades_but_never_upgrades() {
-        assert!(matches!(nested(Side::Read, "read", "t"), Nested::Join));
-        assert!(matches!(nested(Side::Write, "write", "t"), Nested::Join));
-        assert!(matches!(nested(Side::Write, "read", "t"), Nested::Refuse));
-        let Nested::Attempt(Some(p)) = nested(Side::Read, "write", "writer-token") else {
+        assert!(matches!(nested(Side::Read, Kind::Read, "t"), Nested::Join));
+        assert!(matches!(nested(Side::Write, Kind::Write, "t"), Nested::Join));
+        assert!(matches!(nested(Side::Write, Kind::Read, "t"), Nested::Refuse));
+        let Nested::Attempt(Some(p)) = nested(Side::Read, Kind::Write, "writer-token") else {
             panic!("a read under a write is a new share");
         };
-        assert_eq!(p.kind(), "read");
+        assert_eq!(p.kind(), Kind::Read);
         let debug = format!("{p:?}");
         assert!(debug.contains("downgrade: true"), "{debug}");
         assert!(
@@ -222,11 +195,11 @@ mod tests {
             "no token in Debug: {debug}"
         );
         assert!(matches!(
-            nested(Side::Read, "mutex", "t"),
+            nested(Side::Read, Kind::Mutex, "t"),
             Nested::Attempt(None)
         ));
         assert!(matches!(
-            nested(Side::Write, "mutex", "t"),
+            nested(Side::Write, Kind::Mutex, "t"),
             Nested::Attempt(None)
         ));
     }

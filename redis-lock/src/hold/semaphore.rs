@@ -1,18 +1,23 @@
 //! The semaphore's implementation of the primitive seam (each operation is the matching typed
-//! call of `wire::semaphore`), and what a semaphore needs beyond the seam: checking a request
-//! before anything is sent, reading its permits, changing its limit.
+//! call of `wire::semaphore`), and what a semaphore needs beyond the seam: its refusal under
+//! Redlock, checking a permit count, reading its permits, changing its limit. Of the seam's
+//! capabilities it has grants (a release grants a freed permit to a waiter); not Redlock.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::ConnectionLike;
 
-use super::Inner;
-use crate::deploy::seam::Primitive;
+use super::primitive::{Lock, Params};
+use super::{Inner, Kind};
+use crate::deploy::seam::{Grants, Primitive};
 use crate::error::{Error, Result};
 use crate::options::LockOptions;
+use crate::store::Store;
 use crate::wire::semaphore::{self as script, MAX_PERMITS, Permits};
 use crate::wire::{
-    Attempt, AttemptArgs, Broken, Claim, Form, Holder, LockKeys, OwnedTtl, Release, Renewal,
+    Attempt, AttemptArgs, Broken, Claim, ClaimArgs, Holder, LockKeys, OwnedTtl, Release,
+    ReleaseArgs, Renewal,
 };
 
 /// At most `permits` holders at once; `permits` is the limit stored if the name has none yet.
@@ -21,28 +26,19 @@ pub(crate) struct Semaphore {
     pub(crate) permits: u32,
 }
 
-impl Primitive for Semaphore {
-    fn kind(&self) -> &'static str {
-        "semaphore"
+impl Semaphore {
+    /// The table's constructor. A resumed permit's `permits` do not matter: the limit is only
+    /// stored by an acquisition, and a resumed permit never attempts.
+    pub(crate) fn make(params: Params) -> Arc<dyn Lock> {
+        Arc::new(Semaphore {
+            permits: params.permits,
+        })
     }
+}
 
+impl Primitive for Semaphore {
     fn attempt(&self, con: &mut dyn ConnectionLike, args: &AttemptArgs<'_>) -> Result<Attempt> {
         script::acquire(con, args, self.permits)
-    }
-
-    fn claim(
-        &self,
-        con: &mut dyn ConnectionLike,
-        keys: &LockKeys,
-        grant: &str,
-        ttl: Duration,
-        holder: &str,
-        meta: &str,
-        _min_hold: Duration,
-        registration: &str,
-    ) -> Result<Claim> {
-        // A minimum hold is refused for permits before anything is sent (`check`).
-        script::claim(con, keys, grant, ttl, holder, meta, registration)
     }
 
     fn renew(
@@ -55,19 +51,8 @@ impl Primitive for Semaphore {
         script::renew(con, keys, token, ttl)
     }
 
-    fn release(
-        &self,
-        con: &mut dyn ConnectionLike,
-        keys: &LockKeys,
-        token: &str,
-        _undo: bool,
-        _cooldown: Duration,
-        grant: &str,
-        registration: &str,
-        _form: Form<'_>,
-    ) -> Result<Release> {
-        // No minimum hold or cool-down for permits (`check`): every release gives up at once.
-        script::release(con, keys, token, grant, registration)
+    fn release(&self, con: &mut dyn ConnectionLike, args: &ReleaseArgs<'_>) -> Result<Release> {
+        script::release(con, args)
     }
 
     fn owned_ttl(
@@ -87,17 +72,6 @@ impl Primitive for Semaphore {
         grant: &str,
     ) -> Result<()> {
         script::leave(con, keys, waiter, grant)
-    }
-
-    fn raise_fence(
-        &self,
-        _con: &mut dyn ConnectionLike,
-        _keys: &LockKeys,
-        _token: &str,
-        _fence: u64,
-    ) -> Result<bool> {
-        // Only Redlock raises fences, and semaphores are refused under Redlock (`check`).
-        Err(redlock_refused())
     }
 
     /// The permit that expires first stands for the semaphore (`Permits` says more).
@@ -132,32 +106,68 @@ impl Primitive for Semaphore {
         script::force_release(con, keys)
     }
 
-    /// Not under Redlock (`redlock_refused`): `check_semaphore` refuses it with its own
-    /// reason before a `Semaphore` exists; this also covers a permit's lease handle.
-    fn quorum_sound(&self) -> bool {
-        false
+    /// The mutex's wake-up lists: the shared one, or a fair waiter's own.
+    fn wake_list(&self, keys: &LockKeys, waiter: &str, fair: bool) -> String {
+        crate::wire::mutex::wake_list(keys, waiter, fair)
     }
 
-    fn refuse_cooldown(&self) -> Option<Error> {
-        Some(cooldown_refused())
+    fn grants(&self) -> Option<&dyn Grants> {
+        Some(self)
+    }
+
+    // No `redlock`: each server would count its own permits (`redlock_refused`).
+}
+
+impl Grants for Semaphore {
+    fn claim(&self, con: &mut dyn ConnectionLike, args: &ClaimArgs<'_>) -> Result<Claim> {
+        script::claim(con, args)
     }
 }
 
-fn redlock_refused() -> Error {
+impl Lock for Semaphore {
+    fn kind(&self) -> Kind {
+        Kind::Semaphore
+    }
+
+    /// No read or write mode, and nothing that keeps a released permit taken by nobody (it
+    /// makes no sense for one permit of many): no minimum hold, no cool-down.
+    fn check(&self, opts: &LockOptions, _fair: bool) -> Result<()> {
+        if opts.mode.is_some() {
+            return Err(Error::invalid(
+                "mode",
+                "a semaphore's permits have no read or write mode",
+            ));
+        }
+        if !opts.hold_at_least.is_zero() {
+            return Err(Error::invalid(
+                "hold_at_least",
+                "a minimum hold is not available for semaphore permits",
+            ));
+        }
+        if opts.cooldown.is_some_and(|c| !c.is_zero()) {
+            return Err(Error::invalid(
+                "cooldown",
+                "a cool-down is not available for semaphore permits: a permit is given back at \
+                 once",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Permits are many: `inspect` shows one of them.
+    fn holder_fence(&self) -> bool {
+        false
+    }
+}
+
+/// A semaphore under Redlock, refused when it is made (`LockClient::semaphore`): each server
+/// would count its own permits.
+pub(crate) fn redlock_refused() -> Error {
     Error::invalid(
         "semaphore",
         "semaphores are not available under Redlock: each server would count its own permits, \
          and two majorities can each see a different set of holders; use a single server, \
          Sentinel or Cluster",
-    )
-}
-
-/// A permit is given back at once: no cool-down keeps it taken by nobody (in the options, and
-/// in `LockGuard::release_after` through `Primitive::refuse_cooldown`).
-fn cooldown_refused() -> Error {
-    Error::invalid(
-        "cooldown",
-        "a cool-down is not available for semaphore permits: a permit is given back at once",
     )
 }
 
@@ -179,43 +189,21 @@ pub(crate) fn validate_permits(permits: u32) -> Result<()> {
 }
 
 impl Inner {
-    /// Refuses what a semaphore cannot do, before anything is sent: Redlock, and the options
-    /// that keep a released lock ownerless (they make no sense for one permit of many).
-    pub(crate) fn check_semaphore(&self, opts: Option<&LockOptions>) -> Result<()> {
-        if self.deployment.single().is_none() {
-            return Err(redlock_refused());
-        }
-        let Some(opts) = opts else { return Ok(()) };
-        if opts.mode.is_some() {
-            return Err(Error::invalid(
-                "mode",
-                "a semaphore's permits have no read or write mode",
-            ));
-        }
-        if !opts.hold_at_least.is_zero() {
-            return Err(Error::invalid(
-                "hold_at_least",
-                "a minimum hold is not available for semaphore permits",
-            ));
-        }
-        if opts.cooldown.is_some_and(|c| !c.is_zero()) {
-            return Err(cooldown_refused());
-        }
-        Ok(())
+    /// The one store a semaphore lives on: `Err` under Redlock (`redlock_refused`).
+    pub(crate) fn semaphore_store(&self) -> Result<&Store> {
+        self.deployment.single().ok_or_else(redlock_refused)
     }
 
     /// The semaphore's limit, permits and waiters; `None` when it was never used.
     pub(crate) fn permits(&self, keys: &LockKeys) -> Result<Option<Permits>> {
-        let store = self.deployment.single().ok_or_else(redlock_refused)?;
-        let mut conn = store.conn()?;
+        let mut conn = self.semaphore_store()?.conn()?;
         script::inspect(&mut conn, keys)
     }
 
     /// Stores a new limit; the previous one, `None` when none was stored.
     pub(crate) fn set_permits(&self, keys: &LockKeys, permits: u32) -> Result<Option<u32>> {
         validate_permits(permits)?;
-        let store = self.deployment.single().ok_or_else(redlock_refused)?;
-        let mut conn = store.conn()?;
+        let mut conn = self.semaphore_store()?.conn()?;
         script::set_limit(&mut conn, keys, permits, self.config.default_ttl)
     }
 }

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use super::lease::{Lease, Next};
+use super::lease::{Lease, Next, Renewer};
 use crate::error::LostReason;
 
 /// How long a parked watchdog thread waits for a new lock before it exits.
@@ -36,7 +36,7 @@ const IDLE_EXIT: Duration = Duration::from_secs(30);
 const STACK_SIZE: usize = 128 * 1024;
 
 /// A renewal thread.
-pub(crate) struct Worker {
+struct Worker {
     slot: Mutex<Slot>,
     cond: Condvar,
 }
@@ -75,7 +75,7 @@ static IDLE: LazyLock<Mutex<Vec<Arc<Worker>>>> = LazyLock::new(|| Mutex::new(Vec
 pub(crate) fn start(lease: &Arc<Lease>) -> std::io::Result<()> {
     let parked = IDLE.lock().pop();
     if let Some(worker) = parked {
-        *lease.watchdog.lock() = Some(Arc::clone(&worker));
+        *lease.watchdog.lock() = Some(Arc::clone(&worker) as Arc<dyn Renewer>);
         let first_renewal = lease.first_renewal();
         let mut slot = worker.slot.lock();
         slot.job = Some(Arc::downgrade(lease));
@@ -98,7 +98,7 @@ pub(crate) fn start(lease: &Arc<Lease>) -> std::io::Result<()> {
         }),
         cond: Condvar::new(),
     });
-    *lease.watchdog.lock() = Some(Arc::clone(&worker));
+    *lease.watchdog.lock() = Some(Arc::clone(&worker) as Arc<dyn Renewer>);
     let thread = Arc::clone(&worker);
     let spawned = std::thread::Builder::new()
         .name("redis-lock-watchdog".into())
@@ -111,26 +111,22 @@ pub(crate) fn start(lease: &Arc<Lease>) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Called by release: the thread may take a new lease at once. It is not woken; it finds the
-/// lease stopped when it next looks.
-pub(crate) fn detach(lease: &Lease) {
-    let worker = lease.watchdog.lock().take();
-    if let Some(worker) = worker {
-        let mut slot = worker.slot.lock();
+impl Renewer for Worker {
+    /// The thread replans.
+    fn nudge(&self) {
+        self.cond.notify_one();
+    }
+
+    /// Released: back in the idle list at once, or, while the thread is running (a renewal
+    /// in flight), once it is done.
+    fn detach(self: Arc<Self>) {
+        let mut slot = self.slot.lock();
         if slot.mode == Mode::Awake {
             slot.return_idle = true;
         } else {
             drop(slot);
-            IDLE.lock().push(worker);
+            IDLE.lock().push(self);
         }
-    }
-}
-
-/// Called when the lease's renewal schedule moved (`extend`): the thread replans.
-pub(crate) fn nudge(lease: &Lease) {
-    let worker = lease.watchdog.lock().clone();
-    if let Some(worker) = worker {
-        worker.cond.notify_one();
     }
 }
 

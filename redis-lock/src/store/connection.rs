@@ -248,9 +248,10 @@ impl r2d2::ManageConnection for Manager {
             Target::Cluster(client) => (Link::Cluster(Box::new(client.get_connection()?)), None),
             // The same plain connection as a single server's (the master is one).
             Target::Sentinel(target) => {
-                let (link, epoch) = target.connect_master(|info| {
-                    Link::open(info, self.connect_timeout, self.io_timeout)
-                })?;
+                let (link, epoch) = target.connect_master(
+                    |info| Link::open(info, self.connect_timeout, self.io_timeout),
+                    Link::con,
+                )?;
                 (link, Some((epoch, Arc::clone(target))))
             }
         };

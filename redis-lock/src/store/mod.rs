@@ -337,3 +337,33 @@ impl Store {
         Ok(names)
     }
 }
+
+#[cfg(all(test, feature = "testing"))]
+mod server_tests {
+    use crate::deploy::Deployment;
+    use crate::testing::RedisServer;
+
+    /// Whether the server has `DELIFEQ` is learnt by the first release of a lock taken on the
+    /// native fast path, and kept by the store (not asked per call).
+    #[test]
+    fn the_first_native_release_learns_whether_the_server_has_delifeq() {
+        let server = RedisServer::start();
+        let client = crate::LockClient::open(&server.url()).unwrap();
+        let Deployment::Single(store) = &client.inner.deployment else {
+            panic!("one server is a single store");
+        };
+        assert_eq!(store.caps.delifeq.known(), None);
+        drop(client.lock("learn").unwrap());
+        let info: Vec<redis::Value> = redis::cmd("COMMAND")
+            .arg("INFO")
+            .arg("DELIFEQ")
+            .query(&mut server.connection())
+            .unwrap();
+        let has = !matches!(info.first(), None | Some(redis::Value::Nil));
+        assert_eq!(store.caps.delifeq.known(), Some(has));
+        // Learnt once: a release on a server without it sends the script alone from then on.
+        let before = client.request_count();
+        drop(client.lock("learn").unwrap());
+        assert_eq!(client.request_count() - before, 2);
+    }
+}

@@ -24,8 +24,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use super::connection::Link;
-use redis::{ConnectionAddr, ConnectionInfo, ErrorKind, RedisError, RedisResult};
+use redis::{ConnectionAddr, ConnectionInfo, ConnectionLike, ErrorKind, RedisError, RedisResult};
 
 /// The master of one sentinel-monitored group, as last seen.
 pub(crate) struct SentinelTarget {
@@ -212,23 +211,25 @@ impl SentinelTarget {
     }
 
     /// A connection to the current master (made by `open` from the master's address and the
-    /// client's credentials), and the epoch it belongs to.
-    pub(super) fn connect_master(
+    /// client's credentials, whatever kind of connection the pool keeps; `con`: the
+    /// connection to ask on), and the epoch it belongs to.
+    pub(super) fn connect_master<L>(
         &self,
-        open: impl FnOnce(&ConnectionInfo) -> RedisResult<Link>,
-    ) -> RedisResult<(Link, u64)> {
+        open: impl FnOnce(&ConnectionInfo) -> RedisResult<L>,
+        con: impl FnOnce(&mut L) -> &mut dyn ConnectionLike,
+    ) -> RedisResult<(L, u64)> {
         let addr = self.locate()?;
         let epoch = self.note(&addr);
         let info = self
             .master_template
             .clone()
             .set_addr(ConnectionAddr::Tcp(addr.0.clone(), addr.1));
-        let mut con = open(&info)?;
+        let mut link = open(&info)?;
         // A sentinel may name a server that is not (or no longer) the master, during a
         // failover: locks written there would not count.
-        let role: Vec<redis::Value> = redis::cmd("ROLE").query(con.con())?;
+        let role: Vec<redis::Value> = redis::cmd("ROLE").query(con(&mut link))?;
         match role.first() {
-            Some(redis::Value::BulkString(b)) if b == b"master" => Ok((con, epoch)),
+            Some(redis::Value::BulkString(b)) if b == b"master" => Ok((link, epoch)),
             other => Err(error(
                 "the server the sentinels named is not a master",
                 format!("{}:{} answered ROLE with {other:?}", addr.0, addr.1),

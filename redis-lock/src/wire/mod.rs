@@ -94,12 +94,9 @@ pub(crate) enum Form<'a> {
     /// Most likely a string lock whose value we do not know (a lease resumed from a handle,
     /// a multi-lock's member).
     String,
-    /// Most likely the string lock `value` we wrote, on a server `caps` describes: where it
-    /// has `DELIFEQ`, that deletes it.
-    Written {
-        value: &'a str,
-        caps: &'a commands::Capabilities,
-    },
+    /// Most likely the string lock we wrote, this value: where the store's server has
+    /// `DELIFEQ` (`ReleaseArgs::caps`), that deletes it.
+    Written(&'a str),
 }
 
 /// Without the value: it starts with the owner token.
@@ -108,12 +105,22 @@ impl std::fmt::Debug for Form<'_> {
         f.write_str(match self {
             Form::Hash => "Hash",
             Form::String => "String",
-            Form::Written { .. } => "Written",
+            Form::Written(_) => "Written",
         })
     }
 }
 
-impl Form<'_> {
+impl<'a> Form<'a> {
+    /// The form a holder expects: taken on the native fast path (`native`) or not, and what
+    /// that path wrote, when the holder kept it.
+    pub(crate) fn of(native: bool, value: Option<&'a str>) -> Form<'a> {
+        match (native, value) {
+            (false, _) => Form::Hash,
+            (true, None) => Form::String,
+            (true, Some(value)) => Form::Written(value),
+        }
+    }
+
     /// The lock was most likely taken on the native fast path.
     pub(crate) fn is_string(&self) -> bool {
         !matches!(self, Form::Hash)
@@ -139,12 +146,12 @@ pub(crate) struct AttemptArgs<'a> {
     pub(crate) fair: bool,
     /// An earlier attempt of this acquisition registered already.
     pub(crate) registered: bool,
-    /// The primitive may try its native fast path first (one store, where a pipeline of
-    /// native commands is one request, and no recent sign that the lock is busy).
-    pub(crate) native: bool,
-    /// The string the native fast path writes (`mutex::string_value`), made by the caller so
-    /// that the holder keeps it for its release; empty: made by the fast path itself.
-    pub(crate) value: &'a str,
+    /// This attempt takes the primitive's native fast path first, writing this value (made
+    /// before the attempt, so that the holder keeps it for its release). Decided once, by the
+    /// primitive's `Native` capability (`deploy::seam`), for an attempt the deployment lets
+    /// take it (one store, where a pipeline of native commands is one request, and no recent
+    /// sign that the lock is busy); `None`: the script.
+    pub(crate) native: Option<&'a str>,
     /// The caller's clock when it made the attempt, Unix ms ([`unix_ms_now`]): the mutex
     /// stores it as the holder's `since`, and a fencing counter that is gone starts from it
     /// (× 1000), so every server of a Redlock starts the same number.
@@ -156,6 +163,40 @@ pub(crate) fn unix_ms_now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// What a waiter's claim of a grant it popped sends.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ClaimArgs<'a> {
+    pub(crate) keys: &'a LockKeys,
+    /// The grant token: the lock is ours under it.
+    pub(crate) grant: &'a str,
+    pub(crate) ttl: Duration,
+    /// `host \n pid \n` (see [`holder_prefix`]).
+    pub(crate) holder: &'a str,
+    pub(crate) meta: &'a str,
+    pub(crate) min_hold: Duration,
+    /// Our own waiter registration to forget, or "".
+    pub(crate) registration: &'a str,
+}
+
+/// What a release sends.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ReleaseArgs<'a> {
+    pub(crate) keys: &'a LockKeys,
+    pub(crate) token: &'a str,
+    /// The owner token a waiter the lock is handed to gets.
+    pub(crate) grant: &'a str,
+    /// Our own leftover waiter registration to forget, or "".
+    pub(crate) registration: &'a str,
+    /// Keep the lock ownerless this long (zero: none).
+    pub(crate) cooldown: Duration,
+    /// Undoing an acquisition that was never held: no minimum hold or cool-down applies.
+    pub(crate) undo: bool,
+    pub(crate) form: Form<'a>,
+    /// The capabilities of the server the release goes to, filled in by the deployment for
+    /// the store it sends to (`None`: assume none).
+    pub(crate) caps: Option<&'a commands::Capabilities>,
 }
 
 impl AttemptArgs<'_> {

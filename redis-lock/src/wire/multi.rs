@@ -88,25 +88,30 @@ static ACQUIRE_ALL: LazyLock<Script> = LazyLock::new(|| {
     ))
 });
 
+/// What an all-or-nothing attempt sends.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AllArgs<'a> {
+    /// `(keys, owner token)` per member, in the order asked.
+    pub(crate) members: &'a [(&'a LockKeys, &'a str)],
+    pub(crate) ttl: Duration,
+    /// `host \n pid \n` (see `holder_prefix`).
+    pub(crate) holder: &'a str,
+    pub(crate) meta: &'a str,
+}
+
 /// `ACQUIRE_ALL`: take every `(keys, token)` member or none, each with `ttl` and the holder
 /// information `holder` + `meta`.
-pub(crate) fn acquire_all(
-    con: &mut dyn ConnectionLike,
-    members: &[(&LockKeys, &str)],
-    ttl: Duration,
-    holder: &str,
-    meta: &str,
-) -> Result<AllAttempt> {
+pub(crate) fn acquire_all(con: &mut dyn ConnectionLike, a: &AllArgs<'_>) -> Result<AllAttempt> {
     let mut invocation = ACQUIRE_ALL.prepare_invoke();
-    for (keys, _) in members {
+    for (keys, _) in a.members {
         invocation.key(&keys.lock).key(&keys.fence).key(&keys.queue);
     }
-    invocation.arg(ms(ttl)).arg(holder).arg(meta);
-    for (_, token) in members {
+    invocation.arg(ms(a.ttl)).arg(a.holder).arg(a.meta);
+    for (_, token) in a.members {
         invocation.arg(*token);
     }
     let reply: Vec<i64> = invocation.invoke(con)?;
-    decode_acquire_all(members, &reply)
+    decode_acquire_all(a.members, &reply)
 }
 
 fn decode_acquire_all(members: &[(&LockKeys, &str)], reply: &[i64]) -> Result<AllAttempt> {

@@ -41,7 +41,7 @@ use std::time::Duration;
 use redis::{ConnectionLike, Script, Value};
 
 use super::{
-    Attempt, AttemptArgs, Broken, Holder, LockKeys, OwnedTtl, Release, Renewal, count,
+    Attempt, AttemptArgs, Broken, Holder, LockKeys, OwnedTtl, Release, ReleaseArgs, Renewal, count,
     decode_attempt_reply, int, millis, ms, text, unexpected,
 };
 use crate::error::{Error, Result};
@@ -742,17 +742,14 @@ fn decode_renew(r: i64) -> Renewal {
     }
 }
 
-/// `RELEASE_READ` / `RELEASE_WRITE`. `undo`: the acquisition is undone (no cool-down).
-#[allow(clippy::too_many_arguments)]
+/// `RELEASE_READ` / `RELEASE_WRITE`. `r.undo`: the acquisition is undone (no cool-down).
+/// Nothing is granted through a read-write lock's wake-up lists, so `r.grant` goes unused.
 pub(crate) fn release(
     con: &mut dyn ConnectionLike,
     side: Side,
-    keys: &LockKeys,
-    token: &str,
-    undo: bool,
-    cooldown: Duration,
-    registration: &str,
+    r: &ReleaseArgs<'_>,
 ) -> Result<Release> {
+    let keys = r.keys;
     let script = match side {
         Side::Read => &*RELEASE_READ,
         Side::Write => &*RELEASE_WRITE,
@@ -770,10 +767,10 @@ pub(crate) fn release(
             writer_signal.as_bytes(),
         ],
         &[
-            token.as_bytes(),
-            if undo { b"1" } else { b"0" },
-            registration.as_bytes(),
-            super::resp::decimal(ms(cooldown), &mut [0; 20]),
+            r.token.as_bytes(),
+            if r.undo { b"1" } else { b"0" },
+            r.registration.as_bytes(),
+            super::resp::decimal(ms(r.cooldown), &mut [0; 20]),
         ],
     )?;
     let r: i64 = redis::from_redis_value(reply).map_err(redis::RedisError::from)?;

@@ -32,8 +32,8 @@ use std::time::Duration;
 use redis::{ConnectionLike, Script, Value};
 
 use super::{
-    Attempt, AttemptArgs, Claim, LockKeys, OwnedTtl, Release, Renewal, count, decode_attempt_reply,
-    int, ms, text, unexpected,
+    Attempt, AttemptArgs, Claim, ClaimArgs, LockKeys, OwnedTtl, Release, ReleaseArgs, Renewal,
+    count, decode_attempt_reply, int, ms, text, unexpected,
 };
 use crate::error::{Error, Result};
 
@@ -672,26 +672,21 @@ fn decode_acquire(keys: &LockKeys, reply: Value) -> Result<Attempt> {
     )
 }
 
-/// `CLAIM`: make a popped grant ours and forget the registration `registration` (if not empty).
-pub(crate) fn claim(
-    con: &mut dyn ConnectionLike,
-    keys: &LockKeys,
-    grant: &str,
-    ttl: Duration,
-    holder: &str,
-    meta: &str,
-    registration: &str,
-) -> Result<Claim> {
+/// `CLAIM`: make a popped grant ours and forget the registration `c.registration` (if not
+/// empty). A permit has no minimum hold (refused before anything is sent), so `c.min_hold`
+/// goes unused.
+pub(crate) fn claim(con: &mut dyn ConnectionLike, c: &ClaimArgs<'_>) -> Result<Claim> {
+    let keys = c.keys;
     let r: i64 = CLAIM
         .key(&keys.lock)
         .key(&keys.waiters)
         .key(keys.holders())
         .key(keys.grants())
-        .arg(grant)
-        .arg(ms(ttl))
-        .arg(holder)
-        .arg(meta)
-        .arg(registration)
+        .arg(c.grant)
+        .arg(ms(c.ttl))
+        .arg(c.holder)
+        .arg(c.meta)
+        .arg(c.registration)
         .invoke(con)?;
     Ok(decode_claim(r))
 }
@@ -726,14 +721,17 @@ pub(crate) fn renew(
     })
 }
 
-/// `RELEASE`: give one permit back, granting it to a waiter under `grant` if there is room.
-pub(crate) fn release(
-    con: &mut dyn ConnectionLike,
-    keys: &LockKeys,
-    token: &str,
-    grant: &str,
-    registration: &str,
-) -> Result<Release> {
+/// `RELEASE`: give one permit back, granting it to a waiter under `r.grant` if there is room.
+/// A permit is given back at once: no minimum hold or cool-down applies (both are refused
+/// before anything is sent), so an undo is an ordinary release.
+pub(crate) fn release(con: &mut dyn ConnectionLike, r: &ReleaseArgs<'_>) -> Result<Release> {
+    let ReleaseArgs {
+        keys,
+        token,
+        grant,
+        registration,
+        ..
+    } = *r;
     let (holders, limit, grants) = (keys.holders(), keys.limit(), keys.grants());
     let reply = super::evalsha(
         con,

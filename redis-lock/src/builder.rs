@@ -15,7 +15,7 @@ use crate::options::{MAX_TTL, validate_ttl};
 /// The most connections a pool may have: far above what one Redis accepts by default
 /// (`maxclients` 10,000); r2d2 reserves room for all of them when the pool is built.
 const MAX_POOL_SIZE: u32 = 65_536;
-use crate::store::connection::{LastConnectError, LogErrors, Manager, Pool, Target};
+use crate::store::connection::{LogErrors, Manager, Pool, Target};
 use crate::store::sentinel::SentinelTarget;
 use crate::store::{Store, Timeouts};
 use crate::wire::keys::validate_namespace;
@@ -182,9 +182,34 @@ impl Builder {
         self
     }
 
-    /// Longest time one TCP connect (and handshake) to Redis may take. When no connection is
-    /// open, it also bounds how long an operation waits before failing with [`Error::Pool`]:
-    /// an unreachable Redis fails fast. Defaults to 2 s.
+    /// Longest time a new connection to Redis may take to open: the TCP connect (shared in turn
+    /// by the addresses a host name resolves to; for `rediss://` the TLS handshake too) and
+    /// the handshake's replies, together. The handshake is `AUTH` and `SELECT` where the URL
+    /// asks for them (under RESP3 a `HELLO` carrying the credentials, then `SELECT`), else one
+    /// `PING`, so a server that accepts connections but never answers is found here, before
+    /// anything was sent. Defaults to 2 s.
+    ///
+    /// An operation that finds no idle pooled connection opens one on its own thread (the
+    /// pool makes none in the background, and retries none): a refused connection fails it at
+    /// once, and a server that does not answer fails it within this timeout, either with
+    /// [`Error::Connect`] (nothing was sent, so nothing is asked again: an acquisition fails
+    /// after one connect timeout, not one per attempt). That is all of it for one server;
+    /// for the other deployments:
+    ///
+    /// - **Redlock**: every server is asked at once, so the call fails within this timeout too
+    ///   (with [`Error::NoQuorum`]).
+    /// - **Sentinel**: a new connection asks the sentinels in turn until one names the master
+    ///   (each connect within this timeout, its answer within
+    ///   [`io_timeout`](Self::io_timeout)), then connects to the master within this timeout
+    ///   and asks it `ROLE` within `io_timeout`: a sentinel that does not answer costs this
+    ///   timeout before the next one is asked; refusing ones cost nothing.
+    /// - **Cluster**: the `redis` crate connects, to the seed nodes in turn, then to every
+    ///   node. Its handshake reads each of its replies (`AUTH` when the URLs carry a password,
+    ///   two `CLIENT SETINFO`) with what was left of this timeout when it began, so a node that
+    ///   accepts and never answers may cost up to three times this timeout.
+    /// - **A client on an application's pool** ([`LockClient::from_pool`]): lock operations
+    ///   use that pool, which connects as it was configured; while it has no connection open
+    ///   they wait this long for one.
     pub fn connect_timeout(mut self, timeout: Duration) -> Builder {
         self.connect_timeout = timeout;
         self
@@ -433,7 +458,7 @@ impl Builder {
     }
 
     /// Builds the client. No connection is made yet: the first lock operation connects, and an
-    /// unreachable Redis shows up there, within [`connect_timeout`](Self::connect_timeout).
+    /// unreachable Redis shows up there, as [`connect_timeout`](Self::connect_timeout) says.
     ///
     /// # Errors
     ///
@@ -487,22 +512,33 @@ impl Builder {
             crate::deploy::quorum::check_ttl(self.default_ttl, "default_ttl")?;
         }
         let (targets, redacted_url) = self.targets()?;
-        // One housekeeping thread for both pools instead of r2d2's three per pool.
+        // One housekeeping thread (sentinel checks, wake-ups) for the whole client.
         let housekeeping = Arc::new(
             scheduled_thread_pool::ScheduledThreadPool::builder()
                 .num_threads(1)
                 .thread_name_pattern("redis-lock-pool")
                 .build(),
         );
-        let pool_builder = |size: u32, errors: &LastConnectError| {
+        // And one for every r2d2 pool of the client instead of r2d2's three per pool, apart
+        // from the housekeeping, which talks to Redis: its jobs only make unopened
+        // connections, at once (the caller opens them), so a checkout with room in its pool
+        // never waits behind a sentinel check or a wake-up stuck on a slow server.
+        let maker = Arc::new(
+            scheduled_thread_pool::ScheduledThreadPool::builder()
+                .num_threads(1)
+                .thread_name_pattern("redis-lock-conns")
+                .build(),
+        );
+        let pool_builder = |size: u32| {
             r2d2::Pool::builder()
                 .max_size(size)
+                // No connections made ahead, so none fails out of sight.
                 .min_idle(Some(0))
                 // Free: `Manager::is_valid` sends nothing (see connection.rs).
                 .test_on_check_out(true)
                 .connection_timeout(self.pool_timeout)
-                .thread_pool(Arc::clone(&housekeeping))
-                .error_handler(Box::new(LogErrors(Arc::clone(errors))))
+                .thread_pool(Arc::clone(&maker))
+                .error_handler(Box::new(LogErrors))
         };
         let quorum = matches!(self.source, Source::Redlock(_));
         let mut external = match self.source {
@@ -534,20 +570,15 @@ impl Builder {
                 connect_timeout: self.connect_timeout,
                 io_timeout: self.io_timeout,
             };
-            let connect_error = LastConnectError::default();
-            let waiters = pool_builder(self.waiter_pool_size, &connect_error)
-                .build_unchecked(manager.clone());
+            let waiters = pool_builder(self.waiter_pool_size).build_unchecked(manager.clone());
             let pool = match external.take() {
                 Some(pool) => Pool::External(pool),
-                None => Pool::Managed(
-                    pool_builder(self.pool_size, &connect_error).build_unchecked(manager),
-                ),
+                None => Pool::Managed(pool_builder(self.pool_size).build_unchecked(manager)),
             };
             let store = Store::new(
                 pool,
                 waiters,
                 label,
-                connect_error,
                 Timeouts {
                     connect: self.connect_timeout,
                     pool: self.pool_timeout,
@@ -561,8 +592,8 @@ impl Builder {
                 None => store,
             });
         }
-        // One server's worst case: a connection (or a pooled one), then the reply.
-        let per_server = self.connect_timeout.max(self.pool_timeout) + self.io_timeout;
+        // One server's worst case: a pooled connection, opened if it is new, then the reply.
+        let per_server = self.pool_timeout + self.connect_timeout + self.io_timeout;
         let deployment = if quorum {
             // As many threads per server as connections: more could only wait for one.
             let threads = usize::try_from(self.pool_size).unwrap_or(usize::MAX);

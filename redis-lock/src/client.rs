@@ -180,11 +180,11 @@ impl LockClient {
     /// A waiter registers on every server and is woken by the release on the server where it
     /// saw the holder; fair waiting ([`RetryStrategy::fair`](crate::RetryStrategy::fair)) is
     /// refused with [`Error::InvalidInput`], since each server would keep its own queue.
-    /// Each server is tried in turn with the client's `connect_timeout` and `io_timeout`: keep
-    /// them well below the TTL. A call returns once a majority decided; what a slower server
-    /// still owes (say, releasing a lock whose attempt reached it late) is finished in the
-    /// background, and dropping the last handle of the client waits for it, at most twice
-    /// (the longer of `connect_timeout` and `pool_timeout`) + `io_timeout`.
+    /// The servers are asked at once, each with the client's `connect_timeout` and
+    /// `io_timeout`: keep them well below the TTL. A call returns once a majority decided;
+    /// what a slower server still owes (say, releasing a lock whose attempt reached it late)
+    /// is finished in the background, and dropping the last handle of the client waits for it,
+    /// at most twice (`pool_timeout` + `connect_timeout` + `io_timeout`).
     ///
     /// # Examples
     ///
@@ -616,8 +616,9 @@ impl LockClient {
     ///
     /// # Errors
     ///
-    /// A pool error when Redis cannot be reached within the connect timeout; a Redis error
-    /// (for example, authentication failed).
+    /// [`Error::Connect`] when Redis cannot be reached (at once when it refuses the
+    /// connection, else within the connect timeout); a Redis error (for example,
+    /// authentication failed).
     ///
     /// # Examples
     ///

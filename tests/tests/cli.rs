@@ -101,6 +101,7 @@ fn tool_for(url: &str) -> Command {
     let mut cmd = Command::new(cli_binary());
     cmd.env("REDIS_URL", url)
         .env_remove("REDIS_LOCK_NAMESPACE")
+        .env_remove("REDIS_LOCK_CONNECT_TIMEOUT")
         .stdin(Stdio::null());
     cmd
 }
@@ -956,6 +957,52 @@ fn unreachable_redis_is_one_clear_line() {
             done.stderr
         );
         assert!(!done.stderr.contains("hunter2"), "{}", done.stderr);
+    }
+}
+
+/// A refused connection fails at once, whatever the connect timeout (2 s by default); a
+/// server that accepts connections and never answers fails after `--connect-timeout` (or
+/// `$REDIS_LOCK_CONNECT_TIMEOUT`), once: `run -n` no longer asked three times.
+#[test]
+fn unreachable_redis_fails_within_the_connect_timeout() {
+    let refused = format!("redis://127.0.0.1:{}/", free_port().unwrap());
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent = format!("redis://127.0.0.1:{}/", silent.local_addr().unwrap().port());
+    let connect = Duration::from_millis(300);
+    // Process start and exit on a loaded machine; far below the 2 s default.
+    let margin = Duration::from_millis(700);
+    for args in [&["run", "-n", "x", "--", "true"][..], &["status", "x"]] {
+        let start = Instant::now();
+        let done = finish(tool_for(&refused).args(args));
+        let took = start.elapsed();
+        assert_eq!(done.code, UNAVAILABLE, "{args:?}: {done:?}");
+        assert!(done.stderr.contains("refused"), "{}", done.stderr);
+        assert!(took < margin, "refused, {args:?}: {took:?}");
+        for (how, mut cmd) in [
+            ("--connect-timeout", tool_for(&silent)),
+            ("$REDIS_LOCK_CONNECT_TIMEOUT", tool_for(&silent)),
+        ] {
+            if how.starts_with('$') {
+                cmd.env("REDIS_LOCK_CONNECT_TIMEOUT", "300ms");
+            } else {
+                cmd.args(["--connect-timeout", "300ms"]);
+            }
+            let start = Instant::now();
+            let done = finish(cmd.args(args));
+            let took = start.elapsed();
+            assert_eq!(done.code, UNAVAILABLE, "{args:?}: {done:?}");
+            one_line(&done.stderr);
+            assert!(
+                done.stderr
+                    .contains("did not answer within the connect timeout"),
+                "{}",
+                done.stderr
+            );
+            assert!(
+                took >= connect && took < connect + margin,
+                "silent, {how}, {args:?}: {took:?}"
+            );
+        }
     }
 }
 

@@ -102,10 +102,11 @@ impl SentinelTarget {
         }
     }
 
-    fn connect(&self, info: ConnectionInfo) -> RedisResult<redis::Connection> {
-        let con = redis::Client::open(info)?.get_connection_with_timeout(self.connect_timeout)?;
-        con.set_read_timeout(Some(self.io_timeout))?;
-        con.set_write_timeout(Some(self.io_timeout))?;
+    /// A connection to a sentinel, as to any server: connected and through its handshake
+    /// within the connect timeout, then each reply within the reply timeout.
+    fn connect(&self, info: &ConnectionInfo) -> RedisResult<Link> {
+        let con = Link::open(info, self.connect_timeout, self.io_timeout)?;
+        con.set_timeouts(self.io_timeout, Some(self.io_timeout))?;
         Ok(con)
     }
 
@@ -113,11 +114,11 @@ impl SentinelTarget {
     fn locate(&self) -> RedisResult<(String, u16)> {
         let mut failures = Vec::new();
         for info in &self.sentinels {
-            let reply = self.connect(info.clone()).and_then(|mut con| {
+            let reply = self.connect(info).and_then(|mut con| {
                 redis::cmd("SENTINEL")
                     .arg("GET-MASTER-ADDR-BY-NAME")
                     .arg(&self.master_name)
-                    .query::<Option<(String, u16)>>(&mut con)
+                    .query::<Option<(String, u16)>>(con.con())
             });
             match reply {
                 Ok(Some(addr)) => return Ok(addr),
@@ -224,6 +225,7 @@ impl SentinelTarget {
             .clone()
             .set_addr(ConnectionAddr::Tcp(addr.0.clone(), addr.1));
         let mut con = open(&info)?;
+        con.set_timeouts(self.io_timeout, Some(self.io_timeout))?;
         // A sentinel may name a server that is not (or no longer) the master, during a
         // failover: locks written there would not count.
         let role: Vec<redis::Value> = redis::cmd("ROLE").query(con.con())?;

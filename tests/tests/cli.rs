@@ -649,6 +649,54 @@ fn sigkill_of_the_tool_frees_the_lock_within_its_ttl() {
     kill_pid_in(&pid_file);
 }
 
+/// Whether `pid` is gone: no such process, or a zombie nobody has reaped yet (an orphan's new
+/// parent reaps it when it gets to it).
+fn gone(pid: libc::pid_t) -> bool {
+    if !alive(pid) {
+        return true;
+    }
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |stat| {
+        // `pid (comm) state ...`: the state follows the last `)`.
+        stat.rsplit_once(')')
+            .is_some_and(|(_, rest)| matches!(rest.trim_start().chars().next(), Some('Z' | 'X')))
+    })
+}
+
+/// A SIGKILLed redis-lock takes its command with it at once (the kernel's parent-death
+/// signal), where the command used to run on, without the lock, until it ended by itself.
+#[test]
+fn sigkill_of_the_tool_kills_its_command_at_once() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("command.pid");
+    let script = format!("echo $$ > {}; exec sleep 60", path_arg(&pid_file));
+    let mut running = Running::start(
+        tool(&server)
+            .args(["run", "orphan", "--ttl", "30s", "--"])
+            .args(sh(&script)),
+    );
+    let mut pid = None;
+    assert!(wait_until(QUICK, || {
+        pid = std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|text| text.trim().parse::<libc::pid_t>().ok());
+        pid.is_some() && held(&locks, "orphan")
+    }));
+    let pid = pid.unwrap();
+    assert!(alive(pid));
+    signal(&running.child, libc::SIGKILL);
+    running.child.wait().unwrap();
+    let killed = Instant::now();
+    let went = wait_until(Duration::from_secs(1), || gone(pid));
+    let took = killed.elapsed();
+    kill_pid_in(&pid_file);
+    assert!(
+        went,
+        "the command outlived its killed redis-lock by {took:?}"
+    );
+}
+
 #[test]
 fn kill_on_loss_terminates_the_command_with_the_documented_code() {
     let server = RedisServer::start();

@@ -160,8 +160,12 @@ exits, and redis-lock exits with the command's exit code. SIGHUP, SIGINT, SIGQUI
 SIGUSR1 and SIGUSR2 are forwarded to the command (SIGINT and SIGQUIT typed at the terminal
 already reach it, so they are not sent twice); redis-lock waits for it to exit, then releases
 the lock. Signals go to the command's process only: a shell script should 'exec' its last
-command or trap TERM. If redis-lock is killed with SIGKILL, the lock frees up when its TTL
-runs out. While waiting for the lock, SIGHUP, SIGINT, SIGQUIT and SIGTERM end redis-lock
+command or trap TERM. If redis-lock dies without waiting for the command (killed with
+SIGKILL, by the OOM killer, a crash), the kernel kills the command at once with SIGKILL (on
+Linux), so it never runs on without the lock, and the lock frees up when its TTL runs out.
+That covers the command's own process only: what it started (a script's children) lives on
+unless the script 'exec's its last command, and a set-user-ID program such as sudo is not
+covered. While waiting for the lock, SIGHUP, SIGINT, SIGQUIT and SIGTERM end redis-lock
 with 128+N.
 
 If the lock is lost while the command runs (it expired because renewals failed for a whole

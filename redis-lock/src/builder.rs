@@ -334,20 +334,26 @@ impl Builder {
             return Err(Error::invalid("urls", "no redis server given"));
         }
         let mut targets: Vec<(Target, String)> = Vec::with_capacity(urls.len());
-        let mut seen = Vec::new();
+        // Where each server listed so far is reached, and its URL.
+        let mut seen: Vec<(String, &str)> = Vec::new();
         for url in urls {
             let client = redis::Client::open(url.as_str())
                 .map_err(|e| Error::invalid("urls", format!("{} ({e})", redact_url(url))))?;
-            let info = client.get_connection_info();
-            let at = (info.addr().clone(), info.redis_settings().db());
-            // The same server twice would count its vote twice.
-            if seen.contains(&at) {
+            // The same server twice would count its vote twice: one server down (or one
+            // holder's) would be two votes of the majority.
+            let places = server_places(client.get_connection_info().addr());
+            if let Some((place, first)) = seen.iter().find(|(place, _)| places.contains(place)) {
                 return Err(Error::invalid(
                     "urls",
-                    format!("{} is listed twice", redact_url(url)),
+                    format!(
+                        "{} and {} are the same server ({place}; another database of a \
+                         server is not another server): Redlock would count its vote twice",
+                        redact_url(first),
+                        redact_url(url)
+                    ),
                 ));
             }
-            seen.push(at);
+            seen.extend(places.into_iter().map(|place| (place, url.as_str())));
             targets.push((Target::Server(client), redact_url(url)));
         }
         Ok((targets, self.source.describe()))
@@ -466,7 +472,8 @@ impl Builder {
     /// pool sizes above 65,536 or timeouts (and a Sentinel check interval) above
     /// [`MAX_TTL`](crate::MAX_TTL), a default wait past the clock's range, a Sentinel-only
     /// setting on another client, or a bad default TTL (under Redlock also one no longer than
-    /// the clock-drift allowance, 1 % + 2 ms).
+    /// the clock-drift allowance, 1 % + 2 ms). Under Redlock also one server listed twice
+    /// (see [`LockClient::redlock_builder`]).
     pub fn build(self) -> Result<LockClient> {
         validate_namespace(&self.namespace)?;
         validate_ttl(self.default_ttl)?;
@@ -628,6 +635,41 @@ impl Builder {
             housekeeping,
         )))
     }
+}
+
+/// Where a Redlock server listed at `addr` is reached, for telling one listed twice: a TCP
+/// server's host name and port as written, and every address the name resolves to now (so
+/// `localhost` and `127.0.0.1` meet at `127.0.0.1:6379`; IPv4-mapped IPv6 addresses count as
+/// IPv4); a Unix socket's path, resolved if it exists. The database is left out: another
+/// database of one server is the same server.
+///
+/// Address resolution only, at build, which connects to nothing: a Redlock must build (and
+/// work) while a minority of its servers is down, and a server down at build could not tell
+/// its identity anyway. So one server reached under two addresses that do not resolve alike
+/// (two interfaces, a proxy, NAT) is not caught; a name that does not resolve at build is
+/// compared as written. Asking each server for its `run_id` would catch those too, but only
+/// for the servers up at build, at the cost of a connection to each.
+fn server_places(addr: &redis::ConnectionAddr) -> Vec<String> {
+    use std::net::ToSocketAddrs;
+    let (host, port) = match addr {
+        redis::ConnectionAddr::Tcp(host, port) => (host, *port),
+        redis::ConnectionAddr::TcpTls { host, port, .. } => (host, *port),
+        redis::ConnectionAddr::Unix(path) => {
+            let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.clone());
+            return vec![format!("unix socket {}", path.display())];
+        }
+        // A kind of address added to the `redis` crate later: as written.
+        other => return vec![other.to_string()],
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let mut places = vec![format!("{}:{port}", host.to_ascii_lowercase())];
+    if let Ok(resolved) = (host, port).to_socket_addrs() {
+        places
+            .extend(resolved.map(|at| {
+                std::net::SocketAddr::new(at.ip().to_canonical(), at.port()).to_string()
+            }));
+    }
+    places
 }
 
 /// `target` is only asked for sources with one store.

@@ -169,7 +169,12 @@ impl LockClient {
     }
 
     /// A [`Builder`] for a Redlock client: one lock over independent Redis `servers` (not
-    /// replicas of each other; use 3 or 5), held while a majority of them holds it.
+    /// replicas of each other; use 3 or 5), held while a majority of them holds it. One
+    /// server listed twice would vote twice: [`build`](Builder::build) refuses two URLs whose
+    /// host names resolve to a common address and port (`localhost` and `127.0.0.1`), or that
+    /// name the same Unix socket, whatever their databases; it connects to nothing, so one
+    /// server reached under two addresses that resolve differently (two interfaces, a proxy)
+    /// is not caught.
     ///
     /// An acquisition counts when a majority took the lock within its validity time (the TTL
     /// minus the time the acquisition took minus a clock drift allowance of 1 % + 2 ms); otherwise

@@ -474,7 +474,7 @@ fn metadata_and_minimum_hold_show_in_status() {
     assert_eq!(status.code, 0, "{status:?}");
     let v = json(&status.stdout);
     assert_eq!(v["metadata"], "weekly report");
-    assert_eq!(v["owned"], false);
+    assert_eq!(v["has_owner"], false);
     assert!(v["hold_until"].is_string(), "{v}");
     assert!(wait_until(QUICK, || !held(&locks, "weekly")));
 }
@@ -503,7 +503,7 @@ fn cooldown_keeps_the_next_run_out_and_shows_in_status() {
     );
     let status = finish(tool(&server).args(["status", "rebuild", "--json"]));
     let v = json(&status.stdout);
-    assert_eq!(v["owned"], false, "{v}");
+    assert_eq!(v["has_owner"], false, "{v}");
     assert!(v["cooling_until"].is_string(), "{v}");
     let text = finish(tool(&server).args(["status", "rebuild"]));
     assert!(text.stdout.contains("cooling down"), "{text:?}");
@@ -840,7 +840,7 @@ fn status_of_a_held_and_a_free_lock() {
     assert_eq!(v["pid"], std::process::id());
     assert_eq!(v["fencing_token"], guard.fencing_token());
     assert_eq!(v["metadata"], "cron job");
-    assert_eq!(v["owned"], true);
+    assert_eq!(v["has_owner"], true);
     let ttl = v["remaining_ttl_ms"].as_u64().unwrap();
     assert!(ttl > 0 && ttl <= 30_000, "{ttl}");
     assert!(v["acquired_at"].as_str().unwrap().ends_with('Z'));
@@ -905,6 +905,48 @@ fn list_shows_held_locks_only() {
     assert_eq!(v[0]["namespace"], "app:");
 }
 
+/// `list --json` says whether anybody owns each lock as `has_owner` (it was `owned`, which
+/// read as "owned by me"): true for a held lock, whoever holds it; false for one kept taken by
+/// nobody after its release (a minimum hold).
+#[test]
+fn list_json_says_whether_a_lock_has_an_owner() {
+    let server = RedisServer::start();
+    // Made first: it may build the binary, which can take longer than a minimum hold.
+    let mut list = tool(&server);
+    let locks = client(&server);
+    let theirs = client(&server);
+    let held = theirs.lock("held").unwrap();
+    let kept = locks
+        .options("kept")
+        .ttl(Duration::from_secs(60))
+        .hold_at_least(Duration::from_secs(60))
+        .acquire()
+        .unwrap();
+    kept.release().unwrap();
+    assert!(
+        locks.inspect("kept").unwrap().is_some_and(|i| !i.owned),
+        "{:?}",
+        locks.inspect("kept")
+    );
+    let done = finish(list.args(["list", "--json"]));
+    assert_eq!(done.code, 0, "{done:?}");
+    let list = json(&done.stdout);
+    let entry = |key: &str| {
+        list.as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["key"] == key)
+            .unwrap_or_else(|| panic!("{key} not listed: {list}"))
+            .clone()
+    };
+    for (key, has_owner) in [("held", true), ("kept", false)] {
+        let v = entry(key);
+        assert_eq!(v["has_owner"], has_owner, "{v}");
+        assert!(v.get("owned").is_none(), "the ambiguous name is gone: {v}");
+    }
+    drop(held);
+}
+
 #[test]
 fn library_list_pages_through_scan_and_never_uses_keys() {
     let server = RedisServer::start();
@@ -933,7 +975,7 @@ fn library_list_pages_through_scan_and_never_uses_keys() {
     assert!(
         listed
             .iter()
-            .all(|i| i.pid == std::process::id() && i.owned)
+            .all(|i| i.pid == Some(std::process::id()) && i.owned)
     );
     // One request per SCAN page plus one per lock: more than one page was needed.
     assert!(

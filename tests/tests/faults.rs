@@ -447,7 +447,7 @@ fn mutual_exclusion_holds_while_holders_are_killed_and_paused_at_random() {
         let holder_pid = client(&server)
             .inspect("shared")
             .unwrap()
-            .map(|info| info.pid);
+            .and_then(|info| info.pid);
         let i = running
             .iter()
             .position(|h| Some(h.pid()) == holder_pid)

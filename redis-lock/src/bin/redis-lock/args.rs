@@ -183,8 +183,9 @@ scripts can test it:
 
 The JSON form is one object: {\"key\", \"namespace\", \"held\"} and, when held, \"host\", \"pid\",
 \"acquired_at\" (RFC 3339, Redis clock), \"acquired_at_unix_ms\", \"remaining_ttl_ms\" (null
-without expiry), \"fencing_token\", \"metadata\" (null when none), \"owned\" (false during a
-minimum hold or cool-down after release), \"hold_until\" and \"cooling_until\" (null when
+without expiry), \"fencing_token\", \"metadata\" (null when none), \"has_owner\" (whether
+anybody owns the lock, not whether you do: false during a minimum hold or cool-down after
+release, when it stays taken by nobody), \"hold_until\" and \"cooling_until\" (null when
 none). \"host\", \"pid\" and the \"acquired_at\" fields are null while nobody's information is
 stored with the lock: cooling down after its release, or just handed to a waiter that has
 not claimed it yet (the text form says which); \"fencing_token\" is null when none is stored.

@@ -116,7 +116,13 @@
 //! With the `metrics` feature the same events feed metrics (see [`describe_metrics`]),
 //! labelled by the lock's *label*, never by its name, so that the number of time series
 //! stays bounded.
-
+//!
+// Without the `metrics` feature there is no `describe_metrics` to link to (a default build's
+// docs had two broken links): the links above go to the feature's description instead.
+#![cfg_attr(
+    not(feature = "metrics"),
+    doc = "[`describe_metrics`]: #cargo-features"
+)]
 #![warn(missing_docs)]
 // docs.rs builds with every feature and `--cfg docsrs`: each gated item says which feature it
 // needs.

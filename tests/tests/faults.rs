@@ -284,11 +284,10 @@ fn client_kill_leaves_no_broken_connection_in_the_pool() {
     assert!(quiet == 3 && !before.is_empty(), "{quiet} {before:?}");
 
     // Each cut connection fails at most once, then is dropped; after that everything works.
+    // (At most: an acquisition whose reply was lost asks again on a fresh connection, a
+    // renewal may meet the cut connection first, and the pool may not hand it out at all.)
     let failed = cycles(&locks, 10);
-    assert!(
-        (1..=cut).contains(&failed),
-        "{failed} failures for {cut} cut connections"
-    );
+    assert!(failed <= cut, "{failed} failures for {cut} cut connections");
     assert_eq!(cycles(&locks, 10), 0);
     // The watchdogs got through too (a failed renewal is retried on a new connection):
     // the guards were not lost.
@@ -448,7 +447,7 @@ fn mutual_exclusion_holds_while_holders_are_killed_and_paused_at_random() {
         let holder_pid = client(&server)
             .inspect("shared")
             .unwrap()
-            .map(|info| info.pid);
+            .and_then(|info| info.pid);
         let i = running
             .iter()
             .position(|h| Some(h.pid()) == holder_pid)

@@ -433,9 +433,11 @@ fn busy_and_timeout_errors_carry_the_holder_and_its_remaining_ttl() {
     ] {
         assert_eq!(matches!(err, Error::Busy { .. }), busy, "{err}");
         let holder = err.holder().expect("the holder");
-        assert_eq!(holder.host.as_deref(), Some(shown.host.as_str()));
+        assert_eq!(holder.host, shown.host);
+        assert!(holder.host.is_some());
         assert_eq!(holder.pid, Some(std::process::id()));
-        assert_eq!(holder.since, Some(shown.acquired_at));
+        assert_eq!(holder.since, shown.acquired_at);
+        assert!(holder.since.is_some());
         assert_eq!(holder.metadata.as_deref(), Some("worker 3"));
         let left = err.retry_after().expect("a remaining ttl");
         let before = shown.remaining_ttl.unwrap();
@@ -618,14 +620,14 @@ fn inspect_shows_holder_and_metadata() {
         .acquire()
         .unwrap();
     let info = locks.inspect("job").unwrap().unwrap();
-    assert_eq!(info.pid, std::process::id());
+    assert_eq!(info.pid, Some(std::process::id()));
     assert_eq!(info.metadata.as_deref(), Some("nightly"));
     assert_eq!(info.fencing_token, guard.fencing_token());
     assert!(info.owned);
     assert!(info.remaining_ttl.unwrap() > Duration::from_secs(9));
-    assert!(!info.host.is_empty());
+    assert!(info.host.as_ref().is_some_and(|h| !h.is_empty()));
     let age = std::time::SystemTime::now()
-        .duration_since(info.acquired_at)
+        .duration_since(info.acquired_at.unwrap())
         .unwrap_or_default();
     assert!(age < Duration::from_secs(5));
 }
@@ -812,6 +814,90 @@ fn unreachable_redis_fails_within_the_connect_timeout() {
         "{:?}",
         start.elapsed()
     );
+}
+
+/// A lock a release has just handed to a waiter has no holder stored until the waiter claims
+/// it (its watchdog's first renewal): `inspect` says the holder is unknown, `None`, where it
+/// used to show an empty host, pid 0 and the Unix epoch as if they were a holder's.
+#[test]
+fn a_lock_handed_to_a_waiter_has_no_holder_yet() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    // What a release's handoff leaves (`wire/lua.rs`, `hand_over`): a grant token, a fencing
+    // token and an empty `info`, for the handoff grace.
+    let mut redis = server.connection();
+    redis::cmd("HSET")
+        .arg("lock:{handed}")
+        .arg(&["token", "0123456789abcdef", "fence", "7", "info", ""])
+        .query::<()>(&mut redis)
+        .unwrap();
+    redis::cmd("PEXPIRE")
+        .arg("lock:{handed}")
+        .arg(60_000)
+        .query::<()>(&mut redis)
+        .unwrap();
+    let info = locks.inspect("handed").unwrap().expect("held");
+    assert!(info.owned, "a grant is owned: {info:?}");
+    assert_eq!(info.fencing_token, 7);
+    assert_eq!((info.host, info.pid, info.acquired_at), (None, None, None));
+    // A lock with a holder says who.
+    let guard = locks.lock("claimed").unwrap();
+    let info = locks.inspect("claimed").unwrap().expect("held");
+    assert_eq!(info.pid, Some(std::process::id()));
+    assert!(
+        info.host.is_some() && info.acquired_at.is_some(),
+        "{info:?}"
+    );
+    drop(guard);
+}
+
+/// The README's account of `release()` names every outcome the enum has.
+#[test]
+fn the_readme_tells_every_release_outcome() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    // Wherever the enum lives in the library's source, its variants are the lines of its body.
+    let mut variants = Vec::new();
+    let mut dirs = vec![root.join("redis-lock/src")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            let Some((_, body)) = text.split_once("pub enum ReleaseOutcome {") else {
+                continue;
+            };
+            let body = body.split_once("\n}").unwrap().0;
+            variants.extend(body.lines().filter_map(|line| {
+                let name = line.trim().strip_suffix(',')?;
+                name.chars()
+                    .all(|c| c.is_ascii_alphanumeric())
+                    .then(|| name.to_owned())
+            }));
+        }
+    }
+    assert!(variants.len() >= 5, "{variants:?}");
+    let row = readme
+        .lines()
+        .find(|line| line.starts_with("| `release()` |"))
+        .expect("the README's release() row");
+    let example = readme
+        .lines()
+        .find(|line| line.contains("guard.release()?);"))
+        .expect("the README's release example");
+    for variant in &variants {
+        assert!(
+            row.contains(&format!("`{variant}`")),
+            "{variant} missing: {row}"
+        );
+        assert!(
+            example.contains(variant.as_str()),
+            "{variant} missing: {example}"
+        );
+    }
 }
 
 #[test]

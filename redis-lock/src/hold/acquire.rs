@@ -594,7 +594,8 @@ impl Acquisition<'_> {
     fn attempt(&self, args: &AttemptArgs<'_>) -> Result<Attempted> {
         let deployment = &self.inner.deployment;
         match deployment.attempt(&**self.primitive, args, self.ack) {
-            Err(e) if e.is_connection_error() => {
+            // Nothing sent (no connection), nothing to ask again or undo.
+            Err(e) if e.is_connection_error() && !e.nothing_sent() => {
                 tracing::debug!(target: "redis_lock", key = self.name, error = %e, "acquire reply lost; asking again with the same token");
                 deployment
                     .attempt(&**self.primitive, args, self.ack)

@@ -23,7 +23,7 @@ fn main() -> redis_lock::Result<()> {
                     guard.fencing_token()
                 );
                 std::thread::sleep(Duration::from_millis(100));
-                guard.ensure_held()?; // still ours: safe to commit
+                guard.check_held()?; // Redis says it is still ours: safe to commit
                 Ok(())
             })
         })
@@ -35,9 +35,12 @@ fn main() -> redis_lock::Result<()> {
     // Who holds a lock, and since when.
     let guard = locks.options("report").metadata("demo run").acquire()?;
     if let Some(info) = locks.inspect("report")? {
+        // `None` while no holder is stored: kept after a release, or just handed over.
+        let host = info.host.as_deref().unwrap_or("nobody yet");
+        let pid = info.pid.map_or_else(|| "-".to_owned(), |p| p.to_string());
         println!(
-            "inspect: held by {} pid {} with metadata {:?}, {:?} left",
-            info.host, info.pid, info.metadata, info.remaining_ttl
+            "inspect: held by {host} pid {pid} with metadata {:?}, {:?} left",
+            info.metadata, info.remaining_ttl
         );
     }
 

@@ -71,7 +71,7 @@ fn deposit(store: &redis::Client, account: u32, amount: i64) -> Result<(i64, u64
     let balance: Option<i64> = redis.get(balance_key(account))?;
     std::thread::sleep(Duration::from_millis(5)); // the race window, made visible
     let balance = balance.unwrap_or(0) + amount;
-    lock.ensure_held()?; // still ours? then commit
+    lock.check_held()?; // asks Redis: still ours? then commit
     redis.set::<_, _, ()>(balance_key(account), balance)?;
     Ok((balance, lock.fencing_token()))
 }

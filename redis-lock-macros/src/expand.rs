@@ -9,14 +9,20 @@ use syn::{AttrStyle, ItemFn, ReturnType};
 use crate::duration::Retry;
 use crate::validate::{Key, Mode, Plan};
 
-/// The runtime's path with every token at `span`, so that a diagnostic about an expression
-/// built around it points at the user's tokens, not at the whole attribute.
+/// The runtime's path at `span`, so that a diagnostic about an expression built around it
+/// points at the user's tokens, not at the whole attribute. An absolute path (`::name`: the
+/// default, or a `crate = "::..."`) starts with `::`, which sets where such an expression
+/// starts, so its names keep their own spans: a name that cannot be found is then reported
+/// once, at the attribute (or at `crate = "..."`), not once per expression built around it.
 fn respan(krate: &syn::Path, span: Span) -> TokenStream {
+    let absolute = krate.leading_colon.is_some();
     krate
         .to_token_stream()
         .into_iter()
         .map(|mut tt| {
-            tt.set_span(span);
+            if !(absolute && matches!(tt, TokenTree::Ident(_))) {
+                tt.set_span(span);
+            }
             tt
         })
         .collect()

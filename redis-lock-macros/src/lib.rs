@@ -1,5 +1,6 @@
-//! The `#[distributed_lock]` attribute of `redis-lock`. Use it through the `redis-lock` crate
-//! (`redis_lock::distributed_lock`), which this expansion refers to by absolute paths.
+//! The `#[distributed_lock]` attribute of `redis-lock-sync`. Use it through that crate
+//! (`redis_lock::distributed_lock`), which the expansion refers to by absolute paths, under the
+//! name the calling package's Cargo.toml gives it (or the path given with `crate = "..."`).
 
 #![warn(missing_docs)]
 
@@ -7,6 +8,7 @@ mod args;
 mod duration;
 mod expand;
 mod grammar;
+mod runtime;
 mod template;
 mod validate;
 
@@ -50,19 +52,21 @@ use proc_macro::TokenStream;
 ///
 /// # Options
 ///
-/// | option | value | default |
-/// |---|---|---|
-/// | `key` | the lock name, a template: `"report"`, `"invoice:{invoice.id}"` | required (or `keys`) |
-/// | `keys` | several lock names taken together, all or none (`LockClient::lock_all`): `keys = ["account:{from}", "account:{to}"]`; not reentrant, no `hold_at_least` | instead of `key` |
-/// | `ttl` | whole seconds (`ttl = 10`) or a duration (`ttl = "500ms"`) | the client's (30 s) |
-/// | `wait` | how long to wait for a busy lock: seconds or a duration; `"0s"` = one attempt | the client's (until the lock is free); one attempt with `on_busy = "skip"` |
-/// | `retry` | `"notify"`, `"none"`, `"fixed:50ms"`, `"exponential:10ms..1s"` | the client's (notify) |
-/// | `on_busy` | `"error"` or `"skip"` | `"error"` |
-/// | `hold_at_least` | seconds or a duration the lock stays taken after the call started | none |
-/// | `cooldown` | seconds or a duration the lock stays taken after the call *ended* (at most one run per cool-down, however short each run is; with `hold_at_least`, the later of the two) | none |
-/// | `mode` | `"read"` (a share of a read-write lock: many callers at once) or `"write"` (exclusive; waits for the readers, keeps new ones out); see `LockClient::read_lock`. Not with `hold_at_least` | a mutex |
-/// | `client` | an expression yielding `&LockClient` | the process-wide default client |
-/// | `guard` | a name the body can use for the `&LockGuard` (`&MultiGuard` with `keys`) | none |
+/// | option | meaning | example | default |
+/// |---|---|---|---|
+/// | `key` | the lock name, a template of the parameters (see [`key`](#key)) | `key = "invoice:{invoice.id}"` | required (or `keys`) |
+/// | `keys` | several lock names taken together, all or none (`LockClient::lock_all`); not reentrant, not with `hold_at_least`, `mode` or `permits` | `keys = ["account:{from}", "account:{to}"]` | instead of `key` |
+/// | `ttl` | how long the lock lives unless renewed (the watchdog renews it while the call runs): whole seconds or a duration | `ttl = 10`, `ttl = "500ms"` | the client's (30 s) |
+/// | `wait` | how long to wait for a busy lock: seconds or a duration; `"0s"` = one attempt | `wait = "5s"` | the client's (until the lock is free); one attempt with `on_busy = "skip"` |
+/// | `retry` | how a waiter spends `wait` (see [`retry`](#retry)): `"notify"`, `"none"`, `"fixed:50ms"`, `"exponential:10ms..1s"` | `retry = "fixed:50ms"` | the client's (`"notify"`) |
+/// | `on_busy` | what a busy lock does to the call: `"error"` returns the error, `"skip"` skips the call (see below) | `on_busy = "skip"` | `"error"` |
+/// | `hold_at_least` | the lock stays taken at least this long after it was acquired, even when the call ends sooner (ShedLock's `lockAtLeastFor`) | `hold_at_least = "1h"` | none |
+/// | `cooldown` | the lock stays taken this long after the call *ended*: at most one run per cool-down, however short each run is (with `hold_at_least`, the later of the two) | `cooldown = "30s"` | none |
+/// | `mode` | a side of a read-write lock: `"read"` (a share: many callers at once) or `"write"` (exclusive; waits for the readers, keeps new ones out); see `LockClient::read_lock`. Not with `hold_at_least` | `mode = "read"` | a mutex |
+/// | `permits` | a permit of the semaphore `key` of N permits instead of a lock: at most N calls at once (see [`permits`](#permits)) | `permits = 3` | a mutex |
+/// | `client` | the client to lock through: an expression yielding `&LockClient` (see [the client](#the-client)) | `client = &self.locks` | the process-wide default client |
+/// | `guard` | a name the body can use for the `&LockGuard` (`&MultiGuard` with `keys`) | `guard = lock` | none |
+/// | `crate` | the path of the `redis-lock-sync` library, where the Cargo.toml lookup cannot find it (see [the crate](#the-crate)) | `crate = "locks"`, `crate = "::my_app::locks"` | its name in the calling package's Cargo.toml, else `::redis_lock` |
 ///
 /// Each option may appear once. Durations are a whole number and a unit: `ms`, `s`, `m` or
 /// `h` (`"500ms"`, `"30s"`, `"2m"`, `"1h"`); a bare integer is whole seconds.
@@ -82,6 +86,23 @@ use proc_macro::TokenStream;
 /// `"notify"` blocks until the holder's release wakes it; `"none"` makes one attempt;
 /// `"fixed:50ms"` polls every 50 ms; `"exponential:10ms..1s"` polls after 10 ms, 20 ms, 40 ms
 /// ... up to 1 s between attempts.
+///
+/// ## `permits`
+///
+/// `permits = N` takes one permit of the semaphore named by `key`, which has N permits
+/// (`LockClient::semaphore`): at most N calls run at once, on any machine, and the permit is
+/// given back when the call ends. Every function using the semaphore should give the same
+/// N. From 1 to `redis_lock::MAX_PERMITS`; not with `keys`, `mode`, `hold_at_least` or
+/// `cooldown` (a permit is given back at once).
+///
+/// ```no_run
+/// # use redis_lock::distributed_lock;
+/// /// At most 4 exports at once across the fleet; the others wait up to 30 s for a permit.
+/// #[distributed_lock(key = "exports", permits = 4, wait = "30s")]
+/// fn export(id: u64) -> redis_lock::Result<()> {
+///     Ok(())
+/// }
+/// ```
 ///
 /// # Lock failures reach the caller
 ///
@@ -126,17 +147,21 @@ use proc_macro::TokenStream;
 ///   knows the work may have overlapped with another holder.
 /// - **`()` and `Option<T>` functions** (only with `on_busy = "skip"`): they cannot carry
 ///   the error, so it is logged at error level and the value is returned as is. Use
-///   `Result<(), E>` to be told, or check `guard.ensure_held()` in the body.
+///   `Result<(), E>` to be told, or check `guard.check_held()` in the body.
 ///
-/// Finding out costs no round trip: the check is the outcome of the release that ends every
-/// call anyway. To stop before committing side effects, check inside the body:
+/// Finding out at the end costs no round trip: the check is the outcome of the release that
+/// ends every call anyway. But by then the body's side effects are done: an `Err(Lost)` from
+/// the release means "the work may have overlapped with another holder", not "nothing was
+/// committed". To commit only while the lock is held, ask Redis inside the body just before
+/// committing (`check_held`, one round trip; `ensure_held` is the free local check of what
+/// the watchdog last saw), and fence the write with the token:
 ///
 /// ```no_run
 /// # use redis_lock::distributed_lock;
 /// #[distributed_lock(key = "ledger:{account}", ttl = 5, guard = lock)]
 /// fn post(account: u64, amount: i64) -> Result<u64, redis_lock::Error> {
 ///     // ... compute ...
-///     lock.ensure_held()?; // still ours? then commit, fenced by the token
+///     lock.check_held()?; // Redis says it is still ours: commit, fenced by the token
 ///     Ok(lock.fencing_token())
 /// }
 /// ```
@@ -182,9 +207,57 @@ use proc_macro::TokenStream;
 ///
 /// # `guard = name`
 ///
-/// Binds `name: &redis_lock::LockGuard` in the body: check `name.ensure_held()` or
-/// `name.is_lost()` before committing side effects, pass `name.fencing_token()` to the
+/// Binds `name: &redis_lock::LockGuard` in the body: check `name.check_held()` (asks Redis)
+/// or `name.ensure_held()` (local, free) before committing side effects, pass `name.fencing_token()` to the
 /// resource you write to, or `name.extend(..)` for a long step.
+///
+/// # The crate
+///
+/// The expansion calls into the `redis-lock-sync` library by an absolute path, under the name
+/// the calling package gives it. The attribute reads that package's `Cargo.toml` (as the
+/// `proc-macro-crate` crate does: `[dependencies]`, `[dev-dependencies]`, target-specific
+/// tables, and `workspace = true` entries through `[workspace.dependencies]`), so a renamed
+/// dependency needs nothing more:
+///
+/// ```toml
+/// [dependencies]
+/// locks = { package = "redis-lock-sync", version = "0.1" }
+/// ```
+///
+/// ```ignore
+/// #[locks::distributed_lock(key = "report")] // the expansion calls `::locks::...`
+/// fn report() -> locks::Result<()> { Ok(()) }
+/// ```
+///
+/// A dependency under its own name (`redis-lock-sync = "0.1"`) is `::redis_lock`, the
+/// library's name, and so is the library within its own package (doctests, binaries,
+/// examples, tests). When the manifest does not list `redis-lock-sync` (the library reached
+/// through another crate's re-export, a build without Cargo) or cannot be read, the
+/// expansion uses `::redis_lock`.
+///
+/// `crate = "path"` overrides all of this with the path as written: a re-export
+/// (`crate = "::my_app::locks"`, `crate = "crate::deps::locks"`), or a dependency renamed
+/// to its own package name (`redis_lock_sync = { package = "redis-lock-sync" }`, which the
+/// lookup takes for the usual `::redis_lock`: write `crate = "redis_lock_sync"`).
+///
+/// ```no_run
+/// mod deps {
+///     pub use redis_lock as locks;
+/// }
+///
+/// #[redis_lock::distributed_lock(key = "report", crate = "crate::deps::locks")]
+/// fn report() -> deps::locks::Result<()> {
+///     Ok(())
+/// }
+/// # fn main() {}
+/// ```
+///
+/// **If the compiler cannot find the crate** (error E0433, "cannot find `redis_lock`" or
+/// the name your Cargo.toml uses, pointing at this attribute), the name the attribute
+/// chose is not where the library is in that crate: say where it is with `crate = "..."`.
+/// A `crate = "..."` that names nothing is reported at that string (a path that does not
+/// start with `::` also where the key and client expressions use it). The attribute cannot
+/// tell at expansion time whether a name resolves, so it cannot say more than this itself.
 ///
 /// # The function as written
 ///
@@ -200,8 +273,8 @@ use proc_macro::TokenStream;
 /// `const fn`, unknown or repeated options, a missing or empty key, an unknown `{name}` in
 /// the key, `ttl = 0`, a malformed duration or retry, a return type that cannot carry lock
 /// failures without `on_busy = "skip"`, and with it a return type a skipped call cannot
-/// produce. The expansion refers to the crate as `::redis_lock`, so the dependency must keep
-/// that name.
+/// produce, `permits = 0` or more than `MAX_PERMITS`, and a `crate = "..."` that is not a
+/// path.
 #[proc_macro_attribute]
 pub fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
     let item = proc_macro2::TokenStream::from(item);

@@ -45,7 +45,8 @@ pub(crate) struct Plan {
     pub(crate) cooldown_ms: Option<u64>,
     pub(crate) client: Option<Expr>,
     pub(crate) guard: Option<Ident>,
-    /// The path the expansion names the runtime by: `::redis_lock` unless `crate = "…"`.
+    /// The path the expansion names the runtime by: `crate = "…"` as written, else the name
+    /// the caller's Cargo.toml gives `redis-lock-sync` (runtime.rs).
     pub(crate) krate: syn::Path,
     /// A side of a read-write lock; `None`: a mutex.
     pub(crate) mode: Option<Mode>,
@@ -288,7 +289,7 @@ pub(crate) fn check(args: LockArgs, func: &ItemFn) -> syn::Result<Plan> {
     }
 
     let krate = match &args.krate {
-        None => Some(syn::parse_quote!(::redis_lock)),
+        None => Some(crate::runtime::lookup()),
         Some(lit) => lit
             .parse::<syn::Path>()
             .map_err(|_| {
@@ -321,7 +322,8 @@ pub(crate) fn check(args: LockArgs, func: &ItemFn) -> syn::Result<Plan> {
             cooldown_ms,
             client: args.client,
             guard: args.guard,
-            krate: krate.unwrap_or_else(|| syn::parse_quote!(::redis_lock)),
+            // Only a `crate = "..."` that is not a path leaves it unset, and that is an error.
+            krate: krate.unwrap_or_else(crate::runtime::lookup),
             mode,
             permits,
         }),

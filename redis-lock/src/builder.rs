@@ -15,7 +15,7 @@ use crate::options::{MAX_TTL, validate_ttl};
 /// The most connections a pool may have: far above what one Redis accepts by default
 /// (`maxclients` 10,000); r2d2 reserves room for all of them when the pool is built.
 const MAX_POOL_SIZE: u32 = 65_536;
-use crate::store::connection::{LastConnectError, LogErrors, Manager, Pool, Target};
+use crate::store::connection::{LogErrors, Manager, Pool, Target};
 use crate::store::sentinel::SentinelTarget;
 use crate::store::{Store, Timeouts};
 use crate::wire::keys::validate_namespace;
@@ -178,7 +178,12 @@ impl LockClient {
     }
 
     /// A [`Builder`] for a Redlock client: one lock over independent Redis `servers` (not
-    /// replicas of each other; use 3 or 5), held while a majority of them holds it.
+    /// replicas of each other; use 3 or 5), held while a majority of them holds it. One
+    /// server listed twice would vote twice: [`build`](Builder::build) refuses two URLs whose
+    /// host names resolve to a common address and port (`localhost` and `127.0.0.1`), or that
+    /// name the same Unix socket, whatever their databases; it connects to nothing, so one
+    /// server reached under two addresses that resolve differently (two interfaces, a proxy)
+    /// is not caught.
     ///
     /// An acquisition counts when a majority took the lock within its validity time (the TTL
     /// minus the time the acquisition took minus a clock drift allowance of 1 % + 2 ms); otherwise
@@ -189,11 +194,11 @@ impl LockClient {
     /// A waiter registers on every server and is woken by the release on the server where it
     /// saw the holder; fair waiting ([`RetryStrategy::fair`](crate::RetryStrategy::fair)) is
     /// refused with [`Error::InvalidInput`], since each server would keep its own queue.
-    /// Each server is tried in turn with the client's `connect_timeout` and `io_timeout`: keep
-    /// them well below the TTL. A call returns once a majority decided; what a slower server
-    /// still owes (say, releasing a lock whose attempt reached it late) is finished in the
-    /// background, and dropping the last handle of the client waits for it, at most twice
-    /// (the longer of `connect_timeout` and `pool_timeout`) + `io_timeout`.
+    /// The servers are asked at once, each with the client's `connect_timeout` and
+    /// `io_timeout`: keep them well below the TTL. A call returns once a majority decided;
+    /// what a slower server still owes (say, releasing a lock whose attempt reached it late)
+    /// is finished in the background, and dropping the last handle of the client waits for it,
+    /// at most twice (`pool_timeout` + `connect_timeout` + `io_timeout`).
     ///
     /// # Examples
     ///
@@ -368,9 +373,34 @@ impl Builder {
         self
     }
 
-    /// Longest time one TCP connect (and handshake) to Redis may take. When no connection is
-    /// open, it also bounds how long an operation waits before failing with [`Error::Pool`]:
-    /// an unreachable Redis fails fast. Defaults to 2 s.
+    /// Longest time a new connection to Redis may take to open: the TCP connect (shared in turn
+    /// by the addresses a host name resolves to; for `rediss://` the TLS handshake too) and
+    /// the handshake's replies, together. The handshake is `AUTH` and `SELECT` where the URL
+    /// asks for them (under RESP3 a `HELLO` carrying the credentials, then `SELECT`), else one
+    /// `PING`, so a server that accepts connections but never answers is found here, before
+    /// anything was sent. Defaults to 2 s.
+    ///
+    /// An operation that finds no idle pooled connection opens one on its own thread (the
+    /// pool makes none in the background, and retries none): a refused connection fails it at
+    /// once, and a server that does not answer fails it within this timeout, either with
+    /// [`Error::Connect`] (nothing was sent, so nothing is asked again: an acquisition fails
+    /// after one connect timeout, not one per attempt). That is all of it for one server;
+    /// for the other deployments:
+    ///
+    /// - **Redlock**: every server is asked at once, so the call fails within this timeout too
+    ///   (with [`Error::NoQuorum`]).
+    /// - **Sentinel**: a new connection asks the sentinels in turn until one names the master
+    ///   (each connect within this timeout, its answer within
+    ///   [`io_timeout`](Self::io_timeout)), then connects to the master within this timeout
+    ///   and asks it `ROLE` within `io_timeout`: a sentinel that does not answer costs this
+    ///   timeout before the next one is asked; refusing ones cost nothing.
+    /// - **Cluster**: the `redis` crate connects, to the seed nodes in turn, then to every
+    ///   node. Its handshake reads each of its replies (`AUTH` when the URLs carry a password,
+    ///   two `CLIENT SETINFO`) with what was left of this timeout when it began, so a node that
+    ///   accepts and never answers may cost up to three times this timeout.
+    /// - **A client on an application's pool** ([`LockClient::from_pool`]): lock operations
+    ///   use that pool, which connects as it was configured; while it has no connection open
+    ///   they wait this long for one.
     pub fn connect_timeout(mut self, timeout: Duration) -> Builder {
         self.connect_timeout = timeout;
         self
@@ -495,20 +525,26 @@ impl Builder {
             return Err(Error::invalid("urls", "no redis server given"));
         }
         let mut targets: Vec<(Target, String)> = Vec::with_capacity(urls.len());
-        let mut seen = Vec::new();
+        // Where each server listed so far is reached, and its URL.
+        let mut seen: Vec<(String, &str)> = Vec::new();
         for url in urls {
             let client = redis::Client::open(url.as_str())
                 .map_err(|e| Error::invalid("urls", format!("{} ({e})", redact_url(url))))?;
-            let info = client.get_connection_info();
-            let at = (info.addr().clone(), info.redis_settings().db());
-            // The same server twice would count its vote twice.
-            if seen.contains(&at) {
+            // The same server twice would count its vote twice: one server down (or one
+            // holder's) would be two votes of the majority.
+            let places = server_places(client.get_connection_info().addr());
+            if let Some((place, first)) = seen.iter().find(|(place, _)| places.contains(place)) {
                 return Err(Error::invalid(
                     "urls",
-                    format!("{} is listed twice", redact_url(url)),
+                    format!(
+                        "{} and {} are the same server ({place}; another database of a \
+                         server is not another server): Redlock would count its vote twice",
+                        redact_url(first),
+                        redact_url(url)
+                    ),
                 ));
             }
-            seen.push(at);
+            seen.extend(places.into_iter().map(|place| (place, url.as_str())));
             targets.push((Target::Server(client), redact_url(url)));
         }
         Ok((targets, self.source.describe()))
@@ -619,7 +655,7 @@ impl Builder {
     }
 
     /// Builds the client. No connection is made yet: the first lock operation connects, and an
-    /// unreachable Redis shows up there, within [`connect_timeout`](Self::connect_timeout).
+    /// unreachable Redis shows up there, as [`connect_timeout`](Self::connect_timeout) says.
     ///
     /// # Errors
     ///
@@ -627,7 +663,8 @@ impl Builder {
     /// pool sizes above 65,536 or timeouts (and a Sentinel check interval) above
     /// [`MAX_TTL`](crate::MAX_TTL), a default wait past the clock's range, a Sentinel-only
     /// setting on another client, or a bad default TTL (under Redlock also one no longer than
-    /// the clock-drift allowance, 1 % + 2 ms).
+    /// the clock-drift allowance, 1 % + 2 ms). Under Redlock also one server listed twice
+    /// (see [`LockClient::redlock_builder`]).
     pub fn build(self) -> Result<LockClient> {
         validate_namespace(&self.namespace)?;
         validate_ttl(self.default_ttl)?;
@@ -673,22 +710,33 @@ impl Builder {
             crate::deploy::quorum::check_ttl(self.default_ttl, "default_ttl")?;
         }
         let (targets, redacted_url) = self.targets()?;
-        // One housekeeping thread for both pools instead of r2d2's three per pool.
+        // One housekeeping thread (sentinel checks, wake-ups) for the whole client.
         let housekeeping = Arc::new(
             scheduled_thread_pool::ScheduledThreadPool::builder()
                 .num_threads(1)
                 .thread_name_pattern("redis-lock-pool")
                 .build(),
         );
-        let pool_builder = |size: u32, errors: &LastConnectError| {
+        // And one for every r2d2 pool of the client instead of r2d2's three per pool, apart
+        // from the housekeeping, which talks to Redis: its jobs only make unopened
+        // connections, at once (the caller opens them), so a checkout with room in its pool
+        // never waits behind a sentinel check or a wake-up stuck on a slow server.
+        let maker = Arc::new(
+            scheduled_thread_pool::ScheduledThreadPool::builder()
+                .num_threads(1)
+                .thread_name_pattern("redis-lock-conns")
+                .build(),
+        );
+        let pool_builder = |size: u32| {
             r2d2::Pool::builder()
                 .max_size(size)
+                // No connections made ahead, so none fails out of sight.
                 .min_idle(Some(0))
                 // Free: `Manager::is_valid` sends nothing (see connection.rs).
                 .test_on_check_out(true)
                 .connection_timeout(self.pool_timeout)
-                .thread_pool(Arc::clone(&housekeeping))
-                .error_handler(Box::new(LogErrors(Arc::clone(errors))))
+                .thread_pool(Arc::clone(&maker))
+                .error_handler(Box::new(LogErrors))
         };
         let quorum = matches!(self.source, Source::Redlock(_));
         let mut external = match self.source {
@@ -720,20 +768,15 @@ impl Builder {
                 connect_timeout: self.connect_timeout,
                 io_timeout: self.io_timeout,
             };
-            let connect_error = LastConnectError::default();
-            let waiters = pool_builder(self.waiter_pool_size, &connect_error)
-                .build_unchecked(manager.clone());
+            let waiters = pool_builder(self.waiter_pool_size).build_unchecked(manager.clone());
             let pool = match external.take() {
                 Some(pool) => Pool::External(pool),
-                None => Pool::Managed(
-                    pool_builder(self.pool_size, &connect_error).build_unchecked(manager),
-                ),
+                None => Pool::Managed(pool_builder(self.pool_size).build_unchecked(manager)),
             };
             let store = Store::new(
                 pool,
                 waiters,
                 label,
-                connect_error,
                 Timeouts {
                     connect: self.connect_timeout,
                     pool: self.pool_timeout,
@@ -747,8 +790,8 @@ impl Builder {
                 None => store,
             });
         }
-        // One server's worst case: a connection (or a pooled one), then the reply.
-        let per_server = self.connect_timeout.max(self.pool_timeout) + self.io_timeout;
+        // One server's worst case: a pooled connection, opened if it is new, then the reply.
+        let per_server = self.pool_timeout + self.connect_timeout + self.io_timeout;
         let deployment = if quorum {
             // As many threads per server as connections: more could only wait for one.
             let threads = usize::try_from(self.pool_size).unwrap_or(usize::MAX);
@@ -783,6 +826,41 @@ impl Builder {
             housekeeping,
         )))
     }
+}
+
+/// Where a Redlock server listed at `addr` is reached, for telling one listed twice: a TCP
+/// server's host name and port as written, and every address the name resolves to now (so
+/// `localhost` and `127.0.0.1` meet at `127.0.0.1:6379`; IPv4-mapped IPv6 addresses count as
+/// IPv4); a Unix socket's path, resolved if it exists. The database is left out: another
+/// database of one server is the same server.
+///
+/// Address resolution only, at build, which connects to nothing: a Redlock must build (and
+/// work) while a minority of its servers is down, and a server down at build could not tell
+/// its identity anyway. So one server reached under two addresses that do not resolve alike
+/// (two interfaces, a proxy, NAT) is not caught; a name that does not resolve at build is
+/// compared as written. Asking each server for its `run_id` would catch those too, but only
+/// for the servers up at build, at the cost of a connection to each.
+fn server_places(addr: &redis::ConnectionAddr) -> Vec<String> {
+    use std::net::ToSocketAddrs;
+    let (host, port) = match addr {
+        redis::ConnectionAddr::Tcp(host, port) => (host, *port),
+        redis::ConnectionAddr::TcpTls { host, port, .. } => (host, *port),
+        redis::ConnectionAddr::Unix(path) => {
+            let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.clone());
+            return vec![format!("unix socket {}", path.display())];
+        }
+        // A kind of address added to the `redis` crate later: as written.
+        other => return vec![other.to_string()],
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let mut places = vec![format!("{}:{port}", host.to_ascii_lowercase())];
+    if let Ok(resolved) = (host, port).to_socket_addrs() {
+        places
+            .extend(resolved.map(|at| {
+                std::net::SocketAddr::new(at.ip().to_canonical(), at.port()).to_string()
+            }));
+    }
+    places
 }
 
 /// `target` is only asked for sources with one store.

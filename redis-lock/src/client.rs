@@ -343,7 +343,12 @@ impl LockClient {
     /// # fn main() -> redis_lock::Result<()> {
     /// # let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
     /// if let Some(info) = locks.inspect("nightly-report")? {
-    ///     println!("held by {} (pid {}), fencing token {}", info.host, info.pid, info.fencing_token);
+    ///     match (&info.host, info.pid) {
+    ///         (Some(host), Some(pid)) => println!("held by {host} (pid {pid})"),
+    ///         // Kept taken after its release, or just handed to a waiter.
+    ///         _ => println!("no holder stored (owned: {})", info.owned),
+    ///     }
+    ///     println!("fencing token {}", info.fencing_token);
     /// }
     /// # Ok(()) }
     /// ```
@@ -452,8 +457,9 @@ impl LockClient {
     ///
     /// # Errors
     ///
-    /// A pool error when Redis cannot be reached within the connect timeout; a Redis error
-    /// (for example, authentication failed).
+    /// [`Error::Connect`] when Redis cannot be reached (at once when it refuses the
+    /// connection, else within the connect timeout); a Redis error (for example,
+    /// authentication failed).
     ///
     /// # Examples
     ///

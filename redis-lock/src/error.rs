@@ -143,10 +143,26 @@ pub enum Error {
     /// A Redis command failed (I/O, protocol or server error): the cause is its `source`.
     #[error("a redis request failed")]
     Redis(#[from] redis::RedisError),
-    /// No pooled connection became available in time (Redis unreachable or pool exhausted):
-    /// the cause is its `source`.
+    /// No pooled connection became available in time: every connection of the pool was in
+    /// use for the whole [`pool_timeout`](crate::Builder::pool_timeout) (on a client built
+    /// from an application's pool, also one that could not connect). Nothing was sent. The
+    /// cause is its `source`.
     #[error("no redis connection became available in time")]
     Pool(#[from] r2d2::Error),
+    /// No connection to `server` could be made: it was refused, or the connect or its
+    /// handshake did not finish within [`connect_timeout`](crate::Builder::connect_timeout).
+    /// Nothing was sent, so nothing was done. The cause is its `source`.
+    #[error("cannot connect to redis at {server}")]
+    Connect {
+        /// The server (its URL without the password, or the deployment: `sentinel master
+        /// ...`, `cluster [...]`).
+        server: String,
+        /// The connect's own failure, with its kind: the operating system's (`ConnectionRefused`,
+        /// `TimedOut`, ...), the handshake's (`TimedOut`: the server accepted the connection
+        /// but did not answer), or the deployment's (no sentinel named the master, no cluster
+        /// node answered: `Other`).
+        source: std::io::Error,
+    },
     /// This thread holds a read lock on `key` through this client and asked for its write
     /// lock: the writer would wait for this very reader, forever. Refused at once; release the
     /// read lock first (the other way round, a writer taking a read lock, is a downgrade and
@@ -292,7 +308,7 @@ impl Error {
     /// `true` when Redis could not be reached or a connection broke: retrying later may help.
     pub fn is_connection_error(&self) -> bool {
         match self {
-            Error::Pool(_) | Error::NoQuorum { .. } => true,
+            Error::Pool(_) | Error::Connect { .. } | Error::NoQuorum { .. } => true,
             Error::Redis(e) => is_network_error(e),
             _ => false,
         }
@@ -324,6 +340,12 @@ impl Error {
             ),
             _ => false,
         }
+    }
+
+    /// The call failed before anything was sent (no connection): nothing is to be asked again
+    /// or undone.
+    pub(crate) fn nothing_sent(&self) -> bool {
+        matches!(self, Error::Pool(_) | Error::Connect { .. })
     }
 
     pub(crate) fn invalid(what: &'static str, reason: impl Into<String>) -> Error {

@@ -160,8 +160,9 @@ impl LockGuard {
     }
 
     /// `Ok(())` while the lock is held as far as this process knows; [`Error::Lost`] once it
-    /// is not (see [`is_lost`](Self::is_lost)). Call it before committing side effects. No
-    /// round trip: use [`remaining_ttl`](Self::remaining_ttl) to ask Redis.
+    /// is not (see [`is_lost`](Self::is_lost)). Free (no round trip), so it only knows what
+    /// the watchdog last saw: to ask Redis at the moment you commit, use
+    /// [`check_held`](Self::check_held).
     ///
     /// # Errors
     ///
@@ -174,8 +175,8 @@ impl LockGuard {
     /// # let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
     /// let guard = locks.lock("report")?;
     /// // ... work ...
-    /// guard.ensure_held()?; // still ours? then commit
-    /// // commit ...
+    /// guard.ensure_held()?; // lost as far as we know? then stop before the expensive part
+    /// // ...
     /// # Ok(()) }
     /// ```
     pub fn ensure_held(&self) -> Result<()> {
@@ -188,7 +189,39 @@ impl LockGuard {
         }
     }
 
-    /// Asks Redis how long the lock has left; `None` if it has no expiry.
+    /// The commit point's check: asks Redis whether this guard's owner token still holds the
+    /// lock (a majority of the servers under Redlock), and how long it has left (`None`
+    /// without an expiry). One round trip; a lock already known lost is reported without one.
+    /// When Redis says it is gone or another owner's, the guard is marked lost (`is_lost`,
+    /// `ensure_held` and `on_lost` say so from then on).
+    ///
+    /// Even this answer can be stale by the time a write lands (a pause between the check
+    /// and the write): a resource that checks the [fencing token](Self::fencing_token) is the
+    /// only complete protection (SAFETY.md).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Lost`] when the lock is lost; a Redis or pool error when Redis cannot be
+    /// asked (the lock may still be held: do not commit either way).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redis_lock::Result<()> {
+    /// # let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+    /// let guard = locks.lock("ledger")?;
+    /// // ... work ...
+    /// guard.check_held()?; // Redis says it is still ours: commit
+    /// // commit, fenced by guard.fencing_token() ...
+    /// # Ok(()) }
+    /// ```
+    pub fn check_held(&self) -> Result<Option<Duration>> {
+        self.ensure_held()?;
+        self.lease.remaining_ttl()
+    }
+
+    /// Asks Redis how long the lock has left; `None` if it has no expiry. The same round trip
+    /// as [`check_held`](Self::check_held).
     ///
     /// # Errors
     ///

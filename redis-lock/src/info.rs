@@ -14,12 +14,16 @@ use crate::wire::Holder;
 pub struct LockInfo {
     /// The lock name (without namespace).
     pub key: String,
-    /// Host name of the holder.
-    pub host: String,
-    /// Process id of the holder on its host.
-    pub pid: u32,
-    /// When the lock was acquired (Redis server clock).
-    pub acquired_at: SystemTime,
+    /// Host name of the holder; `None` while no holder information is stored with the lock:
+    /// it is kept taken by nobody after its release (a minimum hold or a cool-down:
+    /// [`owned`](Self::owned) is `false`), or a release has just handed it to a waiter that
+    /// has not claimed it yet (it is owned; its new holder writes its information at its
+    /// first renewal, at most a third of a second later).
+    pub host: Option<String>,
+    /// Process id of the holder on its host; `None` when [`host`](Self::host) is.
+    pub pid: Option<u32>,
+    /// When the lock was acquired (Redis server clock); `None` when [`host`](Self::host) is.
+    pub acquired_at: Option<SystemTime>,
     /// Time until the lock expires unless renewed; `None` when the key has no expiry.
     pub remaining_ttl: Option<Duration>,
     /// The fencing token of this acquisition.
@@ -28,8 +32,8 @@ pub struct LockInfo {
     pub metadata: Option<String>,
     /// `false` during a minimum hold or cool-down after release: the lock stays taken but
     /// nobody owns it.
-    /// (A lock that a release has just handed to a waiter is owned, but shows empty holder
-    /// fields until its new holder's first renewal, at most a third of a second later.)
+    /// (A lock that a release has just handed to a waiter is owned, but its holder is unknown,
+    /// [`host`](Self::host) `None`, until its new holder's first renewal.)
     pub owned: bool,
     /// End of the minimum hold, if one was asked for.
     pub hold_until: Option<SystemTime>,
@@ -64,26 +68,42 @@ fn unix_ms(t: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_millis(t)
 }
 
+/// A holder's host, pid and acquisition time as stored with a lock or permit; `None` where no
+/// holder information is stored (the scripts then answer an empty host, pid 0 and time 0:
+/// a lock kept after its release, or one a release handed to a waiter that has not claimed
+/// it yet). A stored one always has the server's acquisition time.
+pub(crate) fn holder_fields(
+    host: String,
+    pid: u32,
+    since_ms: u64,
+) -> (Option<String>, Option<u32>, Option<SystemTime>) {
+    if host.is_empty() && since_ms == 0 {
+        (None, None, None)
+    } else {
+        (Some(host), Some(pid), Some(unix_ms(since_ms)))
+    }
+}
+
 impl LockInfo {
-    /// What a busy or timeout error says of the holder: the fields a lock with no holder
-    /// stored (handed over, cooling down) leaves empty are `None`.
+    /// What a busy or timeout error says of the holder (a lock with no holder stored, handed
+    /// over or cooling down, has `None` there as here).
     pub(crate) fn holder_info(&self) -> crate::error::HolderInfo {
-        let known = self.owned && !self.host.is_empty();
         crate::error::HolderInfo {
-            host: known.then(|| self.host.clone()),
-            pid: (known && self.pid != 0).then_some(self.pid),
-            since: (known && self.acquired_at > UNIX_EPOCH).then_some(self.acquired_at),
+            host: self.host.clone(),
+            pid: self.pid,
+            since: self.acquired_at,
             metadata: self.metadata.clone(),
             remaining_ttl: self.remaining_ttl,
         }
     }
 
     pub(crate) fn from_holder(key: &str, h: Holder) -> LockInfo {
+        let (host, pid, acquired_at) = holder_fields(h.host, h.pid, h.since_ms);
         LockInfo {
             key: key.to_owned(),
-            host: h.host,
-            pid: h.pid,
-            acquired_at: unix_ms(h.since_ms),
+            host,
+            pid,
+            acquired_at,
             remaining_ttl: h.remaining_ttl,
             fencing_token: h.fence,
             metadata: h.meta,

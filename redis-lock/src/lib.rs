@@ -16,7 +16,7 @@
 //!     // Waits until the lock is free, like `Mutex::lock`.
 //!     let guard = locks.lock("nightly-report")?;
 //!     // ... do the work; the watchdog renews the lock meanwhile ...
-//!     guard.ensure_held()?; // still ours? then commit
+//!     guard.check_held()?; // asks Redis: still ours? then commit
 //!     drop(guard); // released
 //!
 //!     // One attempt only: `None` means somebody else holds it.
@@ -116,7 +116,13 @@
 //! With the `metrics` feature the same events feed metrics (see [`describe_metrics`]),
 //! labelled by the lock's *label*, never by its name, so that the number of time series
 //! stays bounded.
-
+//!
+// Without the `metrics` feature there is no `describe_metrics` to link to (a default build's
+// docs had two broken links): the links above go to the feature's description instead.
+#![cfg_attr(
+    not(feature = "metrics"),
+    doc = "[`describe_metrics`]: #cargo-features"
+)]
 #![warn(missing_docs)]
 // docs.rs builds with every feature and `--cfg docsrs`: each gated item says which feature it
 // needs.
@@ -183,3 +189,25 @@ pub use redis;
 /// The `r2d2` crate this library pools connections with, re-exported for
 /// [`LockClient::from_pool`] and the source of [`Error::Pool`].
 pub use r2d2;
+
+// `#[distributed_lock]` names this library `::redis_lock` when used inside this package (its
+// doctests, binary and examples link it under that name): this makes the name work in the
+// library itself too (only its unit tests use the attribute so far).
+#[allow(unused_extern_crates)]
+extern crate self as redis_lock;
+
+/// The attribute in this package's doctests, which are crates of their own that link the
+/// library as `redis_lock` (the manifest lookup answers "this package itself" there too).
+///
+/// ```no_run
+/// #[redis_lock::distributed_lock(key = "report:{day}", ttl = 10, wait = "0s")]
+/// fn report(day: u32) -> redis_lock::Result<u32> {
+///     Ok(day)
+/// }
+///
+/// fn main() {
+///     let _ = report(1);
+/// }
+/// ```
+#[cfg(all(doctest, feature = "macros"))]
+pub struct AttributeInDoctests;

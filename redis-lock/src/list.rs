@@ -34,7 +34,8 @@ impl LockClient {
     /// # fn main() -> redis_lock::Result<()> {
     /// let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
     /// for info in locks.list("report-*")? {
-    ///     println!("{} held by {} (pid {})", info.key, info.host, info.pid);
+    ///     let host = info.host.as_deref().unwrap_or("(no holder stored)");
+    ///     println!("{} held by {host}", info.key);
     /// }
     /// # Ok(()) }
     /// ```

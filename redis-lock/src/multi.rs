@@ -163,6 +163,35 @@ impl MultiGuard {
         }
     }
 
+    /// The commit point's check for every member: asks Redis whether each is still held under
+    /// this guard's token (see [`LockGuard::check_held`](crate::LockGuard::check_held)); the
+    /// shortest time any member has left (`None` when none expires).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Lost`] naming the first member that is lost (it is marked lost); Redis and
+    /// pool errors.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redis_lock::Result<()> {
+    /// # let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+    /// let both = locks.lock_all(["account:1", "account:2"])?;
+    /// both.check_held()?; // Redis says both are still ours: commit the transfer
+    /// # Ok(()) }
+    /// ```
+    pub fn check_held(&self) -> Result<Option<Duration>> {
+        self.ensure_held()?;
+        let mut shortest: Option<Duration> = None;
+        for lease in &self.leases {
+            if let Some(left) = lease.remaining_ttl()? {
+                shortest = Some(shortest.map_or(left, |s| s.min(left)));
+            }
+        }
+        Ok(shortest)
+    }
+
     /// Makes every member expire `ttl` from now, and the TTL their watchdogs renew to.
     ///
     /// # Errors

@@ -392,3 +392,30 @@ impl<T: Nothing, E: From<Error>> Skippable for Result<T, E> {
         Fallible::lost(self, error)
     }
 }
+
+#[cfg(all(test, feature = "macros", feature = "testing"))]
+mod tests {
+    use crate::testing::RedisServer;
+    use crate::{LockClient, LockInfo, distributed_lock};
+
+    /// Inside this package the attribute is told "this crate itself" and names the runtime
+    /// `::redis_lock`, as in the package's doctests, binary and examples; here the library's
+    /// `extern crate self as redis_lock` is what makes that name resolve.
+    #[distributed_lock(key = "inside:{n}", client = client, ttl = "2s", wait = "0s", guard = lock)]
+    fn inside(client: &LockClient, n: u32) -> crate::Result<(u64, Option<LockInfo>)> {
+        Ok((
+            lock.fencing_token(),
+            client.inspect(&format!("inside:{n}"))?,
+        ))
+    }
+
+    #[test]
+    fn the_attribute_works_inside_the_library() {
+        let server = RedisServer::start();
+        let client = LockClient::open(&server.url()).unwrap();
+        let (token, holder) = inside(&client, 1).unwrap();
+        let holder = holder.expect("the lock is taken while the body runs");
+        assert_eq!(holder.fencing_token, token, "and it is this call's lock");
+        assert!(client.inspect("inside:1").unwrap().is_none(), "released");
+    }
+}

@@ -2,7 +2,7 @@
 //! token, TTL, watchdog, fencing token), and what `Semaphore::inspect` tells about it.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime};
 
 use crate::client::{LockClient, busy_if_held_here, not_acquired};
 use crate::error::{Error, Result};
@@ -288,9 +288,9 @@ impl Semaphore {
                         .into_iter()
                         .min_by_key(|p| p.remaining_ttl)
                         .map(|p| crate::error::HolderInfo {
-                            host: (!p.host.is_empty()).then_some(p.host),
-                            pid: (p.pid != 0).then_some(p.pid),
-                            since: (p.acquired_at > UNIX_EPOCH).then_some(p.acquired_at),
+                            host: p.host,
+                            pid: p.pid,
+                            since: p.acquired_at,
                             metadata: p.metadata,
                             remaining_ttl: Some(p.remaining_ttl),
                         })
@@ -393,7 +393,9 @@ impl Semaphore {
     /// let info = locks.semaphore("exports", 3)?.inspect()?;
     /// println!("{} of {} in use, {} waiting", info.in_use, info.limit, info.waiters);
     /// for p in &info.holders {
-    ///     println!("  pid {} on {}, token {}", p.pid, p.host, p.fencing_token);
+    ///     if let (Some(pid), Some(host)) = (p.pid, &p.host) {
+    ///         println!("  pid {pid} on {host}, token {}", p.fencing_token);
+    ///     }
     /// }
     /// # Ok(()) }
     /// ```
@@ -482,13 +484,15 @@ pub struct SemaphoreInfo {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct PermitInfo {
-    /// Host name of the holder (empty for a permit a release just handed to a waiter, until
-    /// its new holder's first renewal writes it).
-    pub host: String,
-    /// Process id of the holder on its host (0 while unclaimed, as above).
-    pub pid: u32,
-    /// When the permit was acquired (Redis server clock; the Unix epoch while unclaimed).
-    pub acquired_at: SystemTime,
+    /// Host name of the holder; `None` for a permit a release has just handed to a waiter
+    /// that has not claimed it yet (its new holder writes its information at its first
+    /// renewal), as [`LockInfo::host`](crate::LockInfo::host) for a lock handed over.
+    pub host: Option<String>,
+    /// Process id of the holder on its host; `None` when [`host`](Self::host) is.
+    pub pid: Option<u32>,
+    /// When the permit was acquired (Redis server clock); `None` when [`host`](Self::host)
+    /// is.
+    pub acquired_at: Option<SystemTime>,
     /// Time until the permit expires unless renewed.
     pub remaining_ttl: Duration,
     /// The permit's fencing token.
@@ -520,13 +524,17 @@ impl SemaphoreInfo {
             holders: p
                 .holders
                 .into_iter()
-                .map(|h| PermitInfo {
-                    host: h.host,
-                    pid: h.pid,
-                    acquired_at: UNIX_EPOCH + Duration::from_millis(h.since_ms),
-                    remaining_ttl: h.remaining_ttl,
-                    fencing_token: h.fence,
-                    metadata: h.meta,
+                .map(|h| {
+                    let (host, pid, acquired_at) =
+                        crate::info::holder_fields(h.host, h.pid, h.since_ms);
+                    PermitInfo {
+                        host,
+                        pid,
+                        acquired_at,
+                        remaining_ttl: h.remaining_ttl,
+                        fencing_token: h.fence,
+                        metadata: h.meta,
+                    }
                 })
                 .collect(),
             waiters: p.waiters,

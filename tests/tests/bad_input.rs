@@ -506,7 +506,9 @@ fn error_chains_say_each_thing_once() {
         }
         if matches!(
             err,
-            redis_lock::Error::System(_) | redis_lock::Error::Pool(_)
+            redis_lock::Error::System(_)
+                | redis_lock::Error::Pool(_)
+                | redis_lock::Error::Connect { .. }
         ) {
             assert!(levels.len() >= 2, "the cause is a source: {chain:?}");
         }

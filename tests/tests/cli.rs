@@ -101,6 +101,7 @@ fn tool_for(url: &str) -> Command {
     let mut cmd = Command::new(cli_binary());
     cmd.env("REDIS_URL", url)
         .env_remove("REDIS_LOCK_NAMESPACE")
+        .env_remove("REDIS_LOCK_CONNECT_TIMEOUT")
         .stdin(Stdio::null());
     cmd
 }
@@ -473,7 +474,7 @@ fn metadata_and_minimum_hold_show_in_status() {
     assert_eq!(status.code, 0, "{status:?}");
     let v = json(&status.stdout);
     assert_eq!(v["metadata"], "weekly report");
-    assert_eq!(v["owned"], false);
+    assert_eq!(v["has_owner"], false);
     assert!(v["hold_until"].is_string(), "{v}");
     assert!(wait_until(QUICK, || !held(&locks, "weekly")));
 }
@@ -502,7 +503,7 @@ fn cooldown_keeps_the_next_run_out_and_shows_in_status() {
     );
     let status = finish(tool(&server).args(["status", "rebuild", "--json"]));
     let v = json(&status.stdout);
-    assert_eq!(v["owned"], false, "{v}");
+    assert_eq!(v["has_owner"], false, "{v}");
     assert!(v["cooling_until"].is_string(), "{v}");
     let text = finish(tool(&server).args(["status", "rebuild"]));
     assert!(text.stdout.contains("cooling down"), "{text:?}");
@@ -648,6 +649,54 @@ fn sigkill_of_the_tool_frees_the_lock_within_its_ttl() {
     kill_pid_in(&pid_file);
 }
 
+/// Whether `pid` is gone: no such process, or a zombie nobody has reaped yet (an orphan's new
+/// parent reaps it when it gets to it).
+fn gone(pid: libc::pid_t) -> bool {
+    if !alive(pid) {
+        return true;
+    }
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |stat| {
+        // `pid (comm) state ...`: the state follows the last `)`.
+        stat.rsplit_once(')')
+            .is_some_and(|(_, rest)| matches!(rest.trim_start().chars().next(), Some('Z' | 'X')))
+    })
+}
+
+/// A SIGKILLed redis-lock takes its command with it at once (the kernel's parent-death
+/// signal), where the command used to run on, without the lock, until it ended by itself.
+#[test]
+fn sigkill_of_the_tool_kills_its_command_at_once() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("command.pid");
+    let script = format!("echo $$ > {}; exec sleep 60", path_arg(&pid_file));
+    let mut running = Running::start(
+        tool(&server)
+            .args(["run", "orphan", "--ttl", "30s", "--"])
+            .args(sh(&script)),
+    );
+    let mut pid = None;
+    assert!(wait_until(QUICK, || {
+        pid = std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|text| text.trim().parse::<libc::pid_t>().ok());
+        pid.is_some() && held(&locks, "orphan")
+    }));
+    let pid = pid.unwrap();
+    assert!(alive(pid));
+    signal(&running.child, libc::SIGKILL);
+    running.child.wait().unwrap();
+    let killed = Instant::now();
+    let went = wait_until(Duration::from_secs(1), || gone(pid));
+    let took = killed.elapsed();
+    kill_pid_in(&pid_file);
+    assert!(
+        went,
+        "the command outlived its killed redis-lock by {took:?}"
+    );
+}
+
 #[test]
 fn kill_on_loss_terminates_the_command_with_the_documented_code() {
     let server = RedisServer::start();
@@ -791,7 +840,7 @@ fn status_of_a_held_and_a_free_lock() {
     assert_eq!(v["pid"], std::process::id());
     assert_eq!(v["fencing_token"], guard.fencing_token());
     assert_eq!(v["metadata"], "cron job");
-    assert_eq!(v["owned"], true);
+    assert_eq!(v["has_owner"], true);
     let ttl = v["remaining_ttl_ms"].as_u64().unwrap();
     assert!(ttl > 0 && ttl <= 30_000, "{ttl}");
     assert!(v["acquired_at"].as_str().unwrap().ends_with('Z'));
@@ -856,6 +905,48 @@ fn list_shows_held_locks_only() {
     assert_eq!(v[0]["namespace"], "app:");
 }
 
+/// `list --json` says whether anybody owns each lock as `has_owner` (it was `owned`, which
+/// read as "owned by me"): true for a held lock, whoever holds it; false for one kept taken by
+/// nobody after its release (a minimum hold).
+#[test]
+fn list_json_says_whether_a_lock_has_an_owner() {
+    let server = RedisServer::start();
+    // Made first: it may build the binary, which can take longer than a minimum hold.
+    let mut list = tool(&server);
+    let locks = client(&server);
+    let theirs = client(&server);
+    let held = theirs.lock("held").unwrap();
+    let kept = locks
+        .options("kept")
+        .ttl(Duration::from_secs(60))
+        .hold_at_least(Duration::from_secs(60))
+        .acquire()
+        .unwrap();
+    kept.release().unwrap();
+    assert!(
+        locks.inspect("kept").unwrap().is_some_and(|i| !i.owned),
+        "{:?}",
+        locks.inspect("kept")
+    );
+    let done = finish(list.args(["list", "--json"]));
+    assert_eq!(done.code, 0, "{done:?}");
+    let list = json(&done.stdout);
+    let entry = |key: &str| {
+        list.as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["key"] == key)
+            .unwrap_or_else(|| panic!("{key} not listed: {list}"))
+            .clone()
+    };
+    for (key, has_owner) in [("held", true), ("kept", false)] {
+        let v = entry(key);
+        assert_eq!(v["has_owner"], has_owner, "{v}");
+        assert!(v.get("owned").is_none(), "the ambiguous name is gone: {v}");
+    }
+    drop(held);
+}
+
 #[test]
 fn library_list_pages_through_scan_and_never_uses_keys() {
     let server = RedisServer::start();
@@ -884,7 +975,7 @@ fn library_list_pages_through_scan_and_never_uses_keys() {
     assert!(
         listed
             .iter()
-            .all(|i| i.pid == std::process::id() && i.owned)
+            .all(|i| i.pid == Some(std::process::id()) && i.owned)
     );
     // One request per SCAN page plus one per lock: more than one page was needed.
     assert!(
@@ -956,6 +1047,52 @@ fn unreachable_redis_is_one_clear_line() {
             done.stderr
         );
         assert!(!done.stderr.contains("hunter2"), "{}", done.stderr);
+    }
+}
+
+/// A refused connection fails at once, whatever the connect timeout (2 s by default); a
+/// server that accepts connections and never answers fails after `--connect-timeout` (or
+/// `$REDIS_LOCK_CONNECT_TIMEOUT`), once: `run -n` no longer asked three times.
+#[test]
+fn unreachable_redis_fails_within_the_connect_timeout() {
+    let refused = format!("redis://127.0.0.1:{}/", free_port().unwrap());
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent = format!("redis://127.0.0.1:{}/", silent.local_addr().unwrap().port());
+    let connect = Duration::from_millis(300);
+    // Process start and exit on a loaded machine; far below the 2 s default.
+    let margin = Duration::from_millis(700);
+    for args in [&["run", "-n", "x", "--", "true"][..], &["status", "x"]] {
+        let start = Instant::now();
+        let done = finish(tool_for(&refused).args(args));
+        let took = start.elapsed();
+        assert_eq!(done.code, UNAVAILABLE, "{args:?}: {done:?}");
+        assert!(done.stderr.contains("refused"), "{}", done.stderr);
+        assert!(took < margin, "refused, {args:?}: {took:?}");
+        for (how, mut cmd) in [
+            ("--connect-timeout", tool_for(&silent)),
+            ("$REDIS_LOCK_CONNECT_TIMEOUT", tool_for(&silent)),
+        ] {
+            if how.starts_with('$') {
+                cmd.env("REDIS_LOCK_CONNECT_TIMEOUT", "300ms");
+            } else {
+                cmd.args(["--connect-timeout", "300ms"]);
+            }
+            let start = Instant::now();
+            let done = finish(cmd.args(args));
+            let took = start.elapsed();
+            assert_eq!(done.code, UNAVAILABLE, "{args:?}: {done:?}");
+            one_line(&done.stderr);
+            assert!(
+                done.stderr
+                    .contains("did not answer within the connect timeout"),
+                "{}",
+                done.stderr
+            );
+            assert!(
+                took >= connect && took < connect + margin,
+                "silent, {how}, {args:?}: {took:?}"
+            );
+        }
     }
 }
 

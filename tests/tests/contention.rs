@@ -511,7 +511,7 @@ fn a_lock_handed_over_gets_its_new_holders_information_and_ttl() {
         wait_until(Duration::from_secs(3), || {
             locks.inspect("claimed").unwrap().is_some_and(|i| {
                 i.metadata.as_deref() == Some("second holder")
-                    && !i.host.is_empty()
+                    && i.host.is_some()
                     && i.remaining_ttl > Some(Duration::from_secs(10))
             })
         }),

@@ -284,11 +284,10 @@ fn client_kill_leaves_no_broken_connection_in_the_pool() {
     assert!(quiet == 3 && !before.is_empty(), "{quiet} {before:?}");
 
     // Each cut connection fails at most once, then is dropped; after that everything works.
+    // (At most: an acquisition whose reply was lost asks again on a fresh connection, a
+    // renewal may meet the cut connection first, and the pool may not hand it out at all.)
     let failed = cycles(&locks, 10);
-    assert!(
-        (1..=cut).contains(&failed),
-        "{failed} failures for {cut} cut connections"
-    );
+    assert!(failed <= cut, "{failed} failures for {cut} cut connections");
     assert_eq!(cycles(&locks, 10), 0);
     // The watchdogs got through too (a failed renewal is retried on a new connection):
     // the guards were not lost.
@@ -448,7 +447,7 @@ fn mutual_exclusion_holds_while_holders_are_killed_and_paused_at_random() {
         let holder_pid = client(&server)
             .inspect("shared")
             .unwrap()
-            .map(|info| info.pid);
+            .and_then(|info| info.pid);
         let i = running
             .iter()
             .position(|h| Some(h.pid()) == holder_pid)
@@ -787,4 +786,72 @@ fn many_locks_cut_off_together_all_report_the_loss_and_the_client_recovers() {
     );
     guard.ensure_held().unwrap();
     assert_eq!(guard.release().unwrap(), ReleaseOutcome::Released);
+}
+
+/// A server frozen by a long command (`DEBUG SLEEP`) runs the requests it queued once it
+/// wakes: an acquisition that failed for lack of an answer must not leave a lock that nobody
+/// owns for its TTL. A client with no connection yet cannot even queue its undo behind the
+/// attempt, so the undo is sent again until Redis answers it. Each call fails (or succeeds)
+/// within its timeouts, not the freeze.
+#[test]
+fn an_acquisition_during_a_freeze_leaves_no_lock_that_nobody_owns() {
+    let server = RedisServer::start_with(&["--enable-debug-command", "yes"]);
+    let warm = client(&server);
+    drop(warm.lock("warm-up").unwrap());
+    let cold = client(&server);
+    let freeze = Duration::from_secs(3);
+    // Connected before the freeze: a connection's handshake would wait for it.
+    let mut probe = server.connection();
+    let freezer = {
+        let mut redis = server.connection();
+        std::thread::spawn(move || {
+            redis::cmd("DEBUG")
+                .arg("SLEEP")
+                .arg(freeze.as_secs())
+                .query::<()>(&mut redis)
+        })
+    };
+    // The freeze is on once a PING goes unanswered.
+    probe
+        .set_read_timeout(Some(Duration::from_millis(50)))
+        .unwrap();
+    assert!(wait_until(Duration::from_secs(2), || redis::cmd("PING")
+        .query::<String>(&mut probe)
+        .is_err()));
+    let frozen_at = Instant::now();
+    let outcomes: Vec<(bool, Duration)> = std::thread::scope(|s| {
+        [(&cold, "frozen-cold"), (&warm, "frozen-warm")]
+            .map(|(locks, name)| {
+                s.spawn(move || {
+                    let started = Instant::now();
+                    let got = locks.try_lock(name);
+                    let took = started.elapsed();
+                    match got {
+                        Err(e) => assert!(e.is_connection_error(), "{name}: {e}"),
+                        // Got it after all (an answer came in time): a lock with an owner.
+                        Ok(guard) => drop(guard),
+                    }
+                    (true, took)
+                })
+            })
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .collect()
+    });
+    for (_, took) in &outcomes {
+        assert!(*took < freeze, "a call waited out the freeze: {took:?}");
+    }
+    assert!(freezer.join().unwrap().is_ok());
+    assert!(frozen_at.elapsed() >= freeze - Duration::from_millis(200));
+    // Redis is awake: within a few seconds neither lock is there (without the undo sent
+    // again, the cold client's attempt holds its lock for the whole default TTL, 30 s).
+    assert!(
+        wait_until(Duration::from_secs(5), || {
+            !redis_lock_tests::holds(&server, "frozen-cold")
+                && !redis_lock_tests::holds(&server, "frozen-warm")
+        }),
+        "a lock nobody owns: cold {}, warm {}",
+        redis_lock_tests::holds(&server, "frozen-cold"),
+        redis_lock_tests::holds(&server, "frozen-warm")
+    );
 }

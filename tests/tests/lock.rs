@@ -433,9 +433,11 @@ fn busy_and_timeout_errors_carry_the_holder_and_its_remaining_ttl() {
     ] {
         assert_eq!(matches!(err, Error::Busy { .. }), busy, "{err}");
         let holder = err.holder().expect("the holder");
-        assert_eq!(holder.host.as_deref(), Some(shown.host.as_str()));
+        assert_eq!(holder.host, shown.host);
+        assert!(holder.host.is_some());
         assert_eq!(holder.pid, Some(std::process::id()));
-        assert_eq!(holder.since, Some(shown.acquired_at));
+        assert_eq!(holder.since, shown.acquired_at);
+        assert!(holder.since.is_some());
         assert_eq!(holder.metadata.as_deref(), Some("worker 3"));
         let left = err.retry_after().expect("a remaining ttl");
         let before = shown.remaining_ttl.unwrap();
@@ -479,6 +481,66 @@ fn busy_and_timeout_errors_carry_the_holder_and_its_remaining_ttl() {
     // Other errors carry none.
     let bad = other.try_lock("").unwrap_err();
     assert_eq!((bad.holder(), bad.retry_after()), (None, None));
+}
+
+/// `check_held` asks Redis: it reports a lock broken behind the guard's back (an operator's
+/// `force_release`, a `DEL`, a takeover) at once, where the local `ensure_held` still says
+/// held until the watchdog's next renewal, and marks the guard lost.
+#[test]
+fn check_held_asks_redis_and_reports_a_broken_lock_at_once() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let operator = client(&server);
+    // Force release, with the default 30 s TTL: the watchdog would renew only after 10 s.
+    let guard = locks.lock("ledger").unwrap();
+    let left = guard.check_held().unwrap().expect("a ttl");
+    assert!(left > Duration::from_secs(25), "{left:?}");
+    operator.force_release("ledger").unwrap();
+    assert!(
+        guard.ensure_held().is_ok(),
+        "the local check cannot know yet"
+    );
+    let err = guard.check_held().unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Lost {
+                reason: LostReason::Deleted,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(guard.is_lost() && guard.ensure_held().is_err());
+    drop(guard);
+    // A `DEL` and a new owner: taken over.
+    let guard = locks.lock("ledger").unwrap();
+    let _: i64 = redis::cmd("DEL")
+        .arg("lock:{ledger}")
+        .query(&mut server.connection())
+        .unwrap();
+    let _other = operator.lock("ledger").unwrap();
+    let err = guard.check_held().unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Lost {
+                reason: LostReason::TakenOver,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    // A multi-lock: the member broken is named.
+    let both = locks.lock_all(["from", "to"]).unwrap();
+    assert!(both.check_held().unwrap().is_some());
+    operator.force_release("to").unwrap();
+    let err = both.check_held().unwrap_err();
+    assert!(
+        matches!(&err, Error::Lost { key, .. } if key == "to"),
+        "{err:?}"
+    );
+    assert!(both.is_lost());
 }
 
 #[test]
@@ -558,14 +620,14 @@ fn inspect_shows_holder_and_metadata() {
         .acquire()
         .unwrap();
     let info = locks.inspect("job").unwrap().unwrap();
-    assert_eq!(info.pid, std::process::id());
+    assert_eq!(info.pid, Some(std::process::id()));
     assert_eq!(info.metadata.as_deref(), Some("nightly"));
     assert_eq!(info.fencing_token, guard.fencing_token());
     assert!(info.owned);
     assert!(info.remaining_ttl.unwrap() > Duration::from_secs(9));
-    assert!(!info.host.is_empty());
+    assert!(info.host.as_ref().is_some_and(|h| !h.is_empty()));
     let age = std::time::SystemTime::now()
-        .duration_since(info.acquired_at)
+        .duration_since(info.acquired_at.unwrap())
         .unwrap_or_default();
     assert!(age < Duration::from_secs(5));
 }
@@ -752,6 +814,90 @@ fn unreachable_redis_fails_within_the_connect_timeout() {
         "{:?}",
         start.elapsed()
     );
+}
+
+/// A lock a release has just handed to a waiter has no holder stored until the waiter claims
+/// it (its watchdog's first renewal): `inspect` says the holder is unknown, `None`, where it
+/// used to show an empty host, pid 0 and the Unix epoch as if they were a holder's.
+#[test]
+fn a_lock_handed_to_a_waiter_has_no_holder_yet() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    // What a release's handoff leaves (`wire/lua.rs`, `hand_over`): a grant token, a fencing
+    // token and an empty `info`, for the handoff grace.
+    let mut redis = server.connection();
+    redis::cmd("HSET")
+        .arg("lock:{handed}")
+        .arg(&["token", "0123456789abcdef", "fence", "7", "info", ""])
+        .query::<()>(&mut redis)
+        .unwrap();
+    redis::cmd("PEXPIRE")
+        .arg("lock:{handed}")
+        .arg(60_000)
+        .query::<()>(&mut redis)
+        .unwrap();
+    let info = locks.inspect("handed").unwrap().expect("held");
+    assert!(info.owned, "a grant is owned: {info:?}");
+    assert_eq!(info.fencing_token, 7);
+    assert_eq!((info.host, info.pid, info.acquired_at), (None, None, None));
+    // A lock with a holder says who.
+    let guard = locks.lock("claimed").unwrap();
+    let info = locks.inspect("claimed").unwrap().expect("held");
+    assert_eq!(info.pid, Some(std::process::id()));
+    assert!(
+        info.host.is_some() && info.acquired_at.is_some(),
+        "{info:?}"
+    );
+    drop(guard);
+}
+
+/// The README's account of `release()` names every outcome the enum has.
+#[test]
+fn the_readme_tells_every_release_outcome() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    // Wherever the enum lives in the library's source, its variants are the lines of its body.
+    let mut variants = Vec::new();
+    let mut dirs = vec![root.join("redis-lock/src")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            let Some((_, body)) = text.split_once("pub enum ReleaseOutcome {") else {
+                continue;
+            };
+            let body = body.split_once("\n}").unwrap().0;
+            variants.extend(body.lines().filter_map(|line| {
+                let name = line.trim().strip_suffix(',')?;
+                name.chars()
+                    .all(|c| c.is_ascii_alphanumeric())
+                    .then(|| name.to_owned())
+            }));
+        }
+    }
+    assert!(variants.len() >= 5, "{variants:?}");
+    let row = readme
+        .lines()
+        .find(|line| line.starts_with("| `release()` |"))
+        .expect("the README's release() row");
+    let example = readme
+        .lines()
+        .find(|line| line.contains("guard.release()?);"))
+        .expect("the README's release example");
+    for variant in &variants {
+        assert!(
+            row.contains(&format!("`{variant}`")),
+            "{variant} missing: {row}"
+        );
+        assert!(
+            example.contains(variant.as_str()),
+            "{variant} missing: {example}"
+        );
+    }
 }
 
 #[test]

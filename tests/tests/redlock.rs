@@ -260,6 +260,68 @@ fn redlock_builder_rejects_bad_server_lists() {
     assert!(!err.to_string().contains("pw@"), "{err}");
 }
 
+/// One server listed twice would cast two votes: under another name that resolves to it
+/// (`localhost` and `127.0.0.1`), in another database (`/0` and `/1`), or through the same Unix
+/// socket. Refused at build, with a message naming both URLs; distinct servers are fine.
+#[test]
+fn a_server_listed_twice_under_another_name_or_database_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("redis.sock");
+    let [a, b, c] = [
+        RedisServer::start_with(&["--unixsocket", socket.to_str().unwrap()]),
+        RedisServer::start(),
+        RedisServer::start(),
+    ];
+    let (pa, pb) = (a.port(), b.port());
+    let unix = format!("redis+unix://{}", socket.display());
+    for (urls, first, second) in [
+        (
+            [
+                format!("redis://localhost:{pa}/"),
+                b.url(),
+                format!("redis://127.0.0.1:{pa}/"),
+            ],
+            format!("redis://localhost:{pa}/"),
+            format!("redis://127.0.0.1:{pa}/"),
+        ),
+        (
+            [
+                format!("redis://127.0.0.1:{pb}/0"),
+                format!("redis://:pw@127.0.0.1:{pb}/1"),
+                c.url(),
+            ],
+            format!("redis://127.0.0.1:{pb}/0"),
+            format!("redis://:***@127.0.0.1:{pb}/1"),
+        ),
+        (
+            [format!("{unix}?db=2"), b.url(), format!("{unix}?db=3")],
+            format!("{unix}?db=2"),
+            format!("{unix}?db=3"),
+        ),
+    ] {
+        let err = LockClient::redlock_builder(&urls).build().unwrap_err();
+        let text = err.to_string();
+        assert!(
+            matches!(err, Error::InvalidInput { what: "urls", .. }),
+            "{urls:?}: {err:?}"
+        );
+        assert!(
+            text.contains(&format!("{first} and {second} are the same server"))
+                && text.contains("twice"),
+            "{urls:?}: {text}"
+        );
+        assert!(!text.contains("pw@"), "{text}");
+    }
+    // Three distinct servers, one of them named `localhost`, one through its socket.
+    let locks = LockClient::redlock_builder([format!("redis://localhost:{pb}/"), c.url(), unix])
+        .connect_timeout(Duration::from_millis(300))
+        .io_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let guard = locks.try_lock("distinct").unwrap().expect("free");
+    assert_eq!(guard.release().unwrap(), ReleaseOutcome::Released);
+}
+
 /// The attribute macro works unchanged on a Redlock client: the body runs under a lock held on
 /// every server, and the lock is released afterwards.
 #[redis_lock::distributed_lock(key = "report:{day}", client = locks, ttl = 10)]

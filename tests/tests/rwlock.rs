@@ -708,7 +708,7 @@ fn inspect_and_list_show_readers_and_writers() {
     let info = locks.inspect("shown").unwrap().unwrap();
     assert_eq!(info.mode, Some(LockMode::Read));
     assert_eq!(info.readers, 1);
-    assert_eq!(info.pid, std::process::id());
+    assert_eq!(info.pid, Some(std::process::id()));
     assert_eq!(info.metadata.as_deref(), Some("report"));
     assert_eq!(info.fencing_token, share.fencing_token());
     assert!(info.owned);

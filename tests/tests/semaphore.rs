@@ -211,6 +211,56 @@ fn a_deleted_permit_is_reported_lost_and_released_late() {
     assert_eq!(other.release().unwrap(), ReleaseOutcome::Released);
 }
 
+/// A permit a release has just handed to a waiter has no holder stored until the waiter
+/// claims it: `inspect` says the holder is unknown, `None`, as for a lock handed over (it
+/// showed an empty host, pid 0 and the Unix epoch).
+#[test]
+fn a_permit_handed_to_a_waiter_has_no_holder_yet() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let semaphore = locks.semaphore("handed", 3).unwrap();
+    let mine = semaphore.acquire().unwrap();
+    // What a release's `hand_permit` leaves (`wire/semaphore.rs`): the grant among the
+    // permits, expiring with the handoff grace (here later), and its fence alone as holder.
+    let mut redis = server.connection();
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query(&mut redis).unwrap();
+    let now_ms = secs * 1000 + micros / 1000;
+    redis::cmd("ZADD")
+        .arg("lock:{handed}")
+        .arg(now_ms + 60_000)
+        .arg("0123456789abcdef")
+        .query::<()>(&mut redis)
+        .unwrap();
+    redis::cmd("HSET")
+        .arg("lock:{handed}:holders")
+        .arg("0123456789abcdef")
+        .arg("7\n\n\n0\n")
+        .query::<()>(&mut redis)
+        .unwrap();
+    let info = semaphore.inspect().unwrap();
+    assert_eq!(info.in_use, 2, "{info:?}");
+    let handed = info
+        .holders
+        .iter()
+        .find(|p| p.fencing_token == 7)
+        .expect("the handed permit");
+    assert_eq!(
+        (&handed.host, handed.pid, handed.acquired_at),
+        (&None, None, None)
+    );
+    let held = info
+        .holders
+        .iter()
+        .find(|p| p.fencing_token == mine.fencing_token())
+        .expect("our permit");
+    assert_eq!(held.pid, Some(std::process::id()));
+    assert!(
+        held.host.is_some() && held.acquired_at.is_some(),
+        "{held:?}"
+    );
+    drop(mine);
+}
+
 #[test]
 fn release_outcomes() {
     let server = RedisServer::start();
@@ -256,8 +306,9 @@ fn available_and_holders_can_be_inspected() {
         .find(|p| p.fencing_token == a.fencing_token())
         .unwrap();
     assert_eq!(mine.metadata.as_deref(), Some("export 1"));
-    assert_eq!(mine.pid, std::process::id());
-    assert!(!mine.host.is_empty());
+    assert_eq!(mine.pid, Some(std::process::id()));
+    assert!(mine.host.as_ref().is_some_and(|h| !h.is_empty()));
+    assert!(mine.acquired_at.is_some());
     assert!(mine.remaining_ttl > Duration::ZERO);
     assert!(
         info.holders

@@ -98,6 +98,81 @@ struct Acquisition<'a> {
     report: Report<'a>,
 }
 
+/// Giving up an acquisition whose outcome is unknown, owned, so that it can go on after the
+/// call has returned its error.
+///
+/// Why in the background: a server that does not answer (frozen by a long command, `DEBUG
+/// SLEEP`, a paused VM) still runs the requests it queued once it wakes, the attempt among
+/// them, and then holds a lock that nobody owns for a whole TTL. A connection made before the
+/// freeze can still queue the undo behind the attempt; a client with no connection yet cannot
+/// even finish the handshake. So the undo is sent again until Redis answers it: released, or
+/// twice nothing of ours (the second answer comes after a turn of Redis's event loop in which
+/// every request queued during the freeze, the attempt's too, has run). It stops when the
+/// attempt's TTL has run out (the lock is gone by then anyway) or the client is dropped.
+struct Undo {
+    inner: std::sync::Weak<Inner>,
+    primitive: Arc<dyn Lock>,
+    keys: LockKeys,
+    token: String,
+    grant: String,
+    /// What the native fast path wrote, if it took that path.
+    value: Option<String>,
+}
+
+impl Undo {
+    /// One release under the attempt's token; `None` when the client is gone.
+    fn send(&self) -> Option<Result<crate::wire::Release>> {
+        let inner = self.inner.upgrade()?;
+        Some(inner.deployment.release(
+            &*self.primitive,
+            &ReleaseArgs {
+                keys: &self.keys,
+                token: &self.token,
+                grant: &self.grant,
+                registration: "",
+                cooldown: Duration::ZERO,
+                undo: true,
+                form: Form::of(true, self.value.as_deref()),
+                caps: None,
+            },
+        ))
+    }
+
+    /// Sends the undo again on a thread of its own (a rare event: both attempts and the undo
+    /// failed) until it is answered as described above, or `until`.
+    fn in_background(self, until: Instant) {
+        let name = self.keys.name().to_owned();
+        let spawned = std::thread::Builder::new()
+            .name("redis-lock:undo".to_owned())
+            .stack_size(64 * 1024)
+            .spawn(move || {
+                let mut pause = Duration::from_millis(20);
+                let mut nothing_ours = 0;
+                while Instant::now() < until {
+                    match self.send() {
+                        None => return,
+                        Some(Ok(crate::wire::Release::Released | crate::wire::Release::Kept)) => {
+                            tracing::info!(target: "redis_lock", key = self.keys.name(), "gave up an acquisition whose reply was lost, once Redis answered");
+                            return;
+                        }
+                        Some(Ok(_)) => {
+                            nothing_ours += 1;
+                            if nothing_ours == 2 {
+                                return;
+                            }
+                        }
+                        Some(Err(_)) => {}
+                    }
+                    std::thread::sleep(pause.min(until.saturating_duration_since(Instant::now())));
+                    pause = (pause * 2).min(Duration::from_millis(500));
+                }
+            });
+        if let Err(error) = spawned {
+            tracing::warn!(target: "redis_lock", key = name, %error, "no thread to give up an acquisition whose reply was lost; it expires with its ttl");
+        }
+    }
+}
+
 /// What a grant we popped is worth.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum GrantUse {
@@ -555,7 +630,8 @@ impl Acquisition<'_> {
     fn attempt(&self, args: &AttemptArgs<'_>) -> Result<Attempted> {
         let deployment = &self.inner.deployment;
         match deployment.attempt(&**self.primitive, args, self.ack) {
-            Err(e) if e.is_connection_error() => {
+            // Nothing sent (no connection), nothing to ask again or undo.
+            Err(e) if e.is_connection_error() && !e.nothing_sent() => {
                 tracing::debug!(target: "redis_lock", key = self.name, error = %e, "acquire reply lost; asking again with the same token");
                 deployment
                     .attempt(&**self.primitive, args, self.ack)
@@ -569,21 +645,23 @@ impl Acquisition<'_> {
     /// native fast path wrote, if it took that path (a server with `DELIFEQ` then deletes it
     /// with one native command, which runs even when its reply is lost too).
     fn undo(&self, value: Option<&str>) {
-        let undone = self.inner.deployment.release(
-            &**self.primitive,
-            &ReleaseArgs {
-                keys: &self.keys,
-                token: &self.ids.token,
-                grant: &self.ids.grant,
-                registration: "",
-                cooldown: Duration::ZERO,
-                undo: true,
-                form: Form::of(true, value),
-                caps: None,
-            },
-        );
-        if let Err(error) = undone {
-            tracing::warn!(target: "redis_lock", key = self.name, %error, "could not give up an acquisition whose reply was lost; it expires with its ttl");
+        let undo = Undo {
+            inner: Arc::downgrade(self.inner),
+            primitive: Arc::clone(self.primitive),
+            keys: self.keys.clone(),
+            token: self.ids.token.clone(),
+            grant: self.ids.grant.clone(),
+            value: value.map(str::to_owned),
+        };
+        match undo.send() {
+            Some(Err(error)) if error.is_connection_error() => {
+                tracing::warn!(target: "redis_lock", key = self.name, %error, "could not give up an acquisition whose reply was lost; trying again in the background until its ttl has run out");
+                undo.in_background(Instant::now() + self.ttl);
+            }
+            Some(Err(error)) => {
+                tracing::warn!(target: "redis_lock", key = self.name, %error, "could not give up an acquisition whose reply was lost; it expires with its ttl");
+            }
+            _ => {}
         }
     }
 

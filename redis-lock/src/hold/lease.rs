@@ -51,8 +51,8 @@ pub enum ReleaseOutcome {
 }
 
 impl ReleaseOutcome {
-    /// `true` for [`Released`](Self::Released) and [`StillHeld`](Self::StillHeld): the lock
-    /// protected the holder the whole time.
+    /// `true` for [`Released`](Self::Released), [`StillHeld`](Self::StillHeld) and
+    /// [`HandedOff`](Self::HandedOff): the lock protected the holder the whole time.
     pub fn is_clean(self) -> bool {
         matches!(
             self,

@@ -266,7 +266,7 @@ impl AllAcquisition<'_> {
         let all = match once() {
             // A reply lost in flight: ask again with the same tokens (a member already ours
             // answers as taken), and if that fails too, give up whatever it may have taken.
-            Err(e) if e.is_connection_error() => {
+            Err(e) if e.is_connection_error() && !e.nothing_sent() => {
                 tracing::debug!(target: "redis_lock", error = %e, "acquire-all reply lost; asking again with the same tokens");
                 once().inspect_err(|_| {
                     self.undo((0..self.keys.len()).filter(|k| mine(*k).is_none()))

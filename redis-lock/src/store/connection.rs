@@ -9,6 +9,15 @@
 //!
 //! The same manager serves a single server, a Redis Cluster (each pooled connection is a
 //! cluster connection that routes by slot) and a sentinel-managed master.
+//!
+//! r2d2 makes a connection on its own thread when a checkout finds none idle, and a connect
+//! that fails there is retried in the background (200 ms, then doubling up to half the pool
+//! timeout) while the caller waits in `get_timeout`, which hears nothing of the failure: a
+//! refused connection cost the whole timeout, and the acquire loop's second attempt doubled
+//! it. So the manager's `connect` only makes an unopened [`Conn`] (at once; it never fails),
+//! and the thread that checks one out opens it ([`Conn::open`]): a refused connect fails that
+//! caller at once, a server that accepts but never answers fails it within the connect
+//! timeout (which bounds the handshake too), and nothing is retried behind its back.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -43,7 +52,8 @@ impl Target {
     }
 }
 
-/// Creates connections with a bounded connect time and a bounded wait for each reply.
+/// Creates connections with a bounded connect time and a bounded wait for each reply. For
+/// r2d2 it makes unopened connections; the thread that checks one out opens it.
 #[derive(Debug, Clone)]
 pub(crate) struct Manager {
     pub(crate) target: Target,
@@ -76,9 +86,7 @@ impl Link {
                 io_timeout,
             )?));
         }
-        Ok(Link::Server(
-            redis::Client::open(info.clone())?.get_connection_with_timeout(connect_timeout)?,
-        ))
+        Ok(Link::Server(crate_connection(info, connect_timeout)?))
     }
 
     pub(super) fn con(&mut self) -> &mut dyn ConnectionLike {
@@ -99,7 +107,7 @@ impl Link {
         }
     }
 
-    fn set_timeouts(&self, read: Duration, write: Option<Duration>) -> RedisResult<()> {
+    pub(super) fn set_timeouts(&self, read: Duration, write: Option<Duration>) -> RedisResult<()> {
         match self {
             // Set at connect; a blocking command raises its own deadline (`Plain::blocking`).
             Link::Plain(_) => Ok(()),
@@ -116,14 +124,94 @@ impl Link {
     }
 }
 
+/// A connection of the `redis` crate (TLS, RESP3), connected and through its handshake within
+/// `connect_timeout` together, as our plain connection is. The crate sends its handshake
+/// (`AUTH`, `SELECT`, `CLIENT SETINFO` twice) as one pipeline and reads each reply with the
+/// whole of what was left when it began, reading on after a timeout: a server that accepts
+/// and never answers cost the timeout once per command. So the crate connects bare (for RESP3
+/// with its one `HELLO`, which carries the credentials: a server with a password refuses a
+/// `HELLO` without them), and the rest goes one command at a time, each reply due by the
+/// deadline: `AUTH` and `SELECT` where the URL asks for them, else (RESP2) a `PING`.
+fn crate_connection(
+    info: &redis::ConnectionInfo,
+    connect_timeout: Duration,
+) -> RedisResult<redis::Connection> {
+    let deadline = std::time::Instant::now() + connect_timeout;
+    let settings = info.redis_settings();
+    let resp3 = settings.protocol() != redis::ProtocolVersion::RESP2;
+    let mut bare = redis::RedisConnectionInfo::default()
+        .set_protocol(settings.protocol())
+        .set_skip_set_lib_name();
+    let mut steps = Vec::new();
+    match (settings.username(), settings.password()) {
+        (user, Some(password)) if resp3 => {
+            if let Some(user) = user {
+                bare = bare.set_username(user);
+            }
+            bare = bare.set_password(password);
+        }
+        (user, Some(password)) => {
+            let mut auth = redis::cmd("AUTH");
+            auth.arg(user).arg(password);
+            steps.push(auth);
+        }
+        (_, None) => {}
+    }
+    if settings.db() != 0 {
+        let mut select = redis::cmd("SELECT");
+        select.arg(settings.db());
+        steps.push(select);
+    }
+    if steps.is_empty() && !resp3 {
+        steps.push(redis::cmd("PING"));
+    }
+    let mut con = redis::Client::open(info.clone().set_redis_settings(bare))?
+        .get_connection_with_timeout(connect_timeout)?;
+    for step in &steps {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let reply = if left.is_zero() {
+            Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into())
+        } else {
+            con.set_read_timeout(Some(left))
+                .and_then(|()| con.set_write_timeout(Some(left)))
+                .and_then(|()| step.query::<Value>(&mut con))
+        };
+        match reply {
+            Ok(_) => {}
+            Err(e) if e.is_timeout() => return Err(super::plain::no_answer()),
+            // As the crate reports it, so a refused password is told from an outage.
+            Err(e) if step.args_iter().next() == Some(redis::Arg::Simple(b"AUTH")) => {
+                return Err(if crate::error::is_network_error(&e) {
+                    e
+                } else {
+                    RedisError::from((
+                        ErrorKind::AuthenticationFailed,
+                        "Password authentication failed",
+                        e.to_string(),
+                    ))
+                });
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(con)
+}
+
+/// For a sentinel master's connection: the epoch it was made in, and the current one.
+type Epoch = Option<(u64, Arc<SentinelTarget>)>;
+
 /// A Redis connection that knows whether it is still usable.
 pub(crate) struct Conn {
-    inner: Link,
+    /// `None` until the thread that first checks it out opens it (see the module's
+    /// documentation); a connection that failed to open is `broken` and dropped.
+    inner: Option<Link>,
+    /// What opens it, until it is opened (boxed: a manager is as large as a TLS client).
+    opener: Option<Box<Manager>>,
     broken: bool,
     io_timeout: Duration,
     /// For a sentinel master: the epoch this connection was made in, and the current one.
     /// A connection from an older epoch may point at a demoted master.
-    epoch: Option<(u64, Arc<SentinelTarget>)>,
+    epoch: Epoch,
 }
 
 impl std::fmt::Debug for Conn {
@@ -153,6 +241,40 @@ impl Conn {
         r
     }
 
+    /// Opens the connection if it is not open yet, on this thread, within the connect
+    /// timeout. A failure marks it broken: r2d2 drops it when it comes back.
+    pub(crate) fn open(&mut self) -> RedisResult<()> {
+        if self.inner.is_some() {
+            return Ok(());
+        }
+        let Some(manager) = self.opener.take() else {
+            self.broken = true;
+            return Err(unopened());
+        };
+        match manager.link() {
+            Ok((link, epoch)) => {
+                self.inner = Some(link);
+                self.epoch = epoch;
+                Ok(())
+            }
+            Err(error) => {
+                tracing::warn!(target: "redis_lock", %error, "connecting to redis failed");
+                self.broken = true;
+                Err(error)
+            }
+        }
+    }
+
+    /// Whether the connection was opened.
+    pub(crate) fn opened(&self) -> bool {
+        self.inner.is_some()
+    }
+
+    /// The open connection; an error for one that is not (a checkout opens it first).
+    fn link(&mut self) -> RedisResult<&mut Link> {
+        self.inner.as_mut().ok_or_else(unopened)
+    }
+
     fn stale(&self) -> bool {
         self.epoch.as_ref().is_some_and(|(epoch, target)| {
             *epoch != target.epoch.load(std::sync::atomic::Ordering::Acquire)
@@ -166,19 +288,20 @@ impl Conn {
         cmd: &redis::Cmd,
         block: Duration,
     ) -> RedisResult<T> {
-        if let Link::Plain(plain) = &mut self.inner {
+        let io_timeout = self.io_timeout;
+        let link = self.link()?;
+        if let Link::Plain(plain) = link {
             let r = plain
                 .blocking(cmd, block)
                 .and_then(|v| Ok(redis::from_redis_value(v.extract_error()?)?));
             return self.note(r);
         }
-        let r = self
-            .inner
-            .set_timeouts(block + self.io_timeout, None)
-            .and_then(|()| cmd.query(self.inner.con()));
+        let r = link
+            .set_timeouts(block + io_timeout, None)
+            .and_then(|()| cmd.query(link.con()));
         let r = self.note(r);
         if !self.broken {
-            let restore = self.inner.set_timeouts(self.io_timeout, None);
+            let restore = self.link()?.set_timeouts(io_timeout, None);
             self.note(restore)?;
         }
         r
@@ -187,7 +310,9 @@ impl Conn {
 
 impl ConnectionLike for Conn {
     fn req_packed_command(&mut self, cmd: &[u8]) -> RedisResult<Value> {
-        let r = self.inner.con().req_packed_command(cmd);
+        let r = self
+            .link()
+            .and_then(|link| link.con().req_packed_command(cmd));
         self.note(r)
     }
 
@@ -197,51 +322,64 @@ impl ConnectionLike for Conn {
         offset: usize,
         count: usize,
     ) -> RedisResult<Vec<Value>> {
-        let r = self.inner.con().req_packed_commands(cmd, offset, count);
+        let r = self
+            .link()
+            .and_then(|link| link.con().req_packed_commands(cmd, offset, count));
         self.note(r)
     }
 
     // A cluster connection routes a `Cmd` by its keys without parsing it back from bytes.
     fn req_command(&mut self, cmd: &redis::Cmd) -> RedisResult<Value> {
-        let r = self.inner.con().req_command(cmd);
+        let r = self.link().and_then(|link| link.con().req_command(cmd));
         self.note(r)
     }
 
     fn get_db(&self) -> i64 {
-        self.inner.con_ref().get_db()
+        self.inner
+            .as_ref()
+            .map_or(0, |link| link.con_ref().get_db())
     }
 
     fn supports_pipelining(&self) -> bool {
-        self.inner.con_ref().supports_pipelining()
+        self.inner
+            .as_ref()
+            .is_none_or(|link| link.con_ref().supports_pipelining())
     }
 
     fn check_connection(&mut self) -> bool {
-        let ok = self.inner.con().check_connection();
+        let ok = self
+            .inner
+            .as_mut()
+            .is_some_and(|link| link.con().check_connection());
         self.broken |= !ok;
         ok
     }
 
     fn is_open(&self) -> bool {
-        !self.broken && !self.stale() && self.inner.con_ref().is_open()
+        !self.broken
+            && !self.stale()
+            && self
+                .inner
+                .as_ref()
+                .is_some_and(|link| link.con_ref().is_open())
     }
 }
 
-impl r2d2::ManageConnection for Manager {
-    type Connection = Conn;
-    type Error = RedisError;
+fn unopened() -> RedisError {
+    RedisError::from((ErrorKind::Client, "the pooled connection was never opened"))
+}
 
-    fn connect(&self) -> RedisResult<Conn> {
+impl Manager {
+    /// Connects to the target on this thread, within the connect timeout; for a sentinel
+    /// master also the epoch the connection belongs to.
+    fn link(&self) -> RedisResult<(Link, Epoch)> {
         let (inner, epoch) = match &self.target {
-            Target::Server(client) if Plain::serves(client.get_connection_info()) => (
-                Link::Plain(Plain::connect(
+            Target::Server(client) => (
+                Link::open(
                     client.get_connection_info(),
                     self.connect_timeout,
                     self.io_timeout,
-                )?),
-                None,
-            ),
-            Target::Server(client) => (
-                Link::Server(client.get_connection_with_timeout(self.connect_timeout)?),
+                )?,
                 None,
             ),
             #[cfg(feature = "cluster")]
@@ -249,25 +387,43 @@ impl r2d2::ManageConnection for Manager {
             // The same plain connection as a single server's (the master is one).
             Target::Sentinel(target) => {
                 let (link, epoch) = target.connect_master(
-                    |info| Link::open(info, self.connect_timeout, self.io_timeout),
+                    |info| {
+                        let link = Link::open(info, self.connect_timeout, self.io_timeout)?;
+                        // So that a master that does not answer `ROLE` fails within io_timeout.
+                        link.set_timeouts(self.io_timeout, Some(self.io_timeout))?;
+                        Ok(link)
+                    },
                     Link::con,
                 )?;
                 (link, Some((epoch, Arc::clone(target))))
             }
         };
         inner.set_timeouts(self.io_timeout, Some(self.io_timeout))?;
+        Ok((inner, epoch))
+    }
+}
+
+impl r2d2::ManageConnection for Manager {
+    type Connection = Conn;
+    type Error = RedisError;
+
+    /// Runs on r2d2's thread: makes an unopened connection, at once and without fail (see the
+    /// module's documentation); the thread that checks it out opens it.
+    fn connect(&self) -> RedisResult<Conn> {
         Ok(Conn {
-            inner,
+            inner: None,
+            opener: Some(Box::new(self.clone())),
             broken: false,
             io_timeout: self.io_timeout,
-            epoch,
+            epoch: None,
         })
     }
 
     /// Called on checkout: no round trip, only what the connection already knows (it broke,
-    /// or it belongs to a master the sentinels no longer name).
+    /// or it belongs to a master the sentinels no longer name). An unopened connection is
+    /// handed out, to be opened by the thread that took it.
     fn is_valid(&self, conn: &mut Conn) -> RedisResult<()> {
-        if conn.is_open() {
+        if !conn.opened() && !conn.broken || conn.is_open() {
             Ok(())
         } else {
             Err(RedisError::from((
@@ -278,7 +434,7 @@ impl r2d2::ManageConnection for Manager {
     }
 
     fn has_broken(&self, conn: &mut Conn) -> bool {
-        !conn.is_open()
+        conn.broken || conn.opened() && !conn.is_open()
     }
 }
 
@@ -302,14 +458,44 @@ enum Checkout {
     External(r2d2::PooledConnection<redis::Client>),
 }
 
+/// Why a checkout gave no connection. Either way nothing was sent.
+#[derive(Debug)]
+pub(crate) enum CheckoutError {
+    /// No connection became free within the pool timeout (on an application's pool, also
+    /// one that could not connect).
+    Pool(r2d2::Error),
+    /// The connection could not be opened: refused, no answer within the connect timeout, or
+    /// a handshake the server refused (a wrong password).
+    Connect(RedisError),
+}
+
+impl From<r2d2::Error> for CheckoutError {
+    fn from(e: r2d2::Error) -> CheckoutError {
+        CheckoutError::Pool(e)
+    }
+}
+
+/// A connection of one of our pools, opened (on this thread) if r2d2 just made it.
+pub(crate) fn checkout(
+    pool: &r2d2::Pool<Manager>,
+    timeout: Duration,
+) -> Result<r2d2::PooledConnection<Manager>, CheckoutError> {
+    let mut conn = pool.get_timeout(timeout)?;
+    // On failure the connection is broken, and dropping it here drops it from the pool.
+    conn.open().map_err(CheckoutError::Connect)?;
+    Ok(conn)
+}
+
 impl Pool {
+    /// A connection within `timeout` (a free one, or a new one, which this thread opens within
+    /// the connect timeout).
     pub(crate) fn get_timeout(
         &self,
         timeout: Duration,
         requests: &Arc<AtomicU64>,
-    ) -> Result<PooledConn, r2d2::Error> {
+    ) -> Result<PooledConn, CheckoutError> {
         let conn = match self {
-            Pool::Managed(p) => Checkout::Managed(p.get_timeout(timeout)?),
+            Pool::Managed(p) => Checkout::Managed(checkout(p, timeout)?),
             Pool::External(p) => Checkout::External(p.get_timeout(timeout)?),
         };
         Ok(PooledConn {
@@ -318,10 +504,11 @@ impl Pool {
         })
     }
 
-    /// An idle connection, or `None` at once (none idle, or none open yet).
+    /// An idle open connection, or `None` at once (none idle, or none open yet: an unopened
+    /// one goes back, for a caller that may wait while it opens).
     pub(crate) fn try_get(&self, requests: &Arc<AtomicU64>) -> Option<PooledConn> {
         let conn = match self {
-            Pool::Managed(p) => Checkout::Managed(p.try_get()?),
+            Pool::Managed(p) => Checkout::Managed(p.try_get().filter(|c| c.opened())?),
             Pool::External(p) => Checkout::External(p.try_get()?),
         };
         Some(PooledConn {
@@ -354,7 +541,7 @@ impl PooledConn {
     pub(super) fn plain(&mut self) -> Option<&mut Plain> {
         match &mut self.conn {
             Checkout::Managed(c) => match &mut c.inner {
-                Link::Plain(p) => Some(p),
+                Some(Link::Plain(p)) => Some(p),
                 _ => None,
             },
             Checkout::External(_) => None,
@@ -418,7 +605,7 @@ impl PooledConn {
     ) -> RedisResult<()> {
         #[cfg(feature = "cluster")]
         if let Checkout::Managed(c) = &mut self.conn
-            && let Link::Cluster(cluster) = &mut c.inner
+            && let Some(Link::Cluster(cluster)) = &mut c.inner
         {
             let requests = Arc::clone(&self.requests);
             let masters = crate::wire::commands::cluster_masters(&mut **cluster)?;
@@ -553,20 +740,15 @@ impl std::fmt::Debug for Pool {
     }
 }
 
-/// The last connect failure of one store's pools. r2d2 reports a checkout that timed out
-/// with its own error, which says only "timed out"; this keeps what actually went wrong, so a
-/// wrong password is reported as the Redis error it is, not as an unreachable server.
-pub(crate) type LastConnectError = Arc<parking_lot::Mutex<Option<RedisError>>>;
-
-/// Error handler that keeps r2d2's connect failures in our log stream (r2d2 would use `log`)
-/// and remembers the last one.
+/// r2d2's error handler: r2d2 reports a connection that failed its checkout test (broken, or
+/// of a former master) and drops it; our connects never fail inside r2d2 (see the module's
+/// documentation). Kept in our log stream (r2d2 would use `log`).
 #[derive(Debug)]
-pub(crate) struct LogErrors(pub(crate) LastConnectError);
+pub(crate) struct LogErrors;
 
 impl r2d2::HandleError<RedisError> for LogErrors {
     fn handle_error(&self, error: RedisError) {
-        tracing::warn!(target: "redis_lock", %error, "connecting to redis failed");
-        *self.0.lock() = Some(error);
+        tracing::debug!(target: "redis_lock", %error, "dropped a pooled connection at checkout");
     }
 }
 

@@ -16,7 +16,7 @@ use scheduled_thread_pool::{JobHandle, ScheduledThreadPool};
 
 use crate::error::{Error, Result};
 use crate::wire::{self, Grant, commands};
-use connection::{LastConnectError, Manager, Pool, PooledConn};
+use connection::{CheckoutError, Manager, Pool, PooledConn};
 use sentinel::{MoveJob, SentinelTarget};
 
 /// How a waiter that is woken by notification polls when no waiter connection is free.
@@ -54,8 +54,6 @@ pub(crate) struct Store {
     pub(crate) waiters: r2d2::Pool<Manager>,
     /// The store's address without credentials, for errors and logs.
     pub(crate) label: String,
-    /// The last failed connect of either pool (see `connection::LastConnectError`).
-    pub(crate) connect_error: LastConnectError,
     pub(crate) timeouts: Timeouts,
     /// Requests sent through this client (shared by all its stores and clones).
     pub(crate) requests: Arc<AtomicU64>,
@@ -82,6 +80,16 @@ impl std::fmt::Debug for Store {
     }
 }
 
+/// A connect's failure as an I/O error, its kind kept (refused, timed out), said once: a
+/// `RedisError` that wraps an I/O error shows it twice in an error chain, as itself and as its
+/// source.
+fn io_cause(e: &redis::RedisError) -> std::io::Error {
+    let kind = std::error::Error::source(e)
+        .and_then(|source| source.downcast_ref::<std::io::Error>())
+        .map_or(std::io::ErrorKind::Other, std::io::Error::kind);
+    std::io::Error::new(kind, e.to_string())
+}
+
 /// How a wait on a wake-up list ended.
 #[derive(Debug)]
 pub(crate) enum Wake {
@@ -98,7 +106,6 @@ impl Store {
         pool: Pool,
         waiters: r2d2::Pool<Manager>,
         label: String,
-        connect_error: LastConnectError,
         timeouts: Timeouts,
         requests: Arc<AtomicU64>,
         timer: Arc<ScheduledThreadPool>,
@@ -109,7 +116,6 @@ impl Store {
             pool: Arc::new(pool),
             waiters,
             label,
-            connect_error,
             timeouts,
             requests,
             caps: wire::commands::Capabilities::default(),
@@ -118,21 +124,33 @@ impl Store {
         }
     }
 
-    /// A pooled connection. With no connection open at all the question is whether Redis is
-    /// reachable, and that is bounded by the connect timeout; otherwise the pool is busy and
-    /// we wait up to the pool timeout for a connection to come back.
+    /// A pooled connection: an idle one, else a new one this thread opens (a refusal fails at
+    /// once, a server that does not answer within the connect timeout), else, with every
+    /// connection in use, the first to come back within the pool timeout.
     pub(crate) fn conn(&self) -> Result<PooledConn> {
-        let timeout = if self.pool.state().connections == 0 {
-            self.timeouts.connect
-        } else {
-            self.timeouts.pool
+        let timeout = match &*self.pool {
+            // An application's pool connects on r2d2's thread, and its `get_timeout` waits
+            // out the whole timeout whatever happens there: with nothing open, the question
+            // is whether Redis is reachable, and the connect timeout bounds it.
+            Pool::External(_) if self.pool.state().connections == 0 => self.timeouts.connect,
+            _ => self.timeouts.pool,
         };
         self.pool
             .get_timeout(timeout, &self.requests)
-            .map_err(|pool_error| match self.connect_error.lock().take() {
-                Some(e) if connection::is_refused_by_server(&e) => Error::Redis(e),
-                _ => Error::Pool(pool_error),
-            })
+            .map_err(|e| self.checkout_error(e))
+    }
+
+    /// A failed checkout as the caller sees it. A server that refused the handshake (a wrong
+    /// password) answered: that is its error, and retrying will not help.
+    fn checkout_error(&self, e: CheckoutError) -> Error {
+        match e {
+            CheckoutError::Pool(e) => Error::Pool(e),
+            CheckoutError::Connect(e) if connection::is_refused_by_server(&e) => Error::Redis(e),
+            CheckoutError::Connect(e) => Error::Connect {
+                server: self.label.clone(),
+                source: io_cause(&e),
+            },
+        }
     }
 
     /// `WAIT` (or `WAITAOF`) on the connection that wrote the lock: it counts the replicas
@@ -178,19 +196,25 @@ impl Store {
     ) -> Wake {
         let waiters = &self.waiters;
         let conn = match waiters.try_get() {
-            Some(c) => Some(c),
+            // This thread opens one that r2d2 made and nobody has opened yet.
+            Some(mut c) => c.open().map(|()| Some(c)).map_err(CheckoutError::Connect),
+            // Room for one more: r2d2 makes it at once, and this thread opens it.
             None if waiters.state().connections < waiters.max_size() => {
-                waiters.get_timeout(self.timeouts.connect.min(timeout)).ok()
+                connection::checkout(waiters, self.timeouts.pool.min(timeout)).map(Some)
             }
-            None => None,
+            None => Ok(None),
         };
-        let Some(conn) = conn else {
-            if waiters.state().connections == 0 {
-                // Nothing open and nothing could be opened: this store is unreachable.
+        let conn = match conn {
+            Ok(Some(conn)) => conn,
+            Err(CheckoutError::Connect(error)) => {
+                // Refused, or no answer within the connect timeout: this store is unreachable.
+                tracing::debug!(target: "redis_lock", %error, "no connection to wait on");
                 return Wake::Failed;
             }
-            std::thread::sleep(timeout.min(NO_CONNECTION_POLL));
-            return Wake::Nothing;
+            Ok(None) | Err(CheckoutError::Pool(_)) => {
+                std::thread::sleep(timeout.min(NO_CONNECTION_POLL));
+                return Wake::Nothing;
+            }
         };
         let mut conn = PooledConn::waiter(conn, &self.requests);
         let wake = WAKE_AFTER.map(|after| self.wake_at(timeout + after));

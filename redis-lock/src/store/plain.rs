@@ -6,8 +6,9 @@
 //! error and then skips the reply when it arrives, so the request is lost and the caller
 //! cannot tell whether it ran. Cron jobs and CLIs get signals all the time, so for plain
 //! connections (the common case) we speak RESP ourselves (replies parsed by `wire::resp`), over
-//! a reader that resumes an interrupted read within the time that is left. TLS, Sentinel and
-//! Cluster connections still use the `redis` crate's (SAFETY.md says so).
+//! a reader that resumes an interrupted read within the time that is left (a sentinel master's
+//! connections and those to the sentinels too). TLS, RESP3 and Cluster connections still use
+//! the `redis` crate's (SAFETY.md says so).
 
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
@@ -127,18 +128,32 @@ impl Plain {
         }
     }
 
-    /// Connects within `connect_timeout`, then authenticates and selects the database.
+    /// Connects, authenticates and selects the database, all within `connect_timeout` (one
+    /// deadline for the TCP connect, shared in turn by the addresses a host name resolves to,
+    /// and the handshake's replies). The handshake is `AUTH` and `SELECT` where the URL asks
+    /// for them, else one `PING`: a server that accepts connections but never answers fails
+    /// here, where nothing was sent, instead of at the first request, whose fate would be
+    /// unknown.
     pub(crate) fn connect(
         info: &ConnectionInfo,
         connect_timeout: Duration,
         io_timeout: Duration,
     ) -> RedisResult<Plain> {
+        let deadline = Instant::now() + connect_timeout;
         let socket = match info.addr() {
             ConnectionAddr::Tcp(host, port) => {
                 let mut last = None;
                 let mut stream = None;
                 for addr in (host.as_str(), *port).to_socket_addrs()? {
-                    match TcpStream::connect_timeout(&addr, connect_timeout) {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        last = Some(io::Error::new(
+                            io::ErrorKind::TimedOut,
+                            "connecting timed out (connect timeout)",
+                        ));
+                        break;
+                    }
+                    match TcpStream::connect_timeout(&addr, left) {
                         Ok(s) => {
                             stream = Some(s);
                             break;
@@ -188,7 +203,7 @@ impl Plain {
             auth.arg(password);
             // An `AuthenticationFailed` error, as the `redis` crate reports it, so a refused
             // password is told from an unreachable server.
-            auth.query::<()>(&mut con).map_err(|e| {
+            con.handshake(&auth, deadline).map_err(|e| {
                 if e.kind() == redis::ErrorKind::Io {
                     e
                 } else {
@@ -201,11 +216,34 @@ impl Plain {
             })?;
         }
         if settings.db() != 0 {
-            redis::cmd("SELECT")
-                .arg(settings.db())
-                .query::<()>(&mut con)?;
+            let mut select = redis::cmd("SELECT");
+            select.arg(settings.db());
+            con.handshake(&select, deadline)?;
+        }
+        if settings.password().is_none() && settings.db() == 0 {
+            con.handshake(&redis::cmd("PING"), deadline)?;
         }
         Ok(con)
+    }
+
+    /// One command of the handshake, its reply due by `deadline`; a server error is an error.
+    fn handshake(&mut self, cmd: &redis::Cmd, deadline: Instant) -> RedisResult<()> {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let reply = if left.is_zero() {
+            Err(no_answer())
+        } else {
+            self.exchange(&cmd.get_packed_command(), 1, left)
+        };
+        match reply {
+            Ok(mut replies) => {
+                let reply = replies.pop().ok_or_else(|| {
+                    RedisError::from((redis::ErrorKind::UnexpectedReturnType, "no reply"))
+                })?;
+                reply.extract_error().map(drop)
+            }
+            Err(e) if e.is_timeout() => Err(no_answer()),
+            Err(e) => Err(e),
+        }
     }
 
     /// Sends `packed` and reads `count` replies, waiting up to `timeout` for them.
@@ -388,4 +426,15 @@ impl ConnectionLike for Plain {
     fn is_open(&self) -> bool {
         self.open
     }
+}
+
+/// A handshake whose reply did not come within the connect timeout (the socket's own error,
+/// "resource temporarily unavailable", says nothing useful). Also the `redis` crate's
+/// connections' (`connection.rs`).
+pub(super) fn no_answer() -> RedisError {
+    std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        "the server accepted the connection but did not answer within the connect timeout",
+    )
+    .into()
 }

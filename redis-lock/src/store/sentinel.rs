@@ -101,22 +101,34 @@ impl SentinelTarget {
         }
     }
 
-    fn connect(&self, info: ConnectionInfo) -> RedisResult<redis::Connection> {
-        let con = redis::Client::open(info)?.get_connection_with_timeout(self.connect_timeout)?;
+    /// A connection to a sentinel, as to any server: connected and through its handshake
+    /// within the connect timeout, then each reply within the reply timeout.
+    /// Our own plain connection (`plain.rs`) where it serves, as the pools' connections are
+    /// made, else the `redis` crate's with the same timeouts.
+    fn connect(&self, info: &ConnectionInfo) -> RedisResult<Box<dyn ConnectionLike>> {
+        if super::plain::Plain::serves(info) {
+            return Ok(Box::new(super::plain::Plain::connect(
+                info,
+                self.connect_timeout,
+                self.io_timeout,
+            )?));
+        }
+        let con =
+            redis::Client::open(info.clone())?.get_connection_with_timeout(self.connect_timeout)?;
         con.set_read_timeout(Some(self.io_timeout))?;
         con.set_write_timeout(Some(self.io_timeout))?;
-        Ok(con)
+        Ok(Box::new(con))
     }
 
     /// Asks the sentinels, in order, where the master is; the first answer counts.
     fn locate(&self) -> RedisResult<(String, u16)> {
         let mut failures = Vec::new();
         for info in &self.sentinels {
-            let reply = self.connect(info.clone()).and_then(|mut con| {
+            let reply = self.connect(info).and_then(|mut con| {
                 redis::cmd("SENTINEL")
                     .arg("GET-MASTER-ADDR-BY-NAME")
                     .arg(&self.master_name)
-                    .query::<Option<(String, u16)>>(&mut con)
+                    .query::<Option<(String, u16)>>(&mut *con)
             });
             match reply {
                 Ok(Some(addr)) => return Ok(addr),

@@ -19,7 +19,12 @@ pub(crate) const DEFAULT_URL: &str = "redis://127.0.0.1:6379/";
 pub(crate) struct Connection {
     pub(crate) url: String,
     pub(crate) namespace: String,
+    /// `--connect-timeout`: how long a connection to Redis may take to open.
+    pub(crate) connect_timeout: Duration,
 }
+
+/// The library's default connect timeout, which `--connect-timeout` replaces.
+const DEFAULT_CONNECT_TIMEOUT: &str = "2s";
 
 /// What to do when the lock stays busy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,6 +114,8 @@ Examples:
 Redis is taken from --url, else $REDIS_URL, else redis://127.0.0.1:6379/. For TLS use
 rediss://host:port/ (rediss://host:port/#insecure skips certificate verification).
 Lock NAME is stored under the key NAMESPACE{NAME}: lock:{NAME} by default.
+A Redis that refuses the connection fails at once; one that accepts it but does not answer
+fails after --connect-timeout (default 2s, or $REDIS_LOCK_CONNECT_TIMEOUT): exit 69.
 
 Run 'redis-lock <command> --help' for the options of each command.";
 
@@ -153,8 +160,12 @@ exits, and redis-lock exits with the command's exit code. SIGHUP, SIGINT, SIGQUI
 SIGUSR1 and SIGUSR2 are forwarded to the command (SIGINT and SIGQUIT typed at the terminal
 already reach it, so they are not sent twice); redis-lock waits for it to exit, then releases
 the lock. Signals go to the command's process only: a shell script should 'exec' its last
-command or trap TERM. If redis-lock is killed with SIGKILL, the lock frees up when its TTL
-runs out. While waiting for the lock, SIGHUP, SIGINT, SIGQUIT and SIGTERM end redis-lock
+command or trap TERM. If redis-lock dies without waiting for the command (killed with
+SIGKILL, by the OOM killer, a crash), the kernel kills the command at once with SIGKILL (on
+Linux), so it never runs on without the lock, and the lock frees up when its TTL runs out.
+That covers the command's own process only: what it started (a script's children) lives on
+unless the script 'exec's its last command, and a set-user-ID program such as sudo is not
+covered. While waiting for the lock, SIGHUP, SIGINT, SIGQUIT and SIGTERM end redis-lock
 with 128+N.
 
 If the lock is lost while the command runs (it expired because renewals failed for a whole
@@ -172,8 +183,9 @@ scripts can test it:
 
 The JSON form is one object: {\"key\", \"namespace\", \"held\"} and, when held, \"host\", \"pid\",
 \"acquired_at\" (RFC 3339, Redis clock), \"acquired_at_unix_ms\", \"remaining_ttl_ms\" (null
-without expiry), \"fencing_token\", \"metadata\" (null when none), \"owned\" (false during a
-minimum hold or cool-down after release), \"hold_until\" and \"cooling_until\" (null when
+without expiry), \"fencing_token\", \"metadata\" (null when none), \"has_owner\" (whether
+anybody owns the lock, not whether you do: false during a minimum hold or cool-down after
+release, when it stays taken by nobody), \"hold_until\" and \"cooling_until\" (null when
 none). \"host\", \"pid\" and the \"acquired_at\" fields are null while nobody's information is
 stored with the lock: cooling down after its release, or just handed to a waiter that has
 not claimed it yet (the text form says which); \"fencing_token\" is null when none is stored.
@@ -310,6 +322,23 @@ pub(crate) fn command() -> Command {
                 .default_value("lock:")
                 .global(true)
                 .help("Prefix of the lock keys in Redis"),
+        )
+        .arg(
+            bounded_duration_arg(
+                "connect-timeout",
+                "DURATION",
+                Duration::from_millis(1),
+                redis_lock::MAX_TTL,
+            )
+            .env("REDIS_LOCK_CONNECT_TIMEOUT")
+            .hide_env_values(true)
+            .default_value(DEFAULT_CONNECT_TIMEOUT)
+            .global(true)
+            .help(
+                "Longest time a connection to Redis may take to open, handshake included: a \
+                 refused connection fails at once, a server that does not answer within it \
+                 exits 69",
+            ),
         )
         .subcommand(
             Command::new("run")
@@ -590,6 +619,10 @@ pub(crate) fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Parsed, 
     let connection = Connection {
         url: string(&matches, "url"),
         namespace: string(&matches, "namespace"),
+        connect_timeout: matches
+            .get_one::<Duration>("connect-timeout")
+            .copied()
+            .unwrap_or(Duration::from_secs(2)),
     };
     let action = match matches.subcommand() {
         Some(("run", m)) => Action::Run(Box::new(run_args(m)?)),
@@ -875,6 +908,32 @@ mod tests {
             "true",
         ]);
         assert_eq!(r.kill_on_loss, Some(redis_lock::MAX_TTL));
+    }
+
+    #[test]
+    fn connect_timeout_is_global_with_the_library_default() {
+        let connect = |args: &[&str]| match parse_args(args) {
+            Ok(Parsed::Do(connection, _)) => connection.connect_timeout,
+            other => panic!("{args:?} parsed as {other:?}"),
+        };
+        assert_eq!(connect(&["status", "x"]), Duration::from_secs(2));
+        assert_eq!(
+            connect(&["--connect-timeout", "300ms", "status", "x"]),
+            Duration::from_millis(300)
+        );
+        assert_eq!(
+            connect(&["run", "x", "--connect-timeout", "1.5s", "--", "true"]),
+            Duration::from_millis(1500)
+        );
+        for bad in ["0", "5x", "8761h"] {
+            match parse_args(&["--connect-timeout", bad, "status", "x"]) {
+                Err(f) => {
+                    assert_eq!(f.code, exit::USAGE, "{bad}");
+                    assert!(f.message.contains("--connect-timeout"), "{}", f.message);
+                }
+                Ok(other) => panic!("{bad} parsed as {other:?}"),
+            }
+        }
     }
 
     #[test]

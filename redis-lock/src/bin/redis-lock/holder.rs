@@ -1,13 +1,12 @@
 //! Who holds a lock, worded for people and for JSON: the holder's host and pid, or what the
 //! lock is when nobody's information is stored with it.
 //!
-//! Two states have none (`LockInfo` then has an empty host, pid 0, the Unix epoch): a lock
+//! Two states have none (`LockInfo`'s host, pid and acquisition time are then `None`): a lock
 //! cooling down after its release (`run --cooldown`), which nobody owns until it frees, and a
 //! lock a release has just handed to a waiter, until that waiter's first renewal writes its
-//! own information. Those are shown as what they are, never as `(pid 0)` since 1970; in JSON
-//! the unknown fields are null.
+//! own information. Those are shown as what they are; in JSON the unknown fields are null.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use redis_lock::LockInfo;
 
@@ -28,7 +27,7 @@ pub(crate) enum Nobody {
 
 /// `None` when the holder's host and pid are known.
 pub(crate) fn nobody(info: &LockInfo) -> Option<Nobody> {
-    if !info.host.is_empty() {
+    if info.host.is_some() {
         return None;
     }
     Some(match info.cooling_until {
@@ -41,7 +40,11 @@ pub(crate) fn nobody(info: &LockInfo) -> Option<Nobody> {
 /// `host (pid N)`, or `nobody: cooling down until …` and the like.
 pub(crate) fn describe(info: &LockInfo) -> String {
     match nobody(info) {
-        None => format!("{} (pid {})", printable(&info.host), info.pid),
+        None => format!(
+            "{} (pid {})",
+            printable(info.host.as_deref().unwrap_or_default()),
+            info.pid.unwrap_or_default()
+        ),
         Some(Nobody::Cooling(until)) => format!("nobody: cooling down until {}", rfc3339(until)),
         Some(Nobody::Released) => "nobody: released by its holder, kept taken".to_owned(),
         Some(Nobody::HandedOver) => {
@@ -53,7 +56,7 @@ pub(crate) fn describe(info: &LockInfo) -> String {
 /// For a one-column cell: the host, or `(cooling down)`, `(released)`, `(handed over)`.
 pub(crate) fn short(info: &LockInfo) -> String {
     match nobody(info) {
-        None => printable(&info.host),
+        None => printable(info.host.as_deref().unwrap_or_default()),
         Some(Nobody::Cooling(_)) => "(cooling down)".to_owned(),
         Some(Nobody::Released) => "(released)".to_owned(),
         Some(Nobody::HandedOver) => "(handed over)".to_owned(),
@@ -62,12 +65,12 @@ pub(crate) fn short(info: &LockInfo) -> String {
 
 /// The pid, when a holder is known.
 pub(crate) fn pid(info: &LockInfo) -> Option<u32> {
-    nobody(info).is_none().then_some(info.pid)
+    info.pid
 }
 
-/// When the holder took the lock, when a holder is known (the epoch stands for "unknown").
+/// When the holder took the lock, when a holder is known.
 pub(crate) fn since(info: &LockInfo) -> Option<SystemTime> {
-    (nobody(info).is_none() && info.acquired_at > UNIX_EPOCH).then_some(info.acquired_at)
+    info.acquired_at
 }
 
 /// The fencing token of the acquisition; 0 is what the library reports when none is stored
@@ -101,10 +104,7 @@ pub(crate) fn phrase(info: &LockInfo) -> String {
 pub(crate) fn json_fields(info: &LockInfo) -> [(&'static str, Json); 4] {
     let since = since(info);
     [
-        (
-            "host",
-            Json::opt_str(nobody(info).is_none().then(|| info.host.clone())),
-        ),
+        ("host", Json::opt_str(info.host.clone())),
         ("pid", Json::opt_int(pid(info).map(u128::from))),
         ("acquired_at", Json::opt_str(since.map(rfc3339))),
         ("acquired_at_unix_ms", Json::opt_int(since.map(unix_ms))),

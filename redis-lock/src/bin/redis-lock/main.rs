@@ -63,6 +63,7 @@ fn dispatch() -> Result<i32, Failure> {
 fn connect(connection: &Connection) -> Result<(LockClient, String), Failure> {
     let locks = LockClient::builder(&connection.url)
         .namespace(connection.namespace.as_str())
+        .connect_timeout(connection.connect_timeout)
         .build()
         .map_err(|e| Failure::from_lock_error(&e, "?"))?;
     let server = connection

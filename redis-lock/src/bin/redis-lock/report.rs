@@ -237,7 +237,9 @@ fn lock_json(namespace: &str, info: &LockInfo) -> Json {
             Json::opt_int(holder::fence(info).map(u128::from)),
         ),
         ("metadata", Json::opt_str(info.metadata.clone())),
-        ("owned", Json::Bool(info.owned)),
+        // Whether anybody owns it (not whether this process does): named `owned` before,
+        // which read as "mine".
+        ("has_owner", Json::Bool(info.owned)),
         ("hold_until", Json::opt_str(info.hold_until.map(rfc3339))),
         (
             "cooling_until",
@@ -415,15 +417,11 @@ fn semaphore_status(
                 .metadata
                 .as_deref()
                 .map_or_else(String::new, |m| format!(", metadata {}", printable(m)));
-            let who = if p.host.is_empty() {
-                "nobody yet: handed over to a waiter that has not claimed it".to_owned()
-            } else {
-                format!(
-                    "{} (pid {}) since {}",
-                    printable(&p.host),
-                    p.pid,
-                    rfc3339(p.acquired_at)
-                )
+            let who = match (&p.host, p.pid, p.acquired_at) {
+                (Some(host), Some(pid), Some(since)) => {
+                    format!("{} (pid {pid}) since {}", printable(host), rfc3339(since))
+                }
+                _ => "nobody yet: handed over to a waiter that has not claimed it".to_owned(),
             };
             lines.push(format!(
                 "  {:<11} {who}, expires in {}, fencing {}{meta}",
@@ -443,15 +441,11 @@ fn semaphore_json(namespace: &str, info: &SemaphoreInfo) -> Json {
         .holders
         .iter()
         .map(|p| {
-            // A permit just handed to a waiter has no holder stored yet: null, not pid 0.
-            let known = !p.host.is_empty();
+            // A permit just handed to a waiter has no holder stored yet: null.
             Json::Object(vec![
-                ("host", Json::opt_str(known.then(|| p.host.clone()))),
-                ("pid", Json::opt_int(known.then_some(u128::from(p.pid)))),
-                (
-                    "acquired_at",
-                    Json::opt_str(known.then(|| rfc3339(p.acquired_at))),
-                ),
+                ("host", Json::opt_str(p.host.clone())),
+                ("pid", Json::opt_int(p.pid.map(u128::from))),
+                ("acquired_at", Json::opt_str(p.acquired_at.map(rfc3339))),
                 ("remaining_ttl_ms", Json::Int(p.remaining_ttl.as_millis())),
                 ("fencing_token", Json::Int(u128::from(p.fencing_token))),
                 ("metadata", Json::opt_str(p.metadata.clone())),

@@ -64,8 +64,9 @@ impl Observed {
     fn seen(&self) -> Seen {
         match self {
             Observed::Lock(info) => Seen {
-                host: info.host.clone(),
-                pid: info.pid,
+                // Diffed only: an unknown holder (handed over, cooling down) as empty.
+                host: info.host.clone().unwrap_or_default(),
+                pid: info.pid.unwrap_or_default(),
                 fence: info.fencing_token,
                 waiters: info.waiters,
                 queued: info.queued,

@@ -769,6 +769,9 @@ impl Builder {
                 io_timeout: self.io_timeout,
             };
             let waiters = pool_builder(self.waiter_pool_size).build_unchecked(manager.clone());
+            // Loss notification needs connections of our own to the servers the locks are on:
+            // not an application's pool's, and not a Cluster's (one per node would be needed).
+            let notifying = (external.is_none() && !cluster).then(|| manager.clone());
             let pool = match external.take() {
                 Some(pool) => Pool::External(pool),
                 None => Pool::Managed(pool_builder(self.pool_size).build_unchecked(manager)),
@@ -785,6 +788,10 @@ impl Builder {
                 Arc::clone(&housekeeping),
             )
             .cluster(cluster);
+            let store = match notifying {
+                Some(manager) => store.notifying(manager),
+                None => store,
+            };
             stores.push(match sentinel {
                 Some(sentinel) => store.sentinel(sentinel, every),
                 None => store,

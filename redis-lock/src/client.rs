@@ -12,6 +12,7 @@ use crate::hold::retry::RetryStrategy;
 use crate::hold::{Inner, Kind};
 use crate::info::LockInfo;
 use crate::options::{LockMode, LockOptions};
+use crate::store::notify::LossDetection;
 
 /// A client for distributed locks on one Redis server: a connection pool plus settings.
 ///
@@ -59,6 +60,36 @@ impl LockClient {
         LockClient {
             inner: Arc::new(inner),
         }
+    }
+
+    /// How this client learns that a lock it holds was changed by somebody else (released
+    /// through a shared handle, `force_release`, `DEL`, taken over after it expired, evicted).
+    ///
+    /// [`Notified`](LossDetection::Notified): the server tells the client (Redis's client-side
+    /// tracking, on one connection per server that receives the notices and one that keeps
+    /// the held keys tracked), and the guard's [`is_lost`](crate::LockGuard::is_lost),
+    /// [`ensure_held`](crate::LockGuard::ensure_held) and `on_lost` know within milliseconds.
+    /// [`Renewal`](LossDetection::Renewal): the server (or an ACL) refuses tracking, or the
+    /// connections cannot receive it (TLS, RESP3, Cluster, an application's pool); a loss is
+    /// found at the lock's next renewal, a third of its TTL later at most, and a warning event
+    /// said so once. [`NotStarted`](LossDetection::NotStarted): no lock was held long enough
+    /// (2 ms) to ask yet. On a Redlock quorum, `Notified` only when every server notifies.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redis_lock::Result<()> {
+    /// use redis_lock::LossDetection;
+    /// # let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+    /// let guard = locks.lock("report")?;
+    /// # std::thread::sleep(std::time::Duration::from_millis(10));
+    /// if locks.loss_detection() == LossDetection::Renewal {
+    ///     eprintln!("losses are found at renewal only: check_held() before committing");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn loss_detection(&self) -> LossDetection {
+        self.inner.deployment.loss_detection()
     }
 
     /// The key prefix of this client.

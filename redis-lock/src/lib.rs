@@ -174,6 +174,7 @@ pub use info::LockInfo;
 pub use multi::MultiGuard;
 pub use options::{LockMode, LockOptions, LostEvent, MAX_METADATA_LEN, MAX_TTL};
 pub use semaphore::{PermitInfo, Semaphore, SemaphoreInfo};
+pub use store::notify::LossDetection;
 pub use wire::keys::{MAX_KEY_LEN, MAX_NAMESPACE_LEN};
 pub use wire::semaphore::MAX_PERMITS;
 

@@ -7,15 +7,17 @@ pub(crate) mod quorum;
 pub(crate) mod seam;
 
 use std::collections::BTreeSet;
+use std::sync::Weak;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::store::connection::PooledConn;
+use crate::store::notify::{LossDetection, Watcher};
 use crate::store::{Ack, Store, Wake, combine, direct};
 use crate::wire::multi::{AllArgs, AllAttempt};
 use crate::wire::token::new_token;
 use crate::wire::{
-    Attempt, AttemptArgs, Broken, Claim, ClaimArgs, Form, Holder, LockKeys, OwnedTtl, Release,
+    Attempt, AttemptArgs, Broken, Claim, ClaimArgs, Con, Form, Holder, LockKeys, OwnedTtl, Release,
     ReleaseArgs, Renewal,
 };
 use quorum::Quorum;
@@ -168,6 +170,50 @@ impl Deployment {
                 p.owned_ttl(&mut conn, keys, token)
             }
             Deployment::Quorum(q) => q.owned_ttl(p, keys, token),
+        }
+    }
+
+    /// Watches a held lock for changes by anybody else (`store/notify.rs`): registers
+    /// `watcher` (id `id`) for the lock's key on every store and checks, on the connection
+    /// that keeps the key tracked, that `token` still owns it. Called again after each
+    /// notification. `None` when no store notifies (nothing was sent).
+    pub(crate) fn watch(
+        &self,
+        p: &dyn Primitive,
+        keys: &LockKeys,
+        token: &str,
+        id: u64,
+        watcher: &Weak<dyn Watcher>,
+    ) -> Option<Result<OwnedTtl>> {
+        match self {
+            Deployment::Single(store) => {
+                if !store.notify.watch(&keys.lock, id, Weak::clone(watcher)) {
+                    return None;
+                }
+                Some(again_after_failover(store, || {
+                    check_once(store, p, keys, token)
+                }))
+            }
+            Deployment::Quorum(q) => q.watch(p, keys, token, id, watcher),
+        }
+    }
+
+    /// Stops watching (before a release is sent, so its own change is not taken for a loss).
+    pub(crate) fn unwatch(&self, keys: &LockKeys, id: u64) {
+        for store in self.stores() {
+            store.notify.unwatch(&keys.lock, id);
+        }
+    }
+
+    /// How this deployment's losses are found: notified only when every store notifies.
+    pub(crate) fn loss_detection(&self) -> LossDetection {
+        let all: Vec<LossDetection> = self.stores().iter().map(|s| s.notify.detection()).collect();
+        if all.contains(&LossDetection::Renewal) {
+            LossDetection::Renewal
+        } else if all.contains(&LossDetection::NotStarted) {
+            LossDetection::NotStarted
+        } else {
+            LossDetection::Notified
         }
     }
 
@@ -423,44 +469,71 @@ fn renew_on(
 }
 
 /// One renewal on the store's current master.
-fn renew_once(
+pub(super) fn renew_once(
     store: &Store,
     p: &dyn Primitive,
     keys: &LockKeys,
     token: &str,
     ttl: Duration,
 ) -> Result<Renewal> {
+    combined_on(store, &|c| p.renew(c, keys, token, ttl))
+}
+
+/// The owned-TTL check of a watched lock on the store's current master: sent as a renewal is
+/// (combined, on the tracked connection where loss notification is on), so the read keeps the
+/// key tracked.
+pub(super) fn check_once(
+    store: &Store,
+    p: &dyn Primitive,
+    keys: &LockKeys,
+    token: &str,
+) -> Result<OwnedTtl> {
+    combined_on(store, &|c| p.owned_ttl(c, keys, token))
+}
+
+/// One typed call `call` sent combined with other threads' (`store/combine.rs`).
+fn combined_on<T>(store: &Store, call: &dyn Fn(&mut Con<'_>) -> Result<T>) -> Result<T> {
     // Renewals of many held locks go out together (store/combine.rs). A request the typed
     // call cannot send alone, and Cluster (pipelines would have to be split by slot), take
     // the usual path.
     if !store.cluster {
         let capture = || {
             direct::capture(|c| {
-                let _ = p.renew(c, keys, token, ttl);
+                let _ = call(c);
             })
         };
         if let Some(packed) = capture() {
             let mut reply = store.combined(packed)?;
             if direct::is_no_script(&reply) {
                 // The server does not have the script (never asked, or restarted): one
-                // renewing thread loads it on the usual path while the others wait, then
+                // calling thread loads it on the usual path while the others wait, then
                 // they send theirs combined again, instead of every one taking a connection.
-                // Captured again rather than kept: this is rare, a copy per renewal is not.
+                // Captured again rather than kept: this is rare, a copy per call is not.
                 let _loading = store.script_loading();
                 reply = match capture() {
                     Some(packed) => store.combined(packed)?,
                     None => reply,
                 };
                 if direct::is_no_script(&reply) {
+                    // Loaded by the typed call on a pooled connection; then sent combined once
+                    // more, so the request still reaches the connection that keeps its key
+                    // tracked (`store/notify.rs`; renewals and checks are safe to repeat).
                     let mut conn = store.conn()?;
-                    return p.renew(&mut conn, keys, token, ttl);
+                    let first = call(&mut conn)?;
+                    drop(conn);
+                    return match capture().map(|packed| store.combined(packed)) {
+                        Some(Ok(reply)) if !direct::is_no_script(&reply) => {
+                            call(&mut combine::Answer(Some(reply)))
+                        }
+                        _ => Ok(first),
+                    };
                 }
             }
-            return p.renew(&mut combine::Answer(Some(reply)), keys, token, ttl);
+            return call(&mut combine::Answer(Some(reply)));
         }
     }
     let mut conn = store.conn()?;
-    p.renew(&mut conn, keys, token, ttl)
+    call(&mut conn)
 }
 
 fn release_on(store: &Store, p: &dyn Primitive, r: &ReleaseArgs<'_>) -> Result<Release> {

@@ -4,8 +4,8 @@
 //! extended, claimed, lost, released. The renewal interval (`renew_after`) and the mapping
 //! from Redis's answer to a loss reason (`loss`) are each written once, in this file.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
@@ -16,6 +16,7 @@ use super::{Inner, Kind};
 use crate::error::{Error, LostReason, Result};
 use crate::options::{LockOptions, LostCallback, LostEvent};
 use crate::store::Ack;
+use crate::store::notify::Watcher;
 use crate::wire::{Claim, ClaimArgs, Form, LockKeys, OwnedTtl, Release, ReleaseArgs, Renewal};
 
 /// The thread that renews a lease, as the lease sees it. The watchdog (`watchdog.rs`)
@@ -88,6 +89,17 @@ pub(crate) fn loss(answer: Renewal, now: Instant, expires_at: Instant) -> LostRe
     }
 }
 
+/// How long a lock is held before its watchdog asks to be told of changes to it (loss
+/// notification, `store/notify.rs`): one request, which a lock given back sooner never
+/// sends. A change before then is found by that request itself (it checks the owner), so a
+/// loss is known at most this plus a round trip after it happened.
+pub(crate) const WATCH_AFTER: Duration = Duration::from_millis(2);
+
+/// A failed check is asked again after this (times the failures so far), up to
+/// `CHECK_RETRIES` times.
+const CHECK_RETRY_AFTER: Duration = Duration::from_millis(50);
+const CHECK_RETRIES: u32 = 3;
+
 /// How a lease starts.
 pub(crate) struct Start {
     pub(crate) token: String,
@@ -144,6 +156,15 @@ struct State {
     /// After this the watchdog stops renewing (`max_hold`).
     renew_until: Option<Instant>,
     unclaimed: Option<String>,
+    /// When the watchdog first asks to be told of changes to the lock (`watch`): a lock given
+    /// back sooner costs nothing for it. `None` once asked.
+    watch_at: Option<Instant>,
+    /// A change to the lock was announced (`store/notify.rs`): the watchdog checks at once.
+    check: bool,
+    /// Registered with the store's notification: a release or loss unregisters.
+    watched: bool,
+    /// Checks that failed in a row (a connection that broke with a restart fails once).
+    check_failures: u32,
 }
 
 /// What the watchdog does next with a lease.
@@ -153,6 +174,8 @@ pub(crate) enum Next {
     Stopped,
     Sleep(Instant),
     Renew,
+    /// Ask Redis whether the lock is still ours (and have it tell us of changes from now on).
+    Check,
     /// `max_hold` reached and the TTL ran out.
     MaxHoldExpired,
 }
@@ -172,8 +195,11 @@ impl State {
         if self.stopped() {
             return Next::Stopped;
         }
+        if self.check || self.watch_at.is_some_and(|at| now >= at) {
+            return Next::Check;
+        }
         if now < self.next_renew {
-            return Next::Sleep(self.next_renew);
+            return Next::Sleep(self.first_look());
         }
         if self.renew_until.is_some_and(|cap| now >= cap) {
             // max_hold reached: stop renewing, and report the loss when the TTL has run out.
@@ -184,6 +210,12 @@ impl State {
             };
         }
         Next::Renew
+    }
+
+    /// The next time the watchdog has anything to do: renew, or start watching.
+    fn first_look(&self) -> Instant {
+        self.watch_at
+            .map_or(self.next_renew, |at| at.min(self.next_renew))
     }
 
     /// A renewal failed with an error at `now`: retry after a short backoff, but not past
@@ -258,6 +290,10 @@ impl Lease {
             release: Releasing::No,
             renew_until: start.max_hold.and_then(|m| start.acquired.checked_add(m)),
             unclaimed: start.unclaimed,
+            watch_at: Instant::now().checked_add(WATCH_AFTER),
+            check: false,
+            watched: false,
+            check_failures: 0,
         };
         state.set(start.sent, start.set_ttl, valid);
         Lease {
@@ -293,6 +329,7 @@ impl Lease {
             }
             st.lost = Some(reason);
         }
+        self.stop_watching();
         self.hold.lock().end(Ended::from_loss(reason), Some(reason));
         tracing::warn!(target: "redis_lock", key = %self.name, %reason, "lock lost");
         if let Some(cb) = &self.on_lost {
@@ -354,7 +391,7 @@ impl Lease {
 
     /// When the watchdog should first look at this lease.
     pub(crate) fn first_renewal(&self) -> Instant {
-        self.state.lock().next_renew
+        self.state.lock().first_look()
     }
 
     /// One renewal by the watchdog (the claim, for a grant taken unclaimed). `true` when the
@@ -418,6 +455,80 @@ impl Lease {
                 tracing::warn!(target: "redis_lock", key = %self.name, %error, "renewing lock failed; retrying until it would expire");
                 false
             }
+        }
+    }
+
+    /// The watchdog's check, when the lock has been held for [`WATCH_AFTER`] and after every
+    /// announced change: registers the lease for notification of changes to its lock and
+    /// asks Redis, on the connection that keeps the key tracked, whether the lock is still
+    /// ours. `true` when the watchdog is done with this lease (lost). A failed check changes
+    /// nothing: the renewals go on and find out what the failure means.
+    pub(crate) fn check_now(self: &Arc<Self>) -> bool {
+        {
+            let mut st = self.state.lock();
+            st.check = false;
+            st.watch_at = None;
+            if st.stopped() {
+                return st.lost.is_some();
+            }
+            st.watched = true;
+        }
+        let watcher: Weak<dyn Watcher> = Arc::downgrade(self) as Weak<dyn Watcher>;
+        let checked = self.inner.deployment.watch(
+            &*self.primitive,
+            &self.keys,
+            &self.token,
+            self.id,
+            &watcher,
+        );
+        let answer = match checked {
+            None => {
+                // No server of this deployment notifies: the renewals are the detector.
+                self.state.lock().watched = false;
+                return false;
+            }
+            Some(Ok(OwnedTtl::Left(_) | OwnedTtl::NoExpiry)) => {
+                let mut st = self.state.lock();
+                st.check_failures = 0;
+                // Released or lost while the check was out: its unregistration may have come
+                // before this registration.
+                if st.stopped() {
+                    drop(st);
+                    self.stop_watching();
+                }
+                return false;
+            }
+            Some(Ok(OwnedTtl::Gone)) => Renewal::Gone,
+            Some(Ok(OwnedTtl::NotOurs)) => Renewal::NotOurs,
+            Some(Err(error)) => {
+                // Asked again a little later (a pooled connection that broke with a restart
+                // fails once, the next is new), a few times; then the renewals find out.
+                let mut st = self.state.lock();
+                st.check_failures += 1;
+                if st.check_failures <= CHECK_RETRIES {
+                    st.watch_at = Instant::now().checked_add(CHECK_RETRY_AFTER * st.check_failures);
+                }
+                tracing::debug!(target: "redis_lock", key = %self.name, %error, "checking a watched lock failed");
+                return false;
+            }
+        };
+        let expires_at = {
+            let st = self.state.lock();
+            if st.stopped() {
+                drop(st);
+                self.stop_watching();
+                return false;
+            }
+            st.expires_at
+        };
+        self.mark_lost(loss(answer, Instant::now(), expires_at));
+        true
+    }
+
+    /// Unregisters from loss notification, if registered (a release, a loss).
+    fn stop_watching(&self) {
+        if std::mem::take(&mut self.state.lock().watched) {
+            self.inner.deployment.unwatch(&self.keys, self.id);
         }
     }
 
@@ -524,6 +635,8 @@ impl Lease {
             st.release = Releasing::InFlight;
         }
         self.detach_watchdog();
+        // Before the release is sent: its own change must not come back as a loss.
+        self.stop_watching();
         let epoch = self.inner.deployment.epoch();
         let args = ReleaseArgs {
             keys: &self.keys,
@@ -659,6 +772,7 @@ impl Lease {
             st.release = Releasing::Done(ReleaseOutcome::HandedOff);
         }
         self.detach_watchdog();
+        self.stop_watching();
         {
             let mut hold = self.hold.lock();
             hold.end(Ended::HandedOff, None);
@@ -760,6 +874,24 @@ impl Resend {
             Err(error) => {
                 tracing::warn!(target: "redis_lock", %key, %error, "sending a release again to the new master failed; the lock expires with its ttl")
             }
+        }
+    }
+}
+
+/// Told by the store's loss notification that somebody changed this lock's key: the
+/// watchdog checks at once.
+impl Watcher for Lease {
+    fn changed(&self) {
+        {
+            let mut st = self.state.lock();
+            if st.stopped() {
+                return;
+            }
+            st.check = true;
+        }
+        let renewer = self.watchdog.lock().clone();
+        if let Some(renewer) = renewer {
+            renewer.nudge();
         }
     }
 }

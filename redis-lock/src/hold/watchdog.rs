@@ -170,6 +170,14 @@ fn run(worker: &Arc<Worker>) {
                     finish(worker, &mut slot, &lease);
                 }
             }
+            Next::Check => {
+                drop(slot);
+                let finished = lease.check_now();
+                slot = worker.slot.lock();
+                if finished {
+                    finish(worker, &mut slot, &lease);
+                }
+            }
             Next::MaxHoldExpired => {
                 drop(slot);
                 lease.mark_lost(LostReason::MaxHoldReached);

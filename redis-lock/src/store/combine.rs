@@ -111,39 +111,65 @@ impl Store {
         // Should anything below panic, the other callers get an error instead of sleeping
         // forever.
         let unanswered = Unanswered(batch);
-        let mut replies: Vec<Result<Value>> = match self.conn() {
-            Ok(mut conn) => {
-                let result = if let [one] = batch {
-                    conn.req_packed_command(&one.packed).map(|v| vec![v])
-                } else {
-                    let packed = batch.iter().flat_map(|p| p.packed.iter().copied());
-                    // Each renewal counts as a request of its own, though they share a
-                    // round trip (the pipeline counts one).
-                    conn.count(batch.len() - 1);
-                    conn.req_packed_commands(&packed.collect::<Vec<u8>>(), 0, batch.len())
-                };
-                match result {
-                    Ok(values) if values.len() == batch.len() => {
-                        values.into_iter().map(Ok).collect()
-                    }
-                    Ok(values) => (0..batch.len())
-                        .map(|_| Err(short_reply(values.len(), batch.len())))
-                        .collect(),
-                    Err(e) => (0..batch.len()).map(|_| Err(copy(&e))).collect(),
-                }
+        // On the tracked connection where loss notification is on (`notify.rs`): its own
+        // writes send no invalidation, and each renewal's read keeps its key tracked.
+        if let Some(mut tracked) = self.notify.tracked()
+            && let Some(conn) = tracked.as_mut()
+        {
+            self.notify.count(batch.len());
+            let result = send(conn, batch);
+            if !conn.is_open() {
+                *tracked = None;
             }
-            Err(e) => {
-                let first = copy_error(&e);
-                std::iter::once(Err(e))
-                    .chain((1..batch.len()).map(|_| Err(copy_error(&first))))
-                    .collect()
-            }
-        };
-        for (pending, reply) in batch.iter().zip(replies.drain(..)) {
-            pending.state.lock().reply = Some(reply);
-            pending.cond.notify_one();
+            drop(tracked);
+            answer(batch, result);
+            std::mem::forget(unanswered);
+            return;
         }
+        let replies = match self.conn() {
+            Ok(mut conn) => {
+                // Each renewal counts as a request of its own, though they share a round trip
+                // (the pipeline counts one).
+                conn.count(batch.len() - 1);
+                send(&mut conn, batch)
+            }
+            Err(e) => Err(e),
+        };
+        answer(batch, replies);
         std::mem::forget(unanswered);
+    }
+}
+
+/// Sends `batch` on `conn` as one pipeline (one request alone as itself); its replies, one per
+/// request.
+fn send(conn: &mut dyn ConnectionLike, batch: &[Arc<Pending>]) -> Result<Vec<Value>> {
+    let result = if let [one] = batch {
+        conn.req_packed_command(&one.packed).map(|v| vec![v])
+    } else {
+        let packed = batch.iter().flat_map(|p| p.packed.iter().copied());
+        conn.req_packed_commands(&packed.collect::<Vec<u8>>(), 0, batch.len())
+    };
+    match result {
+        Ok(values) if values.len() == batch.len() => Ok(values),
+        Ok(values) => Err(short_reply(values.len(), batch.len())),
+        Err(e) => Err(Error::Redis(e)),
+    }
+}
+
+/// Hands every caller of `batch` its reply, or the batch's failure.
+fn answer(batch: &[Arc<Pending>], replies: Result<Vec<Value>>) {
+    let mut replies: Vec<Result<Value>> = match replies {
+        Ok(values) => values.into_iter().map(Ok).collect(),
+        Err(e) => {
+            let first = copy_error(&e);
+            std::iter::once(Err(e))
+                .chain((1..batch.len()).map(|_| Err(copy_error(&first))))
+                .collect()
+        }
+    };
+    for (pending, reply) in batch.iter().zip(replies.drain(..)) {
+        pending.state.lock().reply = Some(reply);
+        pending.cond.notify_one();
     }
 }
 

@@ -308,6 +308,35 @@ impl Conn {
     }
 }
 
+impl Conn {
+    /// A connection of its own, outside any pool, opened on this thread within the connect
+    /// timeout (the notification connections, `notify.rs`).
+    pub(crate) fn open_now(manager: &Manager) -> RedisResult<Conn> {
+        let mut conn = r2d2::ManageConnection::connect(manager)?;
+        conn.open()?;
+        Ok(conn)
+    }
+
+    /// Our own plain connection (TCP or Unix, RESP2), the only kind that can be subscribed
+    /// for invalidations here.
+    pub(crate) fn is_plain(&self) -> bool {
+        matches!(self.inner, Some(Link::Plain(_)))
+    }
+
+    /// The next message a subscribed connection is sent, waiting at most `timeout`; `None`
+    /// when none came (see [`Plain::receive`]).
+    pub(crate) fn receive(&mut self, timeout: Duration) -> RedisResult<Option<Value>> {
+        let r = match self.link()? {
+            Link::Plain(plain) => plain.receive(timeout),
+            _ => Err(RedisError::from((
+                ErrorKind::Client,
+                "only a plain connection receives messages here",
+            ))),
+        };
+        self.note(r)
+    }
+}
+
 impl ConnectionLike for Conn {
     fn req_packed_command(&mut self, cmd: &[u8]) -> RedisResult<Value> {
         let r = self

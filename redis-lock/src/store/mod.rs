@@ -1,10 +1,12 @@
 //! Connections to one deployment (a server, a sentinel-managed master, or a Redis Cluster):
-//! the r2d2 manager, sentinel discovery, the request counter, replica acknowledgement and
-//! blocking waits on wake-up lists. Knows nothing of quorums or held locks.
+//! the r2d2 manager, sentinel discovery, the request counter, replica acknowledgement,
+//! blocking waits on wake-up lists and loss notification (which tells watchers of a key, not
+//! what they hold). Knows nothing of quorums or held locks.
 
 pub(crate) mod combine;
 pub(crate) mod connection;
 pub(crate) mod direct;
+pub(crate) mod notify;
 pub(crate) mod plain;
 pub(crate) mod sentinel;
 
@@ -69,6 +71,8 @@ pub(crate) struct Store {
     timer: Arc<ScheduledThreadPool>,
     /// The watchdogs' renewals, sent together (see `combine.rs`).
     combiner: combine::Combiner,
+    /// Loss notification (see `notify.rs`); the combiner sends on its tracked connection.
+    pub(crate) notify: notify::Notifier,
 }
 
 impl std::fmt::Debug for Store {
@@ -117,8 +121,9 @@ impl Store {
             waiters,
             label,
             timeouts,
-            requests,
             caps: wire::commands::Capabilities::default(),
+            notify: notify::Notifier::new(None, String::new(), Arc::clone(&requests)),
+            requests,
             timer,
             combiner: combine::Combiner::default(),
         }
@@ -275,6 +280,17 @@ impl Store {
                 let _ = commands::ping(&mut conn);
             }
         })
+    }
+
+    /// Lets this store notify losses through connections `manager` opens (our own plain
+    /// connections; not for a Cluster or an application's pool, whose connections are not).
+    pub(crate) fn notifying(mut self, manager: Manager) -> Store {
+        self.notify = notify::Notifier::new(
+            Some(manager),
+            self.label.clone(),
+            Arc::clone(&self.requests),
+        );
+        self
     }
 
     /// Marks the store a sentinel-managed master, whose sentinels are asked every `every`.

@@ -331,6 +331,26 @@ impl Plain {
     }
 }
 
+/// A subscribed connection (`notify.rs`): what the server sends unasked.
+impl Plain {
+    /// The next message the server sends without a request (a subscription's), waiting at
+    /// most `timeout`; `None` when none came. A timeout leaves the connection usable (what
+    /// part of a message was read stays in the buffer); any other failure closes it.
+    pub(crate) fn receive(&mut self, timeout: Duration) -> RedisResult<Option<Value>> {
+        match self.exchange_inner(&[], 1, timeout) {
+            Ok(mut replies) => Ok(replies.pop()),
+            Err(e) if e.is_timeout() => {
+                self.socket.set_read_timeout(Some(self.io_timeout))?;
+                Ok(None)
+            }
+            Err(e) => {
+                self.open = false;
+                Err(e)
+            }
+        }
+    }
+}
+
 /// The direct path (`direct.rs`): a request written now, its reply read when the socket is
 /// readable, so the calling thread can wait on several servers at once with `poll(2)`.
 impl Plain {

@@ -29,6 +29,7 @@ pub(crate) mod rwlock;
 pub(crate) mod script;
 pub(crate) mod semaphore;
 pub(crate) mod token;
+pub(crate) mod tracking;
 
 use std::time::Duration;
 

@@ -59,15 +59,16 @@ mod fan_out;
 mod rules;
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
 use super::lanes::Lane;
-use super::leave_on;
 use super::seam::Primitive;
+use super::{check_once, leave_on, renew_once};
 use crate::error::{Error, Result};
+use crate::store::notify::{LossDetection, Watcher};
 use crate::store::{Store, Wake};
 use crate::wire::token::new_token;
 use crate::wire::{Broken, Form, Holder, LockKeys, OwnedTtl, Release, ReleaseArgs, Renewal};
@@ -271,9 +272,19 @@ impl Quorum {
         let q = majority(self.total());
         let answers = {
             let (p, k, token) = (p.shared(), keys.clone(), token.to_owned());
+            // Where a server notifies losses, renewals go out on its tracked connection (on
+            // the server's lane): a renewal must not come back as somebody else's change.
+            let ask = if self
+                .stores()
+                .any(|s| s.notify.detection() == LossDetection::Notified)
+            {
+                Ask::lane(move |s| renew_once(s, &*p, &k, &token, ttl))
+            } else {
+                Ask::request(move |c| p.renew(c, &k, &token, ttl))
+            };
             self.fan_out(
                 &self.all(),
-                Ask::request(move |c| p.renew(c, &k, &token, ttl)),
+                ask,
                 move |a| a.ok.iter().filter(|(_, r)| *r == Renewal::Renewed).count() >= q,
                 self.bound,
             )
@@ -347,6 +358,31 @@ impl Quorum {
         };
         let verdict = combine_owned_ttl(self.total(), &answers);
         self.resolve(keys.name(), verdict, answers)
+    }
+
+    /// [`Deployment::watch`](super::Deployment::watch) on every server: registered where the
+    /// server notifies, checked on every server (a majority decides, as for `owned_ttl`).
+    pub(crate) fn watch(
+        &self,
+        p: &dyn Primitive,
+        keys: &LockKeys,
+        token: &str,
+        id: u64,
+        watcher: &Weak<dyn Watcher>,
+    ) -> Option<Result<OwnedTtl>> {
+        let mut any = false;
+        for store in self.stores() {
+            any |= store.notify.watch(&keys.lock, id, Weak::clone(watcher));
+        }
+        if !any {
+            return None;
+        }
+        let answers = {
+            let (p, k, token) = (p.shared(), keys.clone(), token.to_owned());
+            self.each(move |s| check_once(s, &*p, &k, &token))
+        };
+        let verdict = combine_owned_ttl(self.total(), &answers);
+        Some(self.resolve(keys.name(), verdict, answers))
     }
 
     pub(crate) fn inspect(&self, p: &dyn Primitive, keys: &LockKeys) -> Result<Option<Holder>> {

@@ -1,0 +1,384 @@
+//! Loss notification for one store: the server tells this client within a round trip when
+//! anybody else changes a key it holds (Redis's client-side tracking), instead of the client
+//! finding out at its next renewal.
+//!
+//! Two connections of the client's own per store, opened when the first lock held here asks
+//! to be watched:
+//!
+//! - the **listener**, subscribed to `__redis__:invalidate`, read by a thread of its own
+//!   (`redis-lock-notify`), which hands each invalidated key to the leases watching it;
+//! - the **tracked connection**, `CLIENT TRACKING ON REDIRECT <listener> NOLOOP`: the keys it
+//!   reads are tracked, and the watchdogs' renewals (combined, `combine.rs`) and the leases'
+//!   ownership checks go out on it, so a lock's own renewals never come back as
+//!   invalidations (`NOLOOP`) and every renewal and check reads the key again, which keeps it
+//!   tracked (an invalidation is sent once per read).
+//!
+//! A lease registers as a [`Watcher`] of its lock key and reads it once on the tracked
+//! connection (the ownership check); from then on a change by anybody else (a release through
+//! a shared handle, `force_release`, `DEL`, a takeover after expiry, an eviction) reaches
+//! [`Watcher::changed`], and the lease checks its ownership again. A release unregisters first,
+//! so the invalidation its own release causes finds nobody.
+//!
+//! When either connection breaks (a restart, a failover: on a sentinel master a connection of
+//! a former epoch counts as broken), both are opened again and every watcher is told to check
+//! (the keys are no longer tracked, and whatever happened meanwhile was not announced). Where
+//! the server refuses tracking (an ACL without `CLIENT` or `SUBSCRIBE`, a server without
+//! tracking), or the connection is not one of ours (TLS, RESP3, Cluster, an application's pool),
+//! notification is off for this store: the watchdog's renewals stay the only detector, and the
+//! client says so once (an event, and [`LossDetection`]).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use parking_lot::{Mutex, MutexGuard};
+use redis::{ConnectionLike, RedisResult, Value};
+
+use super::connection::{Conn, Manager};
+use crate::wire::tracking::{self, Message};
+
+/// How long the listener waits for a message before it looks whether its client is gone or
+/// its master moved.
+const LISTEN_SLICE: Duration = Duration::from_millis(250);
+
+/// Waits between attempts to reconnect a broken listener (doubling up to the second).
+const RECONNECT_FIRST: Duration = Duration::from_millis(20);
+const RECONNECT_MAX: Duration = Duration::from_secs(1);
+
+/// Told when the key it watches was changed by somebody else (or may have been: the
+/// notification connections were reopened).
+pub(crate) trait Watcher: Send + Sync {
+    fn changed(&self);
+}
+
+/// How this client learns that a lock it holds was changed by somebody else.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LossDetection {
+    /// Not known yet: no lock was held long enough to be watched.
+    NotStarted,
+    /// The server tells the client at once (client-side tracking): a lock changed by somebody
+    /// else is known lost within a round trip of the change.
+    Notified,
+    /// The server refuses tracking (or the connection cannot receive it: TLS, RESP3, Cluster,
+    /// an application's pool): a loss is found at the lock's next renewal (a third of its TTL)
+    /// or by [`check_held`](crate::LockGuard::check_held).
+    Renewal,
+}
+
+/// Where notification stands for one store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    NotStarted,
+    /// Listening (or reconnecting after a break: still the intent).
+    On,
+    Off,
+}
+
+/// The notification of one store (see the module's documentation).
+pub(crate) struct Notifier {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    /// What opens the two connections; `None` where they cannot be ours.
+    manager: Option<Manager>,
+    label: String,
+    requests: Arc<AtomicU64>,
+    phase: Mutex<Phase>,
+    /// Lock key → its watchers (lease id, lease).
+    watchers: Mutex<HashMap<String, Vec<(u64, Weak<dyn Watcher>)>>>,
+    /// The tracked connection, while the listener it redirects to is subscribed.
+    tracked: Mutex<Option<Conn>>,
+    /// The listener's id, which a reopened tracked connection redirects to (0: none).
+    listener: AtomicU64,
+    /// The client is gone: the listener stops.
+    closed: AtomicBool,
+}
+
+impl std::fmt::Debug for Notifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Notifier")
+            .field("phase", &*self.shared.phase.lock())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Notifier {
+    fn drop(&mut self) {
+        self.shared.closed.store(true, Ordering::Release);
+    }
+}
+
+impl Notifier {
+    /// `manager`: what opens this store's own connections, `None` where notification cannot
+    /// work (see the module's documentation).
+    pub(crate) fn new(manager: Option<Manager>, label: String, requests: Arc<AtomicU64>) -> Self {
+        let phase = if manager.is_some() {
+            Phase::NotStarted
+        } else {
+            Phase::Off
+        };
+        Notifier {
+            shared: Arc::new(Shared {
+                manager,
+                label,
+                requests,
+                phase: Mutex::new(phase),
+                watchers: Mutex::new(HashMap::new()),
+                tracked: Mutex::new(None),
+                listener: AtomicU64::new(0),
+                closed: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// What this store's notification is, for [`LossDetection`].
+    pub(crate) fn detection(&self) -> LossDetection {
+        match *self.shared.phase.lock() {
+            Phase::NotStarted if self.shared.manager.is_some() => LossDetection::NotStarted,
+            Phase::On => LossDetection::Notified,
+            _ => LossDetection::Renewal,
+        }
+    }
+
+    /// Registers `watcher` (id `id`) for `key`, starting the listener on first use. `false`
+    /// when notification is off for this store (nothing registered).
+    pub(crate) fn watch(&self, key: &str, id: u64, watcher: Weak<dyn Watcher>) -> bool {
+        if !self.start() {
+            return false;
+        }
+        let mut watchers = self.shared.watchers.lock();
+        let list = watchers.entry(key.to_owned()).or_default();
+        if !list.iter().any(|(i, _)| *i == id) {
+            list.push((id, watcher));
+        }
+        true
+    }
+
+    /// Forgets watcher `id` of `key` (a release, before it is sent; a loss).
+    pub(crate) fn unwatch(&self, key: &str, id: u64) {
+        let mut watchers = self.shared.watchers.lock();
+        if let Some(list) = watchers.get_mut(key) {
+            list.retain(|(i, _)| *i != id);
+            if list.is_empty() {
+                watchers.remove(key);
+            }
+        }
+    }
+
+    /// The tracked connection, if notification is on and it is open (opened again here after
+    /// a break, when the listener is up); `None` sends on a pooled connection instead.
+    pub(crate) fn tracked(&self) -> Option<MutexGuard<'_, Option<Conn>>> {
+        if *self.shared.phase.lock() != Phase::On {
+            return None;
+        }
+        let mut tracked = self.shared.tracked.lock();
+        if tracked.as_ref().is_some_and(|c| !c.is_open()) {
+            *tracked = None;
+        }
+        if tracked.is_none() {
+            let listener = self.shared.listener.load(Ordering::Acquire);
+            if listener == 0 {
+                return None;
+            }
+            match self.shared.open_tracked(listener) {
+                Ok(conn) => {
+                    *tracked = Some(conn);
+                    // Keys read on the connection that broke are no longer tracked: every
+                    // watcher reads its key again. (Not under `tracked`: they send on it.)
+                    drop(tracked);
+                    self.shared.tell_all();
+                    tracked = self.shared.tracked.lock();
+                    tracked.as_ref()?;
+                }
+                Err(_) => return None,
+            }
+        }
+        Some(tracked)
+    }
+
+    /// Counts a request sent on the tracked connection.
+    pub(crate) fn count(&self, n: usize) {
+        self.shared
+            .requests
+            .fetch_add(u64::try_from(n).unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+
+    /// Starts the listener on first use; `false` when notification is off.
+    fn start(&self) -> bool {
+        let mut phase = self.shared.phase.lock();
+        match *phase {
+            Phase::On => return true,
+            Phase::Off => return false,
+            Phase::NotStarted => {}
+        }
+        // The first connect is made here, so the caller learns at once whether the server
+        // allows tracking; the thread takes over from there.
+        let listener = match self.shared.connect() {
+            Ok(listener) => listener,
+            Err(Refusal::Refused(error)) => {
+                *phase = Phase::Off;
+                tracing::warn!(target: "redis_lock", server = %self.shared.label, %error,
+                    "the server refuses client-side tracking: a lock changed by somebody else \
+                     is noticed at its next renewal, not at once");
+                return false;
+            }
+            // Unreachable now: the watchdog's renewal finds out what that means for the lock;
+            // the next lock asks again.
+            Err(Refusal::Down(_)) => return false,
+        };
+        let shared = Arc::clone(&self.shared);
+        let spawned = std::thread::Builder::new()
+            .name("redis-lock-notify".into())
+            .stack_size(128 * 1024)
+            .spawn(move || shared.listen(listener));
+        match spawned {
+            Ok(_) => {
+                *phase = Phase::On;
+                true
+            }
+            Err(error) => {
+                tracing::warn!(target: "redis_lock", %error, "starting the notification thread failed");
+                false
+            }
+        }
+    }
+}
+
+/// Why the connections could not be set up.
+enum Refusal {
+    /// The server answered with an error: it will not track for us.
+    Refused(redis::RedisError),
+    /// It could not be reached (or the connection broke): try again later.
+    Down(redis::RedisError),
+}
+
+impl Shared {
+    /// Opens the listener (subscribed) and the tracked connection redirecting to it.
+    fn connect(&self) -> Result<Conn, Refusal> {
+        let manager = self
+            .manager
+            .as_ref()
+            .ok_or_else(|| Refusal::Refused(unsupported()))?;
+        let mut listener = Conn::open_now(manager).map_err(Refusal::Down)?;
+        if !listener.is_plain() {
+            return Err(Refusal::Refused(unsupported()));
+        }
+        let id: i64 = server_answer(tracking::client_id().query(&mut listener))?;
+        self.requests.fetch_add(2, Ordering::Relaxed);
+        let confirmed: Value = server_answer(listener.req_command(&tracking::subscribe()))?;
+        if tracking::decode(&confirmed) != Message::Other {
+            return Err(Refusal::Down(unsupported()));
+        }
+        let id = u64::try_from(id).map_err(|_| Refusal::Refused(unsupported()))?;
+        self.listener.store(id, Ordering::Release);
+        let tracked = self.open_tracked(id)?;
+        *self.tracked.lock() = Some(tracked);
+        Ok(listener)
+    }
+
+    /// A tracked connection redirecting to listener `id`.
+    fn open_tracked(&self, id: u64) -> Result<Conn, Refusal> {
+        let manager = self
+            .manager
+            .as_ref()
+            .ok_or_else(|| Refusal::Refused(unsupported()))?;
+        let mut conn = Conn::open_now(manager).map_err(Refusal::Down)?;
+        let id = i64::try_from(id).map_err(|_| Refusal::Refused(unsupported()))?;
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        server_answer::<()>(tracking::track(id).query(&mut conn))?;
+        Ok(conn)
+    }
+
+    /// The listener's thread: hands invalidations to the watchers; reconnects after a break
+    /// and then tells every watcher to check; stops when the client is gone.
+    fn listen(self: Arc<Self>, mut listener: Conn) {
+        let mut backoff = RECONNECT_FIRST;
+        loop {
+            while !self.closed.load(Ordering::Acquire) {
+                match listener.receive(LISTEN_SLICE) {
+                    Ok(Some(message)) => self.dispatch(&tracking::decode(&message)),
+                    // A master that moved (a former epoch) counts as a break.
+                    Ok(None) if listener.is_open() => {}
+                    Ok(None) | Err(_) => break,
+                }
+            }
+            self.listener.store(0, Ordering::Release);
+            *self.tracked.lock() = None;
+            loop {
+                if self.closed.load(Ordering::Acquire) {
+                    return;
+                }
+                match self.connect() {
+                    Ok(again) => {
+                        listener = again;
+                        backoff = RECONNECT_FIRST;
+                        tracing::debug!(target: "redis_lock", server = %self.label, "loss notification reconnected");
+                        self.tell_all();
+                        break;
+                    }
+                    Err(Refusal::Refused(error)) => {
+                        *self.phase.lock() = Phase::Off;
+                        tracing::warn!(target: "redis_lock", server = %self.label, %error,
+                            "the server no longer allows client-side tracking: losses are \
+                             noticed at the next renewal");
+                        self.tell_all();
+                        return;
+                    }
+                    Err(Refusal::Down(error)) => {
+                        tracing::debug!(target: "redis_lock", server = %self.label, %error, "loss notification reconnecting");
+                        std::thread::sleep(backoff);
+                        backoff = (backoff * 2).min(RECONNECT_MAX);
+                    }
+                }
+            }
+        }
+    }
+
+    fn dispatch(&self, message: &Message) {
+        let told: Vec<Arc<dyn Watcher>> = {
+            let watchers = self.watchers.lock();
+            match message {
+                Message::Keys(keys) => keys
+                    .iter()
+                    .filter_map(|k| watchers.get(k))
+                    .flatten()
+                    .filter_map(|(_, w)| w.upgrade())
+                    .collect(),
+                Message::All => watchers
+                    .values()
+                    .flatten()
+                    .filter_map(|(_, w)| w.upgrade())
+                    .collect(),
+                Message::Other => Vec::new(),
+            }
+        };
+        for watcher in told {
+            watcher.changed();
+        }
+    }
+
+    /// Every watcher checks (the keys may have changed unannounced).
+    fn tell_all(&self) {
+        self.dispatch(&Message::All);
+    }
+}
+
+fn server_answer<T>(r: RedisResult<T>) -> Result<T, Refusal> {
+    r.map_err(|e| {
+        if crate::error::is_network_error(&e) {
+            Refusal::Down(e)
+        } else {
+            Refusal::Refused(e)
+        }
+    })
+}
+
+fn unsupported() -> redis::RedisError {
+    redis::RedisError::from((
+        redis::ErrorKind::Client,
+        "loss notification needs a plain (TCP or Unix, RESP2) connection of the client's own",
+    ))
+}

@@ -1,0 +1,245 @@
+//! Loss notification: a held lock changed by somebody else (`force_release`, `DEL`, a
+//! takeover, a release through a shared handle) is known lost at once, through Redis's
+//! client-side tracking, not at the next renewal; the lock's own renewals and release cost no
+//! check; a server or ACL that refuses tracking leaves renewal as the detector, and the client
+//! says so.
+//!
+//! Every lock here has the default 30 s TTL unless said otherwise: its first renewal is 10 s
+//! away, so a loss noticed within a second was notified, not found by the watchdog.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use redis_lock::{LockClient, LockGuard, LockOptions, LossDetection, LostReason};
+use redis_lock_tests::{
+    LOCK_ACL_COMMANDS, RedisServer, acl_url, acl_user, admin, client, client_for, redlock_client,
+    wait_until,
+};
+
+/// Far below the first renewal (10 s), far above a notification's round trips.
+const NOTICED: Duration = Duration::from_secs(1);
+
+/// A lock held by `locks`, with a callback that records when it was called, once it is
+/// watched (the client asks to be notified after the lock has been held 2 ms).
+fn watched(locks: &LockClient, name: &str) -> (LockGuard, Arc<AtomicU64>, Instant) {
+    let called = Arc::new(AtomicU64::new(0));
+    let epoch = Instant::now();
+    let on_lost = {
+        let called = Arc::clone(&called);
+        move |_: &redis_lock::LostEvent| {
+            let at = u64::try_from(epoch.elapsed().as_micros()).unwrap_or(u64::MAX);
+            called.store(at.max(1), Ordering::SeqCst);
+        }
+    };
+    let guard = locks
+        .acquire_with(name, &LockOptions::new().on_lost(on_lost))
+        .unwrap();
+    assert!(
+        wait_until(Duration::from_secs(2), || locks.loss_detection()
+            == LossDetection::Notified),
+        "{:?}",
+        locks.loss_detection()
+    );
+    (guard, called, epoch)
+}
+
+/// Waits (bounded) for `guard` to know its loss; returns how long that took after `changed`.
+fn noticed(guard: &LockGuard, changed: Instant) -> Duration {
+    assert!(
+        wait_until(NOTICED, || guard.is_lost()),
+        "still believed held {:?} after the change",
+        changed.elapsed()
+    );
+    changed.elapsed()
+}
+
+fn reason(guard: &LockGuard) -> LostReason {
+    match guard.ensure_held() {
+        Err(redis_lock::Error::Lost { reason, .. }) => reason,
+        other => panic!("not lost: {other:?}"),
+    }
+}
+
+#[test]
+fn force_release_is_known_at_once_with_on_lost_called() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let (guard, called, epoch) = watched(&locks, "n-force");
+    // Watched: wait past the first check so the change below is announced, not found by it.
+    std::thread::sleep(Duration::from_millis(20));
+    let changed = Instant::now();
+    client(&server).force_release("n-force").unwrap();
+    let took = noticed(&guard, changed);
+    assert_eq!(reason(&guard), LostReason::Deleted);
+    assert!(wait_until(NOTICED, || called.load(Ordering::SeqCst) > 0));
+    let at = Duration::from_micros(called.load(Ordering::SeqCst));
+    assert!(epoch + at >= changed, "on_lost before the change");
+    eprintln!("force_release noticed after {took:?}");
+}
+
+#[test]
+fn del_and_a_takeover_are_known_at_once_with_their_reasons() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let (deleted, _, _) = watched(&locks, "n-del");
+    let (taken, _, _) = watched(&locks, "n-taken");
+    std::thread::sleep(Duration::from_millis(20));
+
+    let changed = Instant::now();
+    admin(&server, &["DEL", "lock:{n-del}"]);
+    noticed(&deleted, changed);
+    assert_eq!(reason(&deleted), LostReason::Deleted);
+    assert!(
+        !taken.is_lost(),
+        "a change to another key is not this lock's"
+    );
+
+    // Somebody else's lock under the name (as after an expiry and a takeover).
+    let changed = Instant::now();
+    admin(
+        &server,
+        &[
+            "SET",
+            "lock:{n-taken}",
+            "intruder\nhost\n1\n0\n",
+            "PX",
+            "30000",
+        ],
+    );
+    noticed(&taken, changed);
+    assert_eq!(reason(&taken), LostReason::TakenOver);
+}
+
+#[test]
+fn a_release_through_a_shared_handle_is_known_to_the_other_holder_at_once() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let (guard, _, _) = watched(&locks, "n-shared");
+    std::thread::sleep(Duration::from_millis(20));
+    let elsewhere = client(&server);
+    let other = elsewhere.resume(&guard.handle()).unwrap();
+    let changed = Instant::now();
+    assert_eq!(
+        other.release().unwrap(),
+        redis_lock::ReleaseOutcome::Released
+    );
+    noticed(&guard, changed);
+}
+
+#[test]
+fn check_held_reports_a_loss_at_once_even_before_the_lock_is_watched() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let guard = locks.lock("n-check").unwrap();
+    client(&server).force_release("n-check").unwrap();
+    assert!(guard.check_held().is_err());
+    assert!(guard.is_lost());
+}
+
+#[test]
+fn own_renewals_and_release_cost_no_check() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    // The first release learns whether the server has a native compare-and-delete.
+    locks.lock("n-own-first").unwrap().release().unwrap();
+    let guard = locks
+        .acquire_with("n-own", &LockOptions::new().ttl(Duration::from_millis(300)))
+        .unwrap();
+    assert!(wait_until(Duration::from_secs(2), || locks
+        .loss_detection()
+        == LossDetection::Notified));
+    // After the first renewal, whose script the new server did not have yet.
+    std::thread::sleep(Duration::from_millis(150));
+    let before = locks.request_count();
+    // About 9 renewals (every 100 ms).
+    std::thread::sleep(Duration::from_millis(950));
+    let during = locks.request_count() - before;
+    assert!(!guard.is_lost());
+    assert!(
+        (7..=11).contains(&during),
+        "{during} requests in 950 ms of renewals every 100 ms: a renewal that came back as a \
+         change would add a check each"
+    );
+    let before = locks.request_count();
+    guard.release().unwrap();
+    // The release's own change is not taken for a loss: nothing follows it.
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(locks.request_count() - before, 1);
+}
+
+#[test]
+fn a_lock_given_back_within_two_milliseconds_sends_nothing_for_notification() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    // The first cycle opens a connection and learns what the server has.
+    locks.lock("n-short").unwrap().release().unwrap();
+    let before = locks.request_count();
+    for _ in 0..20 {
+        locks.lock("n-short").unwrap().release().unwrap();
+    }
+    assert_eq!(locks.request_count() - before, 40);
+    assert_eq!(locks.loss_detection(), LossDetection::NotStarted);
+}
+
+#[test]
+fn a_redlock_holder_knows_at_once_when_the_quorum_lost_its_lock() {
+    let servers = [
+        RedisServer::start(),
+        RedisServer::start(),
+        RedisServer::start(),
+    ];
+    let all: Vec<&RedisServer> = servers.iter().collect();
+    let locks = redlock_client(&all);
+    let (guard, _, _) = watched(&locks, "n-redlock");
+    std::thread::sleep(Duration::from_millis(20));
+    // One server's key gone: the majority still holds it.
+    admin(&servers[0], &["DEL", "lock:{n-redlock}"]);
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(!guard.is_lost(), "two of three servers still hold it");
+    // A second: lost.
+    let changed = Instant::now();
+    admin(&servers[1], &["DEL", "lock:{n-redlock}"]);
+    noticed(&guard, changed);
+}
+
+#[test]
+fn a_restarted_server_is_listened_to_again() {
+    let mut server = RedisServer::start();
+    let locks = client(&server);
+    let (guard, _, _) = watched(&locks, "n-restart");
+    server.restart();
+    // The restart lost the key (no persistence): the reconnected listener has every watcher
+    // check.
+    assert!(
+        wait_until(Duration::from_secs(3), || guard.is_lost()),
+        "a lock gone with a restart stays believed held"
+    );
+    // And a lock taken after the restart is watched again.
+    let (again, _, _) = watched(&locks, "n-restart-2");
+    std::thread::sleep(Duration::from_millis(20));
+    let changed = Instant::now();
+    admin(&server, &["DEL", "lock:{n-restart-2}"]);
+    noticed(&again, changed);
+}
+
+#[test]
+fn an_acl_without_tracking_leaves_renewal_as_the_detector_and_says_so() {
+    let server = RedisServer::start();
+    acl_user(&server, LOCK_ACL_COMMANDS);
+    let locks = client_for(&acl_url(&server));
+    let guard = locks
+        .acquire_with("n-acl", &LockOptions::new().ttl(Duration::from_millis(600)))
+        .unwrap();
+    assert!(
+        wait_until(Duration::from_secs(2), || locks.loss_detection()
+            == LossDetection::Renewal),
+        "{:?}",
+        locks.loss_detection()
+    );
+    // Locks still work, and the renewal (every 200 ms) finds the loss.
+    client(&server).force_release("n-acl").unwrap();
+    assert!(wait_until(Duration::from_secs(2), || guard.is_lost()));
+    let other = locks.try_lock("n-acl-2").unwrap().expect("free");
+    other.release().unwrap();
+}

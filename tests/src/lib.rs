@@ -154,7 +154,17 @@ pub fn acl_url(server: &RedisServer) -> String {
 /// without TTL) and an empty ACL log.
 pub fn acl_user(server: &RedisServer, commands: &[&str]) {
     admin(server, &["ACL", "DELUSER", "locker"]);
-    let plus: Vec<String> = commands.iter().map(|c| format!("+{c}")).collect();
+    // `&channel` items are channel permissions, the rest commands.
+    let plus: Vec<String> = commands
+        .iter()
+        .map(|c| {
+            if c.starts_with('&') {
+                (*c).to_owned()
+            } else {
+                format!("+{c}")
+            }
+        })
+        .collect();
     let mut args = vec![
         "ACL",
         "SETUSER",
@@ -396,4 +406,27 @@ pub const LOCK_ACL_COMMANDS: &[&str] = &[
     "zrange",
     "zrangebyscore",
     "zscore",
+    // Loss notification (client-side tracking): without these the library works, and finds a
+    // lock changed by somebody else at its next renewal.
+    "client|id",
+    "client|tracking",
+    "subscribe",
+    "&__redis__:invalidate",
 ];
+
+/// [`LOCK_ACL_COMMANDS`] without what loss notification needs.
+pub fn lock_acl_without_notification() -> Vec<&'static str> {
+    LOCK_ACL_COMMANDS
+        .iter()
+        .copied()
+        .filter(|c| {
+            ![
+                "client|id",
+                "client|tracking",
+                "subscribe",
+                "&__redis__:invalidate",
+            ]
+            .contains(c)
+        })
+        .collect()
+}

@@ -13,8 +13,7 @@ use std::time::{Duration, Instant};
 
 use redis_lock::{LockClient, LockGuard, LockOptions, LossDetection, LostReason};
 use redis_lock_tests::{
-    LOCK_ACL_COMMANDS, RedisServer, acl_url, acl_user, admin, client, client_for, redlock_client,
-    wait_until,
+    RedisServer, acl_url, acl_user, admin, client, client_for, redlock_client, wait_until,
 };
 
 /// Far below the first renewal (10 s), far above a notification's round trips.
@@ -226,7 +225,7 @@ fn a_restarted_server_is_listened_to_again() {
 #[test]
 fn an_acl_without_tracking_leaves_renewal_as_the_detector_and_says_so() {
     let server = RedisServer::start();
-    acl_user(&server, LOCK_ACL_COMMANDS);
+    acl_user(&server, &redis_lock_tests::lock_acl_without_notification());
     let locks = client_for(&acl_url(&server));
     let guard = locks
         .acquire_with("n-acl", &LockOptions::new().ttl(Duration::from_millis(600)))

@@ -139,22 +139,36 @@ use proc_macro::TokenStream;
 /// # A lock lost during the call
 ///
 /// A lock can be lost while the body runs (the process paused past the TTL, Redis lost the
-/// key, an operator broke it). The release at the end of the call tells (it finds the key
-/// expired or owned by someone else), as does the watchdog if it noticed earlier. Then:
+/// key, an operator broke it, another holder took it over). `Err(Error::Lost { .. })` from an
+/// annotated function means one thing: **the lock was not held for the whole call**, from the
+/// acquisition to the release. When the loss happened decides what the body could know:
+///
+/// - **Before or during the body**: a change to the key by anybody else reaches the guard
+///   within a round trip (Redis's client-side tracking; see `LockClient::loss_detection`),
+///   so `guard.ensure_held()` (free) or `guard.check_held()` (one round trip) in the body
+///   fails from then on. A body that checks before it commits returns that `Err(Lost)` itself
+///   and commits nothing. A body that does not check runs to its end, and the function then
+///   returns `Err(Lost)` in place of the body's `Ok`: the work may have overlapped with
+///   another holder.
+/// - **After the body** (between its end and the release): the release finds the key expired
+///   or owned by someone else and the function returns `Err(Lost)` in place of the body's
+///   `Ok`, although the body ran under the lock. (Only a pause past the TTL at that moment, or
+///   an operator's break, can do this.)
+///
+/// Then:
 ///
 /// - **`Result` functions**: the body's own `Err` wins; otherwise the function returns
-///   `Err(E::from(Error::Lost { .. }))` instead of the body's `Ok` value, so the caller
-///   knows the work may have overlapped with another holder.
+///   `Err(E::from(Error::Lost { .. }))` instead of the body's `Ok` value.
 /// - **`()` and `Option<T>` functions** (only with `on_busy = "skip"`): they cannot carry
 ///   the error, so it is logged at error level and the value is returned as is. Use
 ///   `Result<(), E>` to be told, or check `guard.check_held()` in the body.
 ///
 /// Finding out at the end costs no round trip: the check is the outcome of the release that
-/// ends every call anyway. But by then the body's side effects are done: an `Err(Lost)` from
-/// the release means "the work may have overlapped with another holder", not "nothing was
-/// committed". To commit only while the lock is held, ask Redis inside the body just before
-/// committing (`check_held`, one round trip; `ensure_held` is the free local check of what
-/// the watchdog last saw), and fence the write with the token:
+/// ends every call anyway. To commit only while the lock is held, check inside the body just
+/// before committing (`ensure_held`, the local state, milliseconds behind Redis where the
+/// server notifies; `check_held`, one round trip, where it does not or to be sure now), and
+/// fence the write with the token, which also covers a pause between the check and the
+/// write:
 ///
 /// ```no_run
 /// # use redis_lock::distributed_lock;

@@ -395,38 +395,20 @@ impl Lease {
     }
 
     /// One renewal by the watchdog (the claim, for a grant taken unclaimed). `true` when the
-    /// watchdog is done with this lease (lost).
-    ///
-    /// A renewal blocked on an unreachable server returns only after its connect and reply
-    /// timeouts, possibly long after the lock ran out; so when it could outlast the lock, the
-    /// housekeeping thread is asked to report the loss at the expiry itself (`RenewalFailed`:
-    /// the server could not be reached), unless the renewal got through first.
+    /// watchdog is done with this lease (lost). Bounded by the expiry (`bounded_by_expiry`).
     pub(crate) fn renew_now(self: &Arc<Self>) -> bool {
         let (ttl, unclaimed, expires_at) = {
             let st = self.state.lock();
             (st.ttl, st.unclaimed.clone(), st.expires_at)
         };
         let sent = Instant::now();
-        let deadline = (sent + self.inner.config.call_bound >= expires_at).then(|| {
-            let lease = Arc::downgrade(self);
-            self.inner
-                .timer
-                .execute_after(expires_at.saturating_duration_since(sent), move || {
-                    if let Some(lease) = lease.upgrade() {
-                        lease.ran_out(expires_at);
-                    }
-                })
-        });
-        let result = match unclaimed {
+        let result = self.bounded_by_expiry(expires_at, || match unclaimed {
             Some(meta) => self.claim(ttl, &meta),
             None => self
                 .inner
                 .deployment
                 .renew(&*self.primitive, &self.keys, &self.token, ttl),
-        };
-        if let Some(job) = deadline {
-            job.cancel();
-        }
+        });
         let mut st = self.state.lock();
         if st.stopped() {
             return st.lost.is_some();
@@ -464,7 +446,7 @@ impl Lease {
     /// ours. `true` when the watchdog is done with this lease (lost). A failed check changes
     /// nothing: the renewals go on and find out what the failure means.
     pub(crate) fn check_now(self: &Arc<Self>) -> bool {
-        {
+        let expires_at = {
             let mut st = self.state.lock();
             st.check = false;
             st.watch_at = None;
@@ -472,15 +454,18 @@ impl Lease {
                 return st.lost.is_some();
             }
             st.watched = true;
-        }
+            st.expires_at
+        };
         let watcher: Weak<dyn Watcher> = Arc::downgrade(self) as Weak<dyn Watcher>;
-        let checked = self.inner.deployment.watch(
-            &*self.primitive,
-            &self.keys,
-            &self.token,
-            self.id,
-            &watcher,
-        );
+        let checked = self.bounded_by_expiry(expires_at, || {
+            self.inner.deployment.watch(
+                &*self.primitive,
+                &self.keys,
+                &self.token,
+                self.id,
+                &watcher,
+            )
+        });
         let answer = match checked {
             None => {
                 // No server of this deployment notifies: the renewals are the detector.
@@ -530,6 +515,30 @@ impl Lease {
         if std::mem::take(&mut self.state.lock().watched) {
             self.inner.deployment.unwatch(&self.keys, self.id);
         }
+    }
+
+    /// Runs the watchdog's request `call` (a renewal, a check). One blocked on an unreachable
+    /// server returns only after its connect and reply timeouts, possibly long after the lock
+    /// ran out; so when it could outlast the lock (valid until `expires_at`), the housekeeping
+    /// thread is asked to report the loss at the expiry itself (`RenewalFailed`: the server
+    /// could not be reached), unless a renewal got through first.
+    fn bounded_by_expiry<T>(self: &Arc<Self>, expires_at: Instant, call: impl FnOnce() -> T) -> T {
+        let sent = Instant::now();
+        let deadline = (sent + self.inner.config.call_bound >= expires_at).then(|| {
+            let lease = Arc::downgrade(self);
+            self.inner
+                .timer
+                .execute_after(expires_at.saturating_duration_since(sent), move || {
+                    if let Some(lease) = lease.upgrade() {
+                        lease.ran_out(expires_at);
+                    }
+                })
+        });
+        let result = call();
+        if let Some(job) = deadline {
+            job.cancel();
+        }
+        result
     }
 
     /// Called at `expired_at` while a renewal is still in flight: lost, unless the lease was
@@ -911,9 +920,32 @@ mod tests {
             release: Releasing::No,
             renew_until: None,
             unclaimed: None,
+            watch_at: None,
+            check: false,
+            watched: false,
+            check_failures: 0,
         };
         st.set(now, 300 * MS, now + 300 * MS);
         st
+    }
+
+    #[test]
+    fn a_lock_is_watched_after_two_milliseconds_and_checked_when_told() {
+        let t0 = Instant::now();
+        let mut st = state(t0);
+        st.watch_at = Some(t0 + WATCH_AFTER);
+        assert_eq!(st.next(t0), Next::Sleep(t0 + WATCH_AFTER), "wakes to watch");
+        assert_eq!(st.next(t0 + WATCH_AFTER), Next::Check);
+        st.watch_at = None;
+        assert_eq!(
+            st.next(t0 + 10 * MS),
+            Next::Sleep(t0 + 100 * MS),
+            "then renews"
+        );
+        st.check = true;
+        assert_eq!(st.next(t0 + 10 * MS), Next::Check, "an announced change");
+        st.release = Releasing::InFlight;
+        assert_eq!(st.next(t0 + 10 * MS), Next::Stopped, "not after a release");
     }
 
     #[test]

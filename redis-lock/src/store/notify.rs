@@ -67,10 +67,15 @@ pub enum LossDetection {
     Renewal,
 }
 
+/// One watcher of a key: its id (the lease's) and itself.
+type Watching = (u64, Weak<dyn Watcher>);
+
 /// Where notification stands for one store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
     NotStarted,
+    /// The thread is connecting for the first time.
+    Starting,
     /// Listening (or reconnecting after a break: still the intent).
     On,
     Off,
@@ -88,7 +93,7 @@ struct Shared {
     requests: Arc<AtomicU64>,
     phase: Mutex<Phase>,
     /// Lock key → its watchers (lease id, lease).
-    watchers: Mutex<HashMap<String, Vec<(u64, Weak<dyn Watcher>)>>>,
+    watchers: Mutex<HashMap<String, Vec<Watching>>>,
     /// The tracked connection, while the listener it redirects to is subscribed.
     tracked: Mutex<Option<Conn>>,
     /// The listener's id, which a reopened tracked connection redirects to (0: none).
@@ -137,7 +142,9 @@ impl Notifier {
     /// What this store's notification is, for [`LossDetection`].
     pub(crate) fn detection(&self) -> LossDetection {
         match *self.shared.phase.lock() {
-            Phase::NotStarted if self.shared.manager.is_some() => LossDetection::NotStarted,
+            Phase::NotStarted | Phase::Starting if self.shared.manager.is_some() => {
+                LossDetection::NotStarted
+            }
             Phase::On => LossDetection::Notified,
             _ => LossDetection::Renewal,
         }
@@ -206,37 +213,25 @@ impl Notifier {
             .fetch_add(u64::try_from(n).unwrap_or(u64::MAX), Ordering::Relaxed);
     }
 
-    /// Starts the listener on first use; `false` when notification is off.
+    /// Starts the listener's thread on first use; `false` when notification is off. The
+    /// thread connects: nobody waits for it (a server that does not answer would hold the
+    /// watchdog that asked for its connect timeout), and the watchers registered meanwhile
+    /// are told to check once it listens.
     fn start(&self) -> bool {
         let mut phase = self.shared.phase.lock();
         match *phase {
-            Phase::On => return true,
+            Phase::On | Phase::Starting => return true,
             Phase::Off => return false,
             Phase::NotStarted => {}
         }
-        // The first connect is made here, so the caller learns at once whether the server
-        // allows tracking; the thread takes over from there.
-        let listener = match self.shared.connect() {
-            Ok(listener) => listener,
-            Err(Refusal::Refused(error)) => {
-                *phase = Phase::Off;
-                tracing::warn!(target: "redis_lock", server = %self.shared.label, %error,
-                    "the server refuses client-side tracking: a lock changed by somebody else \
-                     is noticed at its next renewal, not at once");
-                return false;
-            }
-            // Unreachable now: the watchdog's renewal finds out what that means for the lock;
-            // the next lock asks again.
-            Err(Refusal::Down(_)) => return false,
-        };
         let shared = Arc::clone(&self.shared);
         let spawned = std::thread::Builder::new()
             .name("redis-lock-notify".into())
             .stack_size(128 * 1024)
-            .spawn(move || shared.listen(listener));
+            .spawn(move || shared.listen());
         match spawned {
             Ok(_) => {
-                *phase = Phase::On;
+                *phase = Phase::Starting;
                 true
             }
             Err(error) => {
@@ -292,11 +287,37 @@ impl Shared {
         Ok(conn)
     }
 
-    /// The listener's thread: hands invalidations to the watchers; reconnects after a break
-    /// and then tells every watcher to check; stops when the client is gone.
-    fn listen(self: Arc<Self>, mut listener: Conn) {
+    /// The listener's thread: connects (again after a break, then every watcher checks, since
+    /// changes meanwhile went unannounced), hands invalidations to the watchers, stops when
+    /// the client is gone or the server refuses.
+    fn listen(self: Arc<Self>) {
         let mut backoff = RECONNECT_FIRST;
         loop {
+            let mut listener = loop {
+                if self.closed.load(Ordering::Acquire) {
+                    return;
+                }
+                match self.connect() {
+                    Ok(listener) => break listener,
+                    Err(Refusal::Refused(error)) => {
+                        *self.phase.lock() = Phase::Off;
+                        self.watchers.lock().clear();
+                        tracing::warn!(target: "redis_lock", server = %self.label, %error,
+                            "the server refuses client-side tracking: a lock changed by \
+                             somebody else is noticed at its next renewal, not at once");
+                        return;
+                    }
+                    Err(Refusal::Down(error)) => {
+                        tracing::debug!(target: "redis_lock", server = %self.label, %error, "loss notification connecting");
+                        std::thread::sleep(backoff);
+                        backoff = (backoff * 2).min(RECONNECT_MAX);
+                    }
+                }
+            };
+            backoff = RECONNECT_FIRST;
+            *self.phase.lock() = Phase::On;
+            tracing::debug!(target: "redis_lock", server = %self.label, "loss notification listening");
+            self.tell_all();
             while !self.closed.load(Ordering::Acquire) {
                 match listener.receive(LISTEN_SLICE) {
                     Ok(Some(message)) => self.dispatch(&tracking::decode(&message)),
@@ -307,33 +328,6 @@ impl Shared {
             }
             self.listener.store(0, Ordering::Release);
             *self.tracked.lock() = None;
-            loop {
-                if self.closed.load(Ordering::Acquire) {
-                    return;
-                }
-                match self.connect() {
-                    Ok(again) => {
-                        listener = again;
-                        backoff = RECONNECT_FIRST;
-                        tracing::debug!(target: "redis_lock", server = %self.label, "loss notification reconnected");
-                        self.tell_all();
-                        break;
-                    }
-                    Err(Refusal::Refused(error)) => {
-                        *self.phase.lock() = Phase::Off;
-                        tracing::warn!(target: "redis_lock", server = %self.label, %error,
-                            "the server no longer allows client-side tracking: losses are \
-                             noticed at the next renewal");
-                        self.tell_all();
-                        return;
-                    }
-                    Err(Refusal::Down(error)) => {
-                        tracing::debug!(target: "redis_lock", server = %self.label, %error, "loss notification reconnecting");
-                        std::thread::sleep(backoff);
-                        backoff = (backoff * 2).min(RECONNECT_MAX);
-                    }
-                }
-            }
         }
     }
 

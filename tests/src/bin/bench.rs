@@ -7,8 +7,8 @@
 //! --workers N        contending workers (default 8)
 //! --hold-us US       how long each acquisition holds the lock (default 1000)
 //! --modes LIST       contended rows to run, of notify,fair,retry-10ms (default: all)
-//! --only LIST        sections to run, of uncontended,contended,held,takeover,deployments,
-//!                    failover,semaphore,rwlock (default: all)
+//! --only LIST        sections to run, of uncontended,contended,held,notice,takeover,
+//!                    deployments,failover,semaphore,rwlock (default: all)
 //! --json PATH        where to write the JSON report (default target/bench.json)
 //! ```
 //!
@@ -29,6 +29,8 @@ mod deployments;
 mod failover;
 #[path = "bench/held.rs"]
 mod held;
+#[path = "bench/notice.rs"]
+mod notice;
 #[path = "bench/report.rs"]
 mod report;
 #[path = "bench/rwlock.rs"]
@@ -46,10 +48,11 @@ use contended::Mode;
 use report::{Json, Table, f};
 
 /// The sections, in the order they run.
-const SECTIONS: [&str; 8] = [
+const SECTIONS: [&str; 9] = [
     "uncontended",
     "contended",
     "held",
+    "notice",
     "takeover",
     "deployments",
     "failover",
@@ -364,6 +367,16 @@ fn main() {
             println!("{line}");
         }
         report = report.with("held", held.json);
+    }
+
+    // Loss to notice: a held lock changed in Redis, and when its holder knows.
+    if run("notice") {
+        let (locks, changes) = if args.quick { (200, 50) } else { (1000, 300) };
+        let n = notice::run(&url, locks, changes);
+        for line in &n.lines {
+            println!("{line}");
+        }
+        report = report.with("notice", n.json);
     }
 
     // A waiter taking over an expired lock (a holder that stopped without releasing).

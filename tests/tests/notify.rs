@@ -242,3 +242,41 @@ fn an_acl_without_tracking_leaves_renewal_as_the_detector_and_says_so() {
     let other = locks.try_lock("n-acl-2").unwrap().expect("free");
     other.release().unwrap();
 }
+
+#[test]
+fn through_sentinel_the_new_master_is_listened_to_after_a_failover() {
+    let group = redis_lock::testing::SentinelGroup::start();
+    let locks = redis_lock_tests::sentinel_client(&group);
+    let kept = locks
+        .options("n-kept")
+        .replicas(1, Duration::from_secs(2))
+        .acquire()
+        .unwrap();
+    assert!(wait_until(Duration::from_secs(2), || locks.loss_detection()
+        == LossDetection::Notified));
+    let old = group.master_port();
+    let new = group.failover();
+    assert_ne!(new, old);
+    // Once the client has followed the failover, the lock (replicated) is still ours, and a
+    // change to it on the new master is announced.
+    assert!(
+        wait_until(Duration::from_secs(10), || kept.check_held().is_ok()),
+        "the replicated lock is held on the new master"
+    );
+    // Listening to the new master: its own check after the reconnect has read the key there.
+    std::thread::sleep(Duration::from_millis(500));
+    let changed = Instant::now();
+    admin(group.master(), &["DEL", "lock:{n-kept}"]);
+    noticed(&kept, changed);
+    assert_eq!(locks.loss_detection(), LossDetection::Notified);
+}
+
+#[test]
+fn a_cluster_client_says_renewal_is_its_detector() {
+    let cluster = redis_lock::testing::RedisCluster::start(3);
+    let locks = redis_lock_tests::cluster_client(&cluster);
+    let guard = locks.lock("n-cluster").unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(locks.loss_detection(), LossDetection::Renewal);
+    assert!(!guard.is_lost());
+}

@@ -723,6 +723,40 @@ fn kill_on_loss_terminates_the_command_with_the_documented_code() {
     assert!(!alive(pid), "the command still runs");
 }
 
+/// With the default 30 s TTL (first renewal 10 s away), a lock broken behind the tool's back
+/// stops its command within a second: the server announces the change (loss notification).
+#[test]
+fn kill_on_loss_stops_the_command_at_once_when_the_lock_is_broken() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let pid_file = server.dir().join("command.pid");
+    let script = format!("echo $$ > {}; exec sleep 60", path_arg(&pid_file));
+    let running = Running::start(
+        tool(&server)
+            .args(["run", "guarded", "--kill-on-loss", "--"])
+            .args(sh(&script)),
+    );
+    assert!(wait_until(QUICK, || pid_file.exists() && held(&locks, "guarded")));
+    let pid: libc::pid_t = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // Held long enough to be watched.
+    std::thread::sleep(Duration::from_millis(200));
+    let broken = std::time::Instant::now();
+    assert!(locks.force_release("guarded").unwrap().is_some());
+    assert!(
+        wait_until(Duration::from_secs(2), || !alive(pid)),
+        "the command still runs {:?} after its lock was broken",
+        broken.elapsed()
+    );
+    let took = broken.elapsed();
+    let done = running.finish(QUICK);
+    assert_eq!(done.code, LOST, "{done:?}");
+    assert!(took < Duration::from_secs(2), "{took:?}");
+}
+
 #[test]
 fn kill_on_loss_escalates_to_sigkill_after_the_grace_period() {
     let server = RedisServer::start();

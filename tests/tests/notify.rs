@@ -252,7 +252,8 @@ fn through_sentinel_the_new_master_is_listened_to_after_a_failover() {
         .replicas(1, Duration::from_secs(2))
         .acquire()
         .unwrap();
-    assert!(wait_until(Duration::from_secs(2), || locks.loss_detection()
+    assert!(wait_until(Duration::from_secs(2), || locks
+        .loss_detection()
         == LossDetection::Notified));
     let old = group.master_port();
     let new = group.failover();

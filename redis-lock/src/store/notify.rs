@@ -40,7 +40,7 @@ use crate::wire::tracking::{self, Message};
 
 /// How long the listener waits for a message before it looks whether its client is gone or
 /// its master moved.
-const LISTEN_SLICE: Duration = Duration::from_millis(250);
+const LISTEN_SLICE: Duration = Duration::from_millis(500);
 
 /// Waits between attempts to reconnect a broken listener (doubling up to the second).
 const RECONNECT_FIRST: Duration = Duration::from_millis(20);

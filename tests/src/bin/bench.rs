@@ -216,6 +216,14 @@ fn main() {
         let alternating = uncontended::against_raw_in(&url, short * 5, 9, |slice| {
             uncontended::cycles(&url, &client, true, slice)
         });
+        // What the watchdog costs a lock given back before it is needed: on against off, in
+        // alternating slices of their own.
+        let watchdog = uncontended::alternating(
+            short * 5,
+            9,
+            |slice| uncontended::cycles(&url, &client, false, slice),
+            |slice| uncontended::cycles(&url, &client, true, slice),
+        );
         drop(client);
         println!(
             "\nredis-lock's `metrics` feature: {}",
@@ -267,14 +275,20 @@ fn main() {
         }
         println!("\n{}", t.render());
         println!(
-            "{}\n{}",
+            "{}\n{}\n{}",
             alternating.line("lock + release (watchdog on)"),
-            alternating.cost_line("lock + release (watchdog on)")
+            alternating.cost_line("lock + release (watchdog on)"),
+            watchdog.line_against(
+                "lock + release (watchdog on)",
+                "the same cycle with the watchdog off",
+                "off"
+            )
         );
         report = report.with(
             "uncontended",
             Json::obj()
                 .with("alternating", alternating.json())
+                .with("watchdog_on_against_off", watchdog.json())
                 .with("rtt", uncontended::json(&rtt))
                 .with("raw_baseline", uncontended::json(&raw))
                 .with(

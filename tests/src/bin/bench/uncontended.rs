@@ -272,12 +272,22 @@ pub(crate) fn against_raw_in(
     url: &str,
     total: Duration,
     rounds: u32,
+    cycle: impl FnMut(Duration) -> Measured,
+) -> Alternating {
+    alternating(total, rounds, |slice| raw_baseline(url, slice), cycle)
+}
+
+/// `cycle` against `base` in `rounds` alternating slices (odd, so that one pair is the middle
+/// one); the ratios are the cycle's over the base's.
+pub(crate) fn alternating(
+    total: Duration,
+    rounds: u32,
+    mut base: impl FnMut(Duration) -> Measured,
     mut cycle: impl FnMut(Duration) -> Measured,
 ) -> Alternating {
     let slice = total / rounds;
-    let mut pairs: Vec<(Measured, Measured)> = (0..rounds)
-        .map(|_| (raw_baseline(url, slice), cycle(slice)))
-        .collect();
+    let mut pairs: Vec<(Measured, Measured)> =
+        (0..rounds).map(|_| (base(slice), cycle(slice))).collect();
     let mut by_rate: Vec<f64> = pairs
         .iter()
         .map(|(raw, c)| per_second(c) / per_second(raw))
@@ -317,10 +327,15 @@ impl Alternating {
     /// One line: `what` against the raw baseline, the medians with their ranges, the middle
     /// slice's figures.
     pub(crate) fn line(&self, what: &str) -> String {
+        self.line_against(what, "the raw SET NX PX + EVALSHA del baseline", "raw")
+    }
+
+    /// [`line`](Self::line) against another base, named `base` (and `short` in the figures).
+    pub(crate) fn line_against(&self, what: &str, base: &str, short: &str) -> String {
         use crate::report::f;
         format!(
-            "uncontended {what} against the raw SET NX PX + EVALSHA del baseline, {} alternating slices: \
-             cycles/s ratio median {} (min {}, max {}), p50 ratio median {} (min {}, max {}); middle slice: {} cycles/s, p50 {} us, p99 {} us; raw {} cycles/s, p50 {} us",
+            "uncontended {what} against {base}, {} alternating slices: \
+             cycles/s ratio median {} (min {}, max {}), p50 ratio median {} (min {}, max {}); middle slice: {} cycles/s, p50 {} us, p99 {} us; {short} {} cycles/s, p50 {} us",
             self.by_rate.len(),
             f(Self::median(&self.by_rate), 3),
             f(self.by_rate[0], 3),

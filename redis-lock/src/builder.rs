@@ -739,6 +739,14 @@ impl Builder {
                 .error_handler(Box::new(LogErrors))
         };
         let quorum = matches!(self.source, Source::Redlock(_));
+        // A Cluster's loss notification connects to each master like this first node.
+        #[cfg(feature = "cluster")]
+        let cluster_base = match &self.source {
+            Source::Cluster(urls) => urls
+                .first()
+                .and_then(|u| redis::IntoConnectionInfo::into_connection_info(u.as_str()).ok()),
+            _ => None,
+        };
         let mut external = match self.source {
             Source::Pool(pool, _) => Some(pool),
             _ => None,
@@ -769,8 +777,8 @@ impl Builder {
                 io_timeout: self.io_timeout,
             };
             let waiters = pool_builder(self.waiter_pool_size).build_unchecked(manager.clone());
-            // Loss notification needs connections of our own to the servers the locks are on:
-            // not an application's pool's, and not a Cluster's (one per node would be needed).
+            // Loss notification needs connections of our own to the servers the locks are on,
+            // not an application's pool's (a Cluster's are made per master, below).
             let notifying = (external.is_none() && !cluster).then(|| manager.clone());
             let pool = match external.take() {
                 Some(pool) => Pool::External(pool),
@@ -791,6 +799,11 @@ impl Builder {
             let store = match notifying {
                 Some(manager) => store.notifying(manager),
                 None => store,
+            };
+            #[cfg(feature = "cluster")]
+            let store = match (&cluster_base, cluster) {
+                (Some(base), true) => store.notifying_nodes(base.clone(), self.io_timeout),
+                _ => store,
             };
             stores.push(match sentinel {
                 Some(sentinel) => store.sentinel(sentinel, every),

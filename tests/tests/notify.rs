@@ -273,11 +273,55 @@ fn through_sentinel_the_new_master_is_listened_to_after_a_failover() {
 }
 
 #[test]
-fn a_cluster_client_says_renewal_is_its_detector() {
+fn on_a_cluster_each_master_announces_changes_to_its_keys() {
     let cluster = redis_lock::testing::RedisCluster::start(3);
     let locks = redis_lock_tests::cluster_client(&cluster);
-    let guard = locks.lock("n-cluster").unwrap();
-    std::thread::sleep(Duration::from_millis(20));
-    assert_eq!(locks.loss_detection(), LossDetection::Renewal);
+    // Names on different masters.
+    let mut names: Vec<String> = Vec::new();
+    let mut ports = std::collections::HashSet::new();
+    for i in 0..200 {
+        let name = format!("n-cluster-{i}");
+        let port = cluster.port_for_slot(cluster.keyslot(&format!("lock:{{{name}}}")));
+        if ports.insert(port) {
+            names.push(name);
+        }
+        if names.len() == 3 {
+            break;
+        }
+    }
+    assert_eq!(names.len(), 3, "three masters");
+    let held: Vec<_> = names.iter().map(|n| watched(&locks, n)).collect();
+    std::thread::sleep(Duration::from_millis(100));
+    for ((guard, _, _), name) in held.iter().zip(&names) {
+        let key = format!("lock:{{{name}}}");
+        let node = cluster.node_for_slot(cluster.keyslot(&key));
+        let changed = Instant::now();
+        admin(node, &["DEL", &key]);
+        noticed(guard, changed);
+        assert_eq!(reason(guard), LostReason::Deleted);
+    }
+}
+
+#[test]
+fn cluster_renewals_cost_no_check() {
+    let cluster = redis_lock::testing::RedisCluster::start(3);
+    let locks = redis_lock_tests::cluster_client(&cluster);
+    let guard = locks
+        .acquire_with(
+            "n-cluster-own",
+            &LockOptions::new().ttl(Duration::from_millis(300)),
+        )
+        .unwrap();
+    assert!(wait_until(Duration::from_secs(2), || locks
+        .loss_detection()
+        == LossDetection::Notified));
+    std::thread::sleep(Duration::from_millis(150));
+    let before = locks.request_count();
+    std::thread::sleep(Duration::from_millis(950));
+    let during = locks.request_count() - before;
     assert!(!guard.is_lost());
+    assert!(
+        (7..=11).contains(&during),
+        "{during} requests in 950 ms of renewals every 100 ms"
+    );
 }

@@ -187,7 +187,10 @@ impl Deployment {
     ) -> Option<Result<OwnedTtl>> {
         match self {
             Deployment::Single(store) => {
-                if !store.notify.watch(&keys.lock, id, Weak::clone(watcher)) {
+                let watching = store
+                    .notifier(&keys.lock)
+                    .is_some_and(|n| n.watch(&keys.lock, id, Weak::clone(watcher)));
+                if !watching {
                     return None;
                 }
                 Some(again_after_failover(store, || {
@@ -201,16 +204,23 @@ impl Deployment {
     /// Stops watching (before a release is sent, so its own change is not taken for a loss).
     pub(crate) fn unwatch(&self, keys: &LockKeys, id: u64) {
         for store in self.stores() {
-            store.notify.unwatch(&keys.lock, id);
+            for notifier in store.notifiers() {
+                notifier.unwatch(&keys.lock, id);
+            }
         }
     }
 
     /// How this deployment's losses are found: notified only when every store notifies.
     pub(crate) fn loss_detection(&self) -> LossDetection {
-        let all: Vec<LossDetection> = self.stores().iter().map(|s| s.notify.detection()).collect();
+        let all: Vec<LossDetection> = self
+            .stores()
+            .iter()
+            .flat_map(|s| s.notifiers())
+            .map(|n| n.detection())
+            .collect();
         if all.contains(&LossDetection::Renewal) {
             LossDetection::Renewal
-        } else if all.contains(&LossDetection::NotStarted) {
+        } else if all.is_empty() || all.contains(&LossDetection::NotStarted) {
             LossDetection::NotStarted
         } else {
             LossDetection::Notified
@@ -476,7 +486,7 @@ pub(super) fn renew_once(
     token: &str,
     ttl: Duration,
 ) -> Result<Renewal> {
-    combined_on(store, &|c| p.renew(c, keys, token, ttl))
+    combined_on(store, &keys.lock, &|c| p.renew(c, keys, token, ttl))
 }
 
 /// The owned-TTL check of a watched lock on the store's current master: sent as a renewal is
@@ -488,11 +498,30 @@ pub(super) fn check_once(
     keys: &LockKeys,
     token: &str,
 ) -> Result<OwnedTtl> {
-    combined_on(store, &|c| p.owned_ttl(c, keys, token))
+    combined_on(store, &keys.lock, &|c| p.owned_ttl(c, keys, token))
 }
 
-/// One typed call `call` sent combined with other threads' (`store/combine.rs`).
-fn combined_on<T>(store: &Store, call: &dyn Fn(&mut Con<'_>) -> Result<T>) -> Result<T> {
+/// One typed call `call` about `key` sent combined with other threads' (`store/combine.rs`);
+/// on a Cluster on the tracked connection of the key's master where it notifies (else, or
+/// when that fails, through the cluster's routing).
+fn combined_on<T>(store: &Store, key: &str, call: &dyn Fn(&mut Con<'_>) -> Result<T>) -> Result<T> {
+    if store.cluster {
+        match store
+            .notifier(key)
+            .and_then(|n| n.on_tracked(1, |conn| call(conn)))
+        {
+            Some(Ok(answer)) => return Ok(answer),
+            Some(Err(error)) => {
+                // A slot that moved (`MOVED`), or a broken connection: asked again through the
+                // cluster's routing (renewals and checks are safe to repeat).
+                store.slots_moved();
+                tracing::debug!(target: "redis_lock", %error, "a request on a master's tracked connection failed");
+            }
+            None => {}
+        }
+        let mut conn = store.conn()?;
+        return call(&mut conn);
+    }
     // Renewals of many held locks go out together (store/combine.rs). A request the typed
     // call cannot send alone, and Cluster (pipelines would have to be split by slot), take
     // the usual path.

@@ -113,15 +113,10 @@ impl Store {
         let unanswered = Unanswered(batch);
         // On the tracked connection where loss notification is on (`notify.rs`): its own
         // writes send no invalidation, and each renewal's read keeps its key tracked.
-        if let Some(mut tracked) = self.notify.tracked()
-            && let Some(conn) = tracked.as_mut()
+        if let Some(result) = self
+            .notify
+            .on_tracked(batch.len(), |conn| send(conn, batch))
         {
-            self.notify.count(batch.len());
-            let result = send(conn, batch);
-            if !conn.is_open() {
-                *tracked = None;
-            }
-            drop(tracked);
             answer(batch, result);
             std::mem::forget(unanswered);
             return;

@@ -72,7 +72,11 @@ pub(crate) struct Store {
     /// The watchdogs' renewals, sent together (see `combine.rs`).
     combiner: combine::Combiner,
     /// Loss notification (see `notify.rs`); the combiner sends on its tracked connection.
-    pub(crate) notify: notify::Notifier,
+    /// Not used on a Cluster, whose masters each have their own (`nodes`).
+    pub(crate) notify: Arc<notify::Notifier>,
+    /// A Cluster's loss notification, one per master.
+    #[cfg(feature = "cluster")]
+    nodes: Option<notify::Nodes>,
 }
 
 impl std::fmt::Debug for Store {
@@ -122,7 +126,13 @@ impl Store {
             label,
             timeouts,
             caps: wire::commands::Capabilities::default(),
-            notify: notify::Notifier::new(None, String::new(), Arc::clone(&requests)),
+            notify: Arc::new(notify::Notifier::new(
+                None,
+                String::new(),
+                Arc::clone(&requests),
+            )),
+            #[cfg(feature = "cluster")]
+            nodes: None,
             requests,
             timer,
             combiner: combine::Combiner::default(),
@@ -285,12 +295,61 @@ impl Store {
     /// Lets this store notify losses through connections `manager` opens (our own plain
     /// connections; not for a Cluster or an application's pool, whose connections are not).
     pub(crate) fn notifying(mut self, manager: Manager) -> Store {
-        self.notify = notify::Notifier::new(
+        self.notify = Arc::new(notify::Notifier::new(
             Some(manager),
             self.label.clone(),
             Arc::clone(&self.requests),
-        );
+        ));
         self
+    }
+
+    /// Lets a Cluster store notify losses through connections of its own to each master,
+    /// made like `base` (a node's URL) with the master's address.
+    #[cfg(feature = "cluster")]
+    pub(crate) fn notifying_nodes(
+        mut self,
+        base: redis::ConnectionInfo,
+        io_timeout: Duration,
+    ) -> Store {
+        self.nodes = Some(notify::Nodes::new(
+            base,
+            self.timeouts.connect,
+            io_timeout,
+            Arc::clone(&self.requests),
+        ));
+        self
+    }
+
+    /// The loss notification that serves `key`: the store's, or on a Cluster its master's.
+    pub(crate) fn notifier(&self, key: &str) -> Option<Arc<notify::Notifier>> {
+        if !self.cluster {
+            return Some(Arc::clone(&self.notify));
+        }
+        #[cfg(feature = "cluster")]
+        if let Some(nodes) = &self.nodes {
+            return nodes.notifier(wire::keys::slot_of(key), || {
+                let mut conn = self.conn().ok()?;
+                commands::cluster_slot_map(&mut conn).ok()
+            });
+        }
+        None
+    }
+
+    /// Every loss notification of this store (on a Cluster, each master's opened so far).
+    pub(crate) fn notifiers(&self) -> Vec<Arc<notify::Notifier>> {
+        #[cfg(feature = "cluster")]
+        if let Some(nodes) = &self.nodes {
+            return nodes.all();
+        }
+        vec![Arc::clone(&self.notify)]
+    }
+
+    /// A request on a Cluster master's tracked connection failed: the slot may have moved.
+    pub(crate) fn slots_moved(&self) {
+        #[cfg(feature = "cluster")]
+        if let Some(nodes) = &self.nodes {
+            nodes.forget_map();
+        }
     }
 
     /// Marks the store a sentinel-managed master, whose sentinels are asked every `every`.

@@ -206,6 +206,23 @@ impl Notifier {
         Some(tracked)
     }
 
+    /// Runs `f` with the tracked connection (see [`tracked`](Self::tracked)), counting `n`
+    /// requests; a connection that broke meanwhile is dropped. `None` when there is none.
+    pub(crate) fn on_tracked<T>(
+        &self,
+        n: usize,
+        f: impl FnOnce(&mut dyn ConnectionLike) -> T,
+    ) -> Option<T> {
+        let mut tracked = self.tracked()?;
+        let conn = tracked.as_mut()?;
+        self.count(n);
+        let answer = f(conn);
+        if !conn.is_open() {
+            *tracked = None;
+        }
+        Some(answer)
+    }
+
     /// Counts a request sent on the tracked connection.
     pub(crate) fn count(&self, n: usize) {
         self.shared
@@ -375,4 +392,102 @@ fn unsupported() -> redis::RedisError {
         redis::ErrorKind::Client,
         "loss notification needs a plain (TCP or Unix, RESP2) connection of the client's own",
     ))
+}
+
+/// Loss notification on a Redis Cluster: a [`Notifier`] per master (the listener and the
+/// tracked connection must be on the server that holds the key), opened when the first lock
+/// on it is watched; a key's master from the slot map (`CLUSTER SLOTS`), read again when a
+/// request on a tracked connection fails (a slot that moved answers `MOVED`).
+#[cfg(feature = "cluster")]
+pub(crate) struct Nodes {
+    /// A node's address, credentials and database: each master's connections are this with
+    /// the master's address.
+    base: redis::ConnectionInfo,
+    connect_timeout: Duration,
+    io_timeout: Duration,
+    requests: Arc<AtomicU64>,
+    /// `(first slot, last slot, host, port)` per range; empty until first needed.
+    map: Mutex<Vec<(u16, u16, String, u16)>>,
+    by_node: Mutex<HashMap<(String, u16), Arc<Notifier>>>,
+}
+
+#[cfg(feature = "cluster")]
+impl std::fmt::Debug for Nodes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Nodes")
+            .field("masters", &self.by_node.lock().len())
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(feature = "cluster")]
+impl Nodes {
+    pub(crate) fn new(
+        base: redis::ConnectionInfo,
+        connect_timeout: Duration,
+        io_timeout: Duration,
+        requests: Arc<AtomicU64>,
+    ) -> Nodes {
+        Nodes {
+            base,
+            connect_timeout,
+            io_timeout,
+            requests,
+            map: Mutex::new(Vec::new()),
+            by_node: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The notifier of the master serving `slot`; `read_map` reads the slot map when it is not
+    /// known yet. `None` when no master is known for the slot.
+    pub(crate) fn notifier(
+        &self,
+        slot: u16,
+        read_map: impl FnOnce() -> Option<Vec<(u16, u16, String, u16)>>,
+    ) -> Option<Arc<Notifier>> {
+        let node = {
+            let mut map = self.map.lock();
+            if map.is_empty() {
+                *map = read_map()?;
+            }
+            map.iter()
+                .find(|(first, last, _, _)| (*first..=*last).contains(&slot))
+                .map(|(_, _, host, port)| (host.clone(), *port))?
+        };
+        let mut by_node = self.by_node.lock();
+        let notifier = by_node.entry(node.clone()).or_insert_with(|| {
+            let (host, port) = node;
+            let manager = match self.base.addr() {
+                redis::ConnectionAddr::Tcp(..) => {
+                    let info = self
+                        .base
+                        .clone()
+                        .set_addr(redis::ConnectionAddr::Tcp(host.clone(), port));
+                    redis::Client::open(info).ok().map(|client| Manager {
+                        target: super::connection::Target::Server(client),
+                        connect_timeout: self.connect_timeout,
+                        io_timeout: self.io_timeout,
+                    })
+                }
+                // TLS: not a connection of ours (see the module's documentation).
+                _ => None,
+            };
+            Arc::new(Notifier::new(
+                manager,
+                format!("{host}:{port}"),
+                Arc::clone(&self.requests),
+            ))
+        });
+        Some(Arc::clone(notifier))
+    }
+
+    /// The slot map is read again at the next use (a slot moved).
+    pub(crate) fn forget_map(&self) {
+        self.map.lock().clear();
+    }
+
+    /// Every master's notifier opened so far.
+    pub(crate) fn all(&self) -> Vec<Arc<Notifier>> {
+        self.by_node.lock().values().cloned().collect()
+    }
 }

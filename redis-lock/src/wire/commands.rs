@@ -194,6 +194,37 @@ pub(crate) fn cluster_masters(con: &mut dyn ConnectionLike) -> RedisResult<Vec<(
     Ok(parse_cluster_masters(&ranges))
 }
 
+/// Which master serves which slots, from `CLUSTER SLOTS`: `(first, last, host, port)` per
+/// range.
+#[cfg(feature = "cluster")]
+pub(crate) fn cluster_slot_map(
+    con: &mut dyn ConnectionLike,
+) -> RedisResult<Vec<(u16, u16, String, u16)>> {
+    let ranges: Vec<redis::Value> = redis::cmd("CLUSTER").arg("SLOTS").query(con)?;
+    Ok(parse_slot_map(&ranges))
+}
+
+#[cfg(any(feature = "cluster", test))]
+fn parse_slot_map(ranges: &[redis::Value]) -> Vec<(u16, u16, String, u16)> {
+    use redis::Value;
+    let slot = |v: Option<&Value>| match v {
+        Some(Value::Int(n)) => u16::try_from(*n).ok(),
+        _ => None,
+    };
+    ranges
+        .iter()
+        .filter_map(|range| {
+            let Value::Array(parts) = range else {
+                return None;
+            };
+            let (first, last) = (slot(parts.first())?, slot(parts.get(1))?);
+            let master = parse_cluster_masters(std::slice::from_ref(range));
+            let (host, port) = master.into_iter().next()?;
+            Some((first, last, host, port))
+        })
+        .collect()
+}
+
 #[cfg(any(feature = "cluster", test))]
 fn parse_cluster_masters(ranges: &[redis::Value]) -> Vec<(String, u16)> {
     use redis::Value;
@@ -272,5 +303,9 @@ mod tests {
                 ("127.0.0.1".to_owned(), 7002)
             ]
         );
+        let map = parse_slot_map(&slots);
+        assert_eq!(map.len(), 4, "{map:?}");
+        assert_eq!(map[0], (0, 5460, "127.0.0.1".to_owned(), 7000));
+        assert_eq!(map[3], (16001, 16383, "127.0.0.1".to_owned(), 7000));
     }
 }

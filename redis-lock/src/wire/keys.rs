@@ -168,6 +168,35 @@ fn join(base: &str, parts: &[&str]) -> String {
     key
 }
 
+/// The Redis Cluster slot of `key`: CRC16 (XMODEM) of its hash tag (the text between the
+/// first `{` and the next `}`, when not empty), else of the whole key, modulo 16384. Every key
+/// of one lock has the lock's tag, so one slot.
+pub(crate) fn slot_of(key: &str) -> u16 {
+    let bytes = key.as_bytes();
+    let tagged = bytes.iter().position(|&b| b == b'{').and_then(|open| {
+        let rest = &bytes[open + 1..];
+        let close = rest.iter().position(|&b| b == b'}')?;
+        (close > 0).then(|| &rest[..close])
+    });
+    crc16(tagged.unwrap_or(bytes)) % 16384
+}
+
+/// CRC16-CCITT (XMODEM), the checksum Redis Cluster hashes keys with.
+fn crc16(bytes: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &b in bytes {
+        crc ^= u16::from(b) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}
+
 pub(crate) fn validate_name(name: &str) -> Result<()> {
     if name.is_empty() {
         return Err(Error::invalid("key", "the lock name is empty"));
@@ -245,6 +274,22 @@ fn escape_glob(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn slots_are_those_redis_cluster_computes() {
+        // Values from `CLUSTER KEYSLOT` (and the CRC16 check value of "123456789", 0x31C3).
+        assert_eq!(crc16(b"123456789"), 0x31C3);
+        assert_eq!(slot_of("foo"), 12182);
+        assert_eq!(slot_of("{user1000}.following"), slot_of("user1000"));
+        assert_eq!(slot_of("lock:{report}"), slot_of("lock:{report}:fence"));
+        assert_eq!(slot_of("{}empty"), slot_of("{}empty"));
+        assert_ne!(
+            slot_of("{}empty"),
+            slot_of("x{}empty"),
+            "an empty tag hashes the key"
+        );
+    }
+
     use super::*;
 
     #[test]

@@ -372,7 +372,9 @@ impl Quorum {
     ) -> Option<Result<OwnedTtl>> {
         let mut any = false;
         for store in self.stores() {
-            any |= store.notify.watch(&keys.lock, id, Weak::clone(watcher));
+            any |= store
+                .notifier(&keys.lock)
+                .is_some_and(|n| n.watch(&keys.lock, id, Weak::clone(watcher)));
         }
         if !any {
             return None;

@@ -332,6 +332,8 @@ impl Store {
                 commands::cluster_slot_map(&mut conn).ok()
             });
         }
+        #[cfg(not(feature = "cluster"))]
+        let _ = key;
         None
     }
 

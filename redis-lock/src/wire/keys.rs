@@ -171,6 +171,7 @@ fn join(base: &str, parts: &[&str]) -> String {
 /// The Redis Cluster slot of `key`: CRC16 (XMODEM) of its hash tag (the text between the
 /// first `{` and the next `}`, when not empty), else of the whole key, modulo 16384. Every key
 /// of one lock has the lock's tag, so one slot.
+#[cfg(any(feature = "cluster", test))]
 pub(crate) fn slot_of(key: &str) -> u16 {
     let bytes = key.as_bytes();
     let tagged = bytes.iter().position(|&b| b == b'{').and_then(|open| {
@@ -182,6 +183,7 @@ pub(crate) fn slot_of(key: &str) -> u16 {
 }
 
 /// CRC16-CCITT (XMODEM), the checksum Redis Cluster hashes keys with.
+#[cfg(any(feature = "cluster", test))]
 fn crc16(bytes: &[u8]) -> u16 {
     let mut crc: u16 = 0;
     for &b in bytes {

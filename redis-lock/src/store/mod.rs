@@ -75,8 +75,9 @@ pub(crate) struct Store {
     /// Not used on a Cluster, whose masters each have their own (`nodes`).
     pub(crate) notify: Arc<notify::Notifier>,
     /// A Cluster's loss notification, one per master.
+    /// (Boxed: the settings it keeps are large, and most stores are not a Cluster.)
     #[cfg(feature = "cluster")]
-    nodes: Option<notify::Nodes>,
+    nodes: Option<Box<notify::Nodes>>,
 }
 
 impl std::fmt::Debug for Store {
@@ -311,12 +312,12 @@ impl Store {
         base: redis::ConnectionInfo,
         io_timeout: Duration,
     ) -> Store {
-        self.nodes = Some(notify::Nodes::new(
+        self.nodes = Some(Box::new(notify::Nodes::new(
             base,
             self.timeouts.connect,
             io_timeout,
             Arc::clone(&self.requests),
-        ));
+        )));
         self
     }
 

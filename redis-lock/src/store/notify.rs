@@ -23,7 +23,7 @@
 //! a former epoch counts as broken), both are opened again and every watcher is told to check
 //! (the keys are no longer tracked, and whatever happened meanwhile was not announced). Where
 //! the server refuses tracking (an ACL without `CLIENT` or `SUBSCRIBE`, a server without
-//! tracking), or the connection is not one of ours (TLS, RESP3, Cluster, an application's pool),
+//! tracking), or the connection is not one of ours (TLS, RESP3, an application's pool),
 //! notification is off for this store: the watchdog's renewals stay the only detector, and the
 //! client says so once (an event, and [`LossDetection`]).
 
@@ -61,7 +61,7 @@ pub enum LossDetection {
     /// The server tells the client at once (client-side tracking): a lock changed by somebody
     /// else is known lost within a round trip of the change.
     Notified,
-    /// The server refuses tracking (or the connection cannot receive it: TLS, RESP3, Cluster,
+    /// The server refuses tracking (or the connection cannot receive it: TLS, RESP3,
     /// an application's pool): a loss is found at the lock's next renewal (a third of its TTL)
     /// or by [`check_held`](crate::LockGuard::check_held).
     Renewal,

@@ -15,8 +15,12 @@ use crate::options::MAX_TTL;
 use crate::wire::keys::{MAX_KEY_LEN, MAX_NAMESPACE_LEN};
 use crate::wire::token::is_token;
 
-/// What starts the text form (`to_string_secret`), with its version.
-const TEXT_PREFIX: &str = "redis-lock-handle:v1:";
+/// What starts the text form (`to_string_secret`), with its version: v2 carries the kind
+/// and whether the handle is resumed once.
+const TEXT_PREFIX: &str = "redis-lock-handle:v2:";
+
+/// The text form before handles said whether they are resumed once: read as shared handles.
+const TEXT_PREFIX_V1: &str = "redis-lock-handle:v1:";
 
 /// A held lock as a value: its name and namespace, the owner token, the fencing token, the
 /// TTL it is renewed to and when it expires unless renewed. Made by
@@ -56,6 +60,11 @@ pub struct LeaseHandle {
     /// all mutexes.
     #[cfg_attr(feature = "serde", serde(default = "Kind::unnamed"))]
     kind: Kind,
+    /// Given up by `into_handle`: resumed at most once (the resume moves the lock to a new
+    /// owner token). `false` for a shared handle (`handle`) and for handles made before
+    /// handles said so.
+    #[cfg_attr(feature = "serde", serde(default))]
+    once: bool,
 }
 
 impl std::fmt::Debug for LeaseHandle {
@@ -65,6 +74,7 @@ impl std::fmt::Debug for LeaseHandle {
             .field("name", &self.name)
             .field("namespace", &self.namespace)
             .field("kind", &self.kind.word())
+            .field("shared", &!self.once)
             .field("fencing_token", &self.fencing_token)
             .field("ttl", &self.ttl())
             .finish_non_exhaustive()
@@ -178,11 +188,31 @@ impl LeaseHandle {
         self.kind.word()
     }
 
+    /// Whether this handle shares its lease with the guard that made it
+    /// ([`LockGuard::handle`]): resumed any number of times, each resumed guard and the
+    /// guard that made it hold the lock under one owner token. `false` for a handle given up
+    /// by [`LockGuard::into_handle`], which is resumed at most once.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redis_lock::Result<()> {
+    /// # let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+    /// let guard = locks.lock("report")?;
+    /// assert!(guard.handle().is_shared());
+    /// assert!(!guard.into_handle().is_shared());
+    /// # Ok(()) }
+    /// ```
+    pub fn is_shared(&self) -> bool {
+        !self.once
+    }
+
     /// The handle as one line of text, owner token included, for an environment variable or
-    /// a pipe: `redis-lock-handle:v1:` then hex-encoded namespace and name, token, fencing
-    /// token, TTL and expiry, and for anything but a mutex its [`kind`](Self::kind) (a
-    /// mutex's handle reads as it did before handles had kinds). [`FromStr`] reads it back.
-    /// **A secret**: whoever has it owns the lock.
+    /// a pipe: `redis-lock-handle:v2:` then hex-encoded namespace and name, token, fencing
+    /// token, TTL, expiry, its [`kind`](Self::kind) and `once` or `shared`
+    /// ([`is_shared`](Self::is_shared)). [`FromStr`] reads it back, and reads the `v1:` form of
+    /// earlier versions too (as a shared handle: those versions resumed every handle that
+    /// way). **A secret**: whoever has it owns the lock.
     ///
     /// # Examples
     ///
@@ -197,20 +227,17 @@ impl LeaseHandle {
     /// ```
     #[must_use]
     pub fn to_string_secret(&self) -> String {
-        let mut text = format!(
-            "{TEXT_PREFIX}{}:{}:{}:{}:{}:{}",
+        format!(
+            "{TEXT_PREFIX}{}:{}:{}:{}:{}:{}:{}:{}",
             hex(self.namespace.as_bytes()),
             hex(self.name.as_bytes()),
             self.token,
             self.fencing_token,
             self.ttl_ms,
-            self.expires_unix_ms
-        );
-        if self.kind != Kind::unnamed() {
-            text.push(':');
-            text.push_str(self.kind.word());
-        }
-        text
+            self.expires_unix_ms,
+            self.kind.word(),
+            if self.once { "once" } else { "shared" },
+        )
     }
 
     pub(crate) fn token(&self) -> &str {
@@ -239,7 +266,8 @@ impl LeaseHandle {
 impl FromStr for LeaseHandle {
     type Err = Error;
 
-    /// Reads the text form made by [`LeaseHandle::to_string_secret`].
+    /// Reads the text form made by [`LeaseHandle::to_string_secret`] (and the `v1:` form of
+    /// earlier versions, as a shared handle).
     ///
     /// # Errors
     ///
@@ -247,13 +275,30 @@ impl FromStr for LeaseHandle {
     /// handle; the message never repeats the text.
     fn from_str(s: &str) -> Result<LeaseHandle> {
         let malformed = || Error::invalid("handle", "not a lease handle of this version");
-        let rest = s.trim().strip_prefix(TEXT_PREFIX).ok_or_else(malformed)?;
-        let parts: Vec<&str> = rest.split(':').collect();
-        let (kind, parts) = match parts[..] {
-            [.., kind] if parts.len() == 7 => (Kind::from_word(kind), &parts[..6]),
-            _ => (Some(Kind::unnamed()), &parts[..]),
+        let s = s.trim();
+        let (rest, v1) = match s.strip_prefix(TEXT_PREFIX) {
+            Some(rest) => (rest, false),
+            None => (s.strip_prefix(TEXT_PREFIX_V1).ok_or_else(malformed)?, true),
         };
-        let (Some(kind), &[namespace, name, token, fence, ttl, expires]) = (kind, parts) else {
+        let parts: Vec<&str> = rest.split(':').collect();
+        let (kind, once, parts) = match parts[..] {
+            // v1: a mutex's handle had no kind; nothing said "once".
+            [.., kind] if v1 && parts.len() == 7 => (Kind::from_word(kind), Some(false), &parts[..6]),
+            _ if v1 => (Some(Kind::unnamed()), Some(false), &parts[..]),
+            [.., kind, once] if parts.len() == 8 => (
+                Kind::from_word(kind),
+                match once {
+                    "once" => Some(true),
+                    "shared" => Some(false),
+                    _ => None,
+                },
+                &parts[..6],
+            ),
+            _ => (None, None, &parts[..]),
+        };
+        let (Some(kind), Some(once), &[namespace, name, token, fence, ttl, expires]) =
+            (kind, once, parts)
+        else {
             return Err(malformed());
         };
         let text = |h: &str| unhex(h).and_then(|b| String::from_utf8(b).ok());
@@ -265,6 +310,7 @@ impl FromStr for LeaseHandle {
             ttl_ms: ttl.parse().map_err(|_| malformed())?,
             expires_unix_ms: expires.parse().map_err(|_| malformed())?,
             kind,
+            once,
         };
         handle.validate()?;
         Ok(handle)
@@ -286,11 +332,16 @@ fn unhex(s: &str) -> Option<Vec<u8>> {
 }
 
 impl LockGuard {
-    /// This lock as a [`LeaseHandle`], to pass to another thread or process
-    /// ([`LockClient::resume`]). The guard stays the owner too: both can extend and release
-    /// (whichever releases first frees the lock; the other then finds it lost). To hand the
-    /// lock over instead, use [`into_handle`](Self::into_handle). The handle carries the owner
-    /// token: whoever has it owns the lock.
+    /// This lock as a shared [`LeaseHandle`], to pass to another thread or process
+    /// ([`LockClient::resume`]). A shared handle shares this guard's lease by design: the
+    /// guard stays the owner, and every guard resumed from the handle (it may be resumed any
+    /// number of times) holds the lock under the same owner token, so each can extend and
+    /// release it. Whichever releases first frees the lock for everyone; the others find it
+    /// lost at their next renewal (within a third of the TTL, through `on_lost`), `extend`,
+    /// `remaining_ttl` or release (`Late`, or `Lost` once somebody else took it), and
+    /// [`ensure_held`](Self::ensure_held) says so from then on. To hand the lock over to
+    /// exactly one new owner instead, use [`into_handle`](Self::into_handle). The handle
+    /// carries the owner token: whoever has it owns the lock.
     ///
     /// # Examples
     ///
@@ -318,6 +369,7 @@ impl LockGuard {
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
             kind: lease.kind(),
+            once: false,
         }
     }
 
@@ -326,6 +378,12 @@ impl LockGuard {
     /// resumes it ([`LockClient::resume`]) and releases it, or it expires with its TTL (as
     /// of [`LeaseHandle::expires_at`]). Reentrant guards of the same acquisition still alive
     /// report [`ReleaseOutcome::HandedOff`](crate::ReleaseOutcome::HandedOff) when released.
+    ///
+    /// The handle is **resumed at most once**, in any process: [`LockClient::resume`] moves
+    /// the lock to a new owner token in Redis (one atomic script: compare the handle's token,
+    /// replace it; the fencing token, TTL and holder information stay), so a second resume of
+    /// the same handle fails with [`Error::HandleSpent`] and two resumed guards never both
+    /// count as holding it. Under Redlock the move needs a majority of the servers.
     ///
     /// # Examples
     ///
@@ -340,7 +398,10 @@ impl LockGuard {
     /// ```
     #[must_use = "the handle is the only way left to release the lock before it expires"]
     pub fn into_handle(mut self) -> LeaseHandle {
-        let handle = self.handle();
+        let handle = LeaseHandle {
+            once: true,
+            ..self.handle()
+        };
         self.live = false;
         // This guard's hold goes with it; the lease is handed off for every sibling too.
         self.lease.drop_hold();
@@ -355,13 +416,19 @@ impl LockClient {
     /// the handle's TTL while the guard lives (see [`resume_with`](Self::resume_with) to
     /// turn that off); dropping it releases the lock. Checks with Redis first that the
     /// handle's owner token still owns the lock and its fencing token is the lock's (two
-    /// reads; nothing is written).
+    /// reads). A shared handle ([`LockGuard::handle`]) writes nothing: the resumed guard holds
+    /// the lock under the handle's owner token, beside the guard that made it. A handle given
+    /// up by [`LockGuard::into_handle`] is resumed at most once: the lock then moves to a new
+    /// owner token (one more round trip, one atomic script), which only the resumed guard
+    /// has.
     ///
     /// # Errors
     ///
     /// [`Error::InvalidInput`] (`what`: `"handle"`) for a handle made under another namespace,
-    /// a malformed or altered one (owner token, fencing token); [`Error::Lost`] when the lock
-    /// expired or has another owner now; Redis and pool errors.
+    /// a malformed or altered one (owner token, fencing token); for a handle given up by
+    /// `into_handle`, [`Error::HandleSpent`] when its token holds the lock no longer (it was
+    /// resumed already, or the lock expired or was released); for a shared handle,
+    /// [`Error::Lost`] when the lock expired or has another owner now; Redis and pool errors.
     ///
     /// # Examples
     ///
@@ -420,6 +487,7 @@ impl LockClient {
                 fence: handle.fencing_token,
                 ttl: handle.ttl(),
                 watchdog,
+                once: handle.once,
             },
         )?;
         Ok(LockGuard::new(lease))
@@ -439,32 +507,50 @@ mod tests {
             ttl_ms: 30_000,
             expires_unix_ms: 1_700_000_000_000,
             kind: Kind::Mutex,
+            once: true,
         }
     }
 
     #[test]
-    fn every_kind_reads_back_and_a_mutex_handle_reads_as_before_kinds() {
-        let mutex = handle().to_string_secret();
-        // Six fields after the prefix, as written before handles had kinds.
-        assert_eq!(
-            mutex.strip_prefix(TEXT_PREFIX).unwrap().split(':').count(),
-            6
-        );
-        for &kind in Kind::ALL {
-            let h = LeaseHandle { kind, ..handle() };
-            let back: LeaseHandle = h.to_string_secret().parse().unwrap();
-            assert_eq!(back, h);
-            assert_eq!(back.kind(), kind.word());
-            assert!(format!("{h:?}").contains(kind.word()));
-        }
-        for bad in ["mutex", "upgrade", ""] {
-            // A seventh field that is not one of the other kinds (a mutex has none).
-            let text = format!("{mutex}:{bad}");
-            if bad == "mutex" {
-                assert!(text.parse::<LeaseHandle>().is_ok());
-            } else {
-                assert!(text.parse::<LeaseHandle>().is_err(), "{text}");
+    fn every_kind_reads_back_and_v1_handles_read_as_shared() {
+        for once in [true, false] {
+            for &kind in Kind::ALL {
+                let h = LeaseHandle {
+                    kind,
+                    once,
+                    ..handle()
+                };
+                let text = h.to_string_secret();
+                assert_eq!(text.strip_prefix(TEXT_PREFIX).unwrap().split(':').count(), 8);
+                let back: LeaseHandle = text.parse().unwrap();
+                assert_eq!(back, h);
+                assert_eq!(back.kind(), kind.word());
+                assert_eq!(back.is_shared(), !once);
+                assert!(format!("{h:?}").contains(kind.word()));
             }
+        }
+        // The v1 form: six fields for a mutex, a seventh with any other kind; shared.
+        let v1 = format!(
+            "{TEXT_PREFIX_V1}{}:{}:{}:42:30000:1700000000000",
+            hex(b"app:"),
+            hex(b"a:b {c} d"),
+            handle().token
+        );
+        let back: LeaseHandle = v1.parse().unwrap();
+        assert_eq!(back, LeaseHandle { once: false, ..handle() });
+        let read: LeaseHandle = format!("{v1}:read").parse().unwrap();
+        assert_eq!((read.kind(), read.is_shared()), ("read", true));
+        for bad in ["upgrade", "", "once"] {
+            let text = format!("{v1}:{bad}");
+            assert!(text.parse::<LeaseHandle>().is_err(), "{text}");
+        }
+        let good = handle().to_string_secret();
+        for bad in [
+            good.replace(":once", ":twice"),
+            good.replace(":once", ""),
+            good.replace(":mutex:", ":upgrade:"),
+        ] {
+            assert!(bad.parse::<LeaseHandle>().is_err(), "{bad}");
         }
     }
 
@@ -487,7 +573,7 @@ mod tests {
         let cases = [
             String::new(),
             "garbage".to_owned(),
-            good.replacen("v1", "v2", 1),
+            good.replacen("v2", "v3", 1),
             good.replace(&handle().token, "0123456789ABCDEF0123456789ABCDEF"),
             good.replace(&handle().token, "0123"),
             format!("{good}:1"),

@@ -283,7 +283,9 @@ impl FromStr for LeaseHandle {
         let parts: Vec<&str> = rest.split(':').collect();
         let (kind, once, parts) = match parts[..] {
             // v1: a mutex's handle had no kind; nothing said "once".
-            [.., kind] if v1 && parts.len() == 7 => (Kind::from_word(kind), Some(false), &parts[..6]),
+            [.., kind] if v1 && parts.len() == 7 => {
+                (Kind::from_word(kind), Some(false), &parts[..6])
+            }
             _ if v1 => (Some(Kind::unnamed()), Some(false), &parts[..]),
             [.., kind, once] if parts.len() == 8 => (
                 Kind::from_word(kind),
@@ -521,7 +523,10 @@ mod tests {
                     ..handle()
                 };
                 let text = h.to_string_secret();
-                assert_eq!(text.strip_prefix(TEXT_PREFIX).unwrap().split(':').count(), 8);
+                assert_eq!(
+                    text.strip_prefix(TEXT_PREFIX).unwrap().split(':').count(),
+                    8
+                );
                 let back: LeaseHandle = text.parse().unwrap();
                 assert_eq!(back, h);
                 assert_eq!(back.kind(), kind.word());
@@ -537,7 +542,13 @@ mod tests {
             handle().token
         );
         let back: LeaseHandle = v1.parse().unwrap();
-        assert_eq!(back, LeaseHandle { once: false, ..handle() });
+        assert_eq!(
+            back,
+            LeaseHandle {
+                once: false,
+                ..handle()
+            }
+        );
         let read: LeaseHandle = format!("{v1}:read").parse().unwrap();
         assert_eq!((read.kind(), read.is_shared()), ("read", true));
         for bad in ["upgrade", "", "once"] {

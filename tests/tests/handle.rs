@@ -117,7 +117,10 @@ fn a_handle_given_up_is_resumed_once_across_processes() {
             .iter()
             .filter(|r| r.starts_with("RESUME ok"))
             .count();
-        assert_eq!(ok, 1, "round {round}: exactly one resume succeeds: {ra} / {rb}");
+        assert_eq!(
+            ok, 1,
+            "round {round}: exactly one resume succeeds: {ra} / {rb}"
+        );
         let (mut winner, lost) = if ra.starts_with("RESUME ok") {
             (a, rb)
         } else {
@@ -130,10 +133,16 @@ fn a_handle_given_up_is_resumed_once_across_processes() {
             Some("HELD")
         );
         let now = stored_token(&mut redis, &format!("lock:{{{name}}}"));
-        assert!(now.is_some_and(|t| t != token), "moved to the winner's own token");
+        assert!(
+            now.is_some_and(|t| t != token),
+            "moved to the winner's own token"
+        );
         // The third party is kept out until the winner releases.
         std::thread::sleep(Duration::from_millis(100));
-        assert!(!third.is_finished(), "round {round}: the third party got in");
+        assert!(
+            !third.is_finished(),
+            "round {round}: the third party got in"
+        );
         let released_at = Instant::now();
         winner.send("release");
         assert_eq!(
@@ -349,7 +358,10 @@ fn handles_of_permits_and_read_write_locks_resume_as_what_they_hold() {
         resumed.ensure_held().unwrap();
         // Resumed once: the lock moved to the resumed guard's own token.
         let again = locks.resume(&back).unwrap_err();
-        assert!(matches!(again, Error::HandleSpent { .. }), "{kind}: {again:?}");
+        assert!(
+            matches!(again, Error::HandleSpent { .. }),
+            "{kind}: {again:?}"
+        );
         resumed.ensure_held().unwrap();
         resumed.extend(Duration::from_secs(30)).unwrap();
         assert!(resumed.remaining_ttl().unwrap().unwrap() > Duration::from_secs(20));

@@ -145,8 +145,8 @@ mod leave;
 mod owned_ttl;
 mod release;
 mod renew;
-mod transfer;
 mod set_limit;
+mod transfer;
 
 pub(crate) use acquire::acquire;
 pub(crate) use claim::claim;
@@ -156,8 +156,8 @@ pub(crate) use leave::leave;
 pub(crate) use owned_ttl::owned_ttl;
 pub(crate) use release::release;
 pub(crate) use renew::renew;
-pub(crate) use transfer::transfer;
 pub(crate) use set_limit::set_limit;
+pub(crate) use transfer::transfer;
 
 /// One held permit, as `INSPECT` reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -19,6 +19,37 @@ fn token_of(line: &str) -> u64 {
     line.rsplit(' ').next().unwrap().parse().unwrap()
 }
 
+/// A holder stopped past its TTL (SIGSTOP, standing for a GC or VM pause) asks Redis when it
+/// wakes before it reports the loss: `TakenOver` when another client holds the lock by then,
+/// `Expired` when nobody does; not `RenewalFailed`, since Redis could be reached all along.
+#[test]
+fn a_holder_that_wakes_past_its_expiry_reports_what_redis_says() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    for (round, take_over) in [(0, true), (1, false), (2, true), (3, false)] {
+        let name = format!("paused-{round}");
+        let mut holder = Holder::spawn(HOLDER, &["hold-watch", &server.url(), &name, "300"]);
+        holder.expect("ACQUIRED", LINE).unwrap();
+        holder.signal(libc::SIGSTOP);
+        // Stopped past its TTL: the lock expires in Redis.
+        assert!(wait_until(Duration::from_secs(5), || locks
+            .inspect(&name)
+            .unwrap()
+            .is_none()));
+        let other = take_over.then(|| locks.try_lock(&name).unwrap().expect("expired"));
+        holder.signal(libc::SIGCONT);
+        let line = holder.expect("ONLOST", LINE).unwrap();
+        let want = if take_over {
+            "ONLOST TakenOver"
+        } else {
+            "ONLOST Expired"
+        };
+        assert_eq!(line, want, "round {round}");
+        drop(other);
+        holder.kill();
+    }
+}
+
 #[test]
 fn paused_holder_is_fenced_off_and_its_release_leaves_the_new_lock_alone() {
     let server = RedisServer::start();

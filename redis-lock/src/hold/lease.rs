@@ -363,14 +363,18 @@ impl Lease {
     /// A renewal blocked on an unreachable server returns only after its connect and reply
     /// timeouts, possibly long after the lock ran out; so when it could outlast the lock, the
     /// housekeeping thread is asked to report the loss at the expiry itself (`RenewalFailed`:
-    /// the server could not be reached), unless the renewal got through first.
+    /// the server could not be reached), unless the renewal got through first. A renewal sent
+    /// once the expiry has passed already (the process was stopped: a GC or VM pause,
+    /// `SIGSTOP`) is not raced that way: its answer says what happened (`Expired`,
+    /// `TakenOver`), and only an error is `RenewalFailed`.
     pub(crate) fn renew_now(self: &Arc<Self>) -> bool {
         let (ttl, unclaimed, expires_at) = {
             let st = self.state.lock();
             (st.ttl, st.unclaimed.clone(), st.expires_at)
         };
         let sent = Instant::now();
-        let deadline = (sent + self.inner.config.call_bound >= expires_at).then(|| {
+        let racing = sent < expires_at;
+        let deadline = (racing && sent + self.inner.config.call_bound >= expires_at).then(|| {
             let lease = Arc::downgrade(self);
             self.inner
                 .timer

@@ -37,6 +37,9 @@
 //! lock-holder permit URL NAME PERMITS TTL_MS
 //!     takes a permit of the semaphore NAME (PERMITS, waiting up to 30 s), prints
 //!     "ACQUIRED <fencing token>", then behaves as `hold`
+//! lock-holder hold-watch URL KEY TTL_MS
+//!     as `hold` with the watchdog on, and an `on_lost` callback that prints
+//!     "ONLOST <reason>" (`LostReason`'s `Debug`)
 //! lock-holder resume URL HANDLE
 //!     resumes the lease handle HANDLE (its text form), prints "RESUME ok <fencing token>" or
 //!     "RESUME failed <error>", and on success behaves as `hold`
@@ -75,6 +78,12 @@ fn main() {
             let opts = LockOptions::new()
                 .mode(redis_lock::LockMode::Read)
                 .ttl(Duration::from_millis(ttl_ms.parse().unwrap()));
+            hold_with(url, key, &opts)
+        }
+        ["hold-watch", url, key, ttl_ms] => {
+            let opts = LockOptions::new()
+                .ttl(Duration::from_millis(ttl_ms.parse().unwrap()))
+                .on_lost(|event| say(&format!("ONLOST {:?}", event.reason)));
             hold_with(url, key, &opts)
         }
         ["resume", url, text] => {

@@ -144,6 +144,9 @@ struct State {
     /// After this the watchdog stops renewing (`max_hold`).
     renew_until: Option<Instant>,
     unclaimed: Option<String>,
+    /// The last guard's release failed: given up as far as this process's threads are
+    /// concerned (not held here any more), though a later release may still be sent.
+    given_up: bool,
 }
 
 /// What the watchdog does next with a lease.
@@ -258,6 +261,7 @@ impl Lease {
             release: Releasing::No,
             renew_until: start.max_hold.and_then(|m| start.acquired.checked_add(m)),
             unclaimed: start.unclaimed,
+            given_up: false,
         };
         state.set(start.sent, start.set_ttl, valid);
         Lease {
@@ -343,8 +347,10 @@ impl Lease {
             .or_else(|| (Instant::now() >= st.expires_at).then_some(LostReason::Expired))
     }
 
+    /// Released, handed off, or given up by a release of its last guard that failed.
     pub(crate) fn is_released(&self) -> bool {
-        self.state.lock().release != Releasing::No
+        let st = self.state.lock();
+        st.release != Releasing::No || st.given_up
     }
 
     /// The watchdog's next step at `now`.
@@ -587,6 +593,8 @@ impl Lease {
                 Ok(outcome) => Releasing::Done(*outcome),
                 Err(_) => Releasing::No,
             };
+            // No guard is left to release it again: no thread holds it any more.
+            st.given_up |= result.is_err() && self.holds() == 0;
         }
         self.released.notify_all();
         if result.is_ok() {
@@ -783,6 +791,7 @@ mod tests {
             release: Releasing::No,
             renew_until: None,
             unclaimed: None,
+            given_up: false,
         };
         st.set(now, 300 * MS, now + 300 * MS);
         st

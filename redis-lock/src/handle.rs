@@ -65,6 +65,11 @@ pub struct LeaseHandle {
     /// handles said so.
     #[cfg_attr(feature = "serde", serde(default))]
     once: bool,
+    /// The deployment the lock lives on (`origin_matches`): servers by address, a Sentinel
+    /// master by name; no passwords. Empty in handles made before handles recorded it:
+    /// resumed on any client.
+    #[cfg_attr(feature = "serde", serde(default))]
+    deployment: String,
 }
 
 impl std::fmt::Debug for LeaseHandle {
@@ -75,6 +80,7 @@ impl std::fmt::Debug for LeaseHandle {
             .field("namespace", &self.namespace)
             .field("kind", &self.kind.word())
             .field("shared", &!self.once)
+            .field("deployment", &describe_origin(&self.deployment))
             .field("fencing_token", &self.fencing_token)
             .field("ttl", &self.ttl())
             .finish_non_exhaustive()
@@ -209,8 +215,9 @@ impl LeaseHandle {
 
     /// The handle as one line of text, owner token included, for an environment variable or
     /// a pipe: `redis-lock-handle:v2:` then hex-encoded namespace and name, token, fencing
-    /// token, TTL, expiry, its [`kind`](Self::kind) and `once` or `shared`
-    /// ([`is_shared`](Self::is_shared)). [`FromStr`] reads it back, and reads the `v1:` form of
+    /// token, TTL, expiry, its [`kind`](Self::kind), `once` or `shared`
+    /// ([`is_shared`](Self::is_shared)) and the hex-encoded deployment it was made on
+    /// (server addresses, or a Sentinel master's name; no passwords). [`FromStr`] reads it back, and reads the `v1:` form of
     /// earlier versions too (as a shared handle: those versions resumed every handle that
     /// way). **A secret**: whoever has it owns the lock.
     ///
@@ -228,7 +235,7 @@ impl LeaseHandle {
     #[must_use]
     pub fn to_string_secret(&self) -> String {
         format!(
-            "{TEXT_PREFIX}{}:{}:{}:{}:{}:{}:{}:{}",
+            "{TEXT_PREFIX}{}:{}:{}:{}:{}:{}:{}:{}:{}",
             hex(self.namespace.as_bytes()),
             hex(self.name.as_bytes()),
             self.token,
@@ -237,6 +244,7 @@ impl LeaseHandle {
             self.expires_unix_ms,
             self.kind.word(),
             if self.once { "once" } else { "shared" },
+            hex(self.deployment.as_bytes()),
         )
     }
 
@@ -281,6 +289,14 @@ impl FromStr for LeaseHandle {
             None => (s.strip_prefix(TEXT_PREFIX_V1).ok_or_else(malformed)?, true),
         };
         let parts: Vec<&str> = rest.split(':').collect();
+        let (deployment, parts) = match parts[..] {
+            [.., deployment] if !v1 && parts.len() == 9 => (Some(deployment), &parts[..8]),
+            _ if v1 => (Some(""), &parts[..]),
+            _ => (None, &parts[..]),
+        };
+        let deployment = deployment
+            .and_then(|d| unhex(d).and_then(|b| String::from_utf8(b).ok()))
+            .ok_or_else(malformed)?;
         let (kind, once, parts) = match parts[..] {
             // v1: a mutex's handle had no kind; nothing said "once".
             [.., kind] if v1 && parts.len() == 7 => {
@@ -313,9 +329,68 @@ impl FromStr for LeaseHandle {
             expires_unix_ms: expires.parse().map_err(|_| malformed())?,
             kind,
             once,
+            deployment,
         };
         handle.validate()?;
         Ok(handle)
+    }
+}
+
+/// Whether a handle made on deployment `made` is for a client of deployment `here` (both as
+/// `builder.rs`'s `origin` writes them: `kind;db;server;...`, each server the places it is
+/// reached at, joined by `,`). The kind and database must be the same; a server, or each
+/// server of a Redlock, must share a place (an address as written or resolved) with one of
+/// the client's; a Sentinel master's name must be the same. A handle that recorded nothing
+/// (made before handles did) matches every client.
+pub(crate) fn origin_matches(made: &str, here: &str) -> bool {
+    if made.is_empty() {
+        return true;
+    }
+    fn split(o: &str) -> ((Option<&str>, Option<&str>), Vec<&str>) {
+        let mut parts = o.split(';');
+        let head = (parts.next(), parts.next());
+        (head, parts.collect())
+    }
+    let ((kind, db), made) = split(made);
+    let ((kind_here, db_here), here) = split(here);
+    if kind != kind_here || db != db_here || made.len() != here.len() {
+        return false;
+    }
+    let shares_a_place = |a: &str, b: &str| {
+        a.split(',')
+            .any(|place| b.split(',').any(|other| other == place))
+    };
+    match kind {
+        Some("server" | "redlock") => made
+            .iter()
+            .all(|a| here.iter().any(|b| shares_a_place(a, b))),
+        _ => made == here,
+    }
+}
+
+/// A deployment as `origin_matches` reads it, in words, for errors and `Debug`.
+fn describe_origin(origin: &str) -> String {
+    let mut parts = origin.split(';');
+    let (kind, db) = (parts.next().unwrap_or(""), parts.next().unwrap_or("0"));
+    let servers: Vec<String> = parts
+        .map(|s| s.split(',').next().unwrap_or("").to_owned())
+        .collect();
+    let db = if db == "0" {
+        String::new()
+    } else {
+        format!(" (database {db})")
+    };
+    match kind {
+        "server" => format!("the server at {}{db}", servers.join("")),
+        "redlock" => format!(
+            "a Redlock of {} servers ({}){db}",
+            servers.len(),
+            servers.join(", ")
+        ),
+        "sentinel" => format!("the Sentinel master {:?}", servers.join(";")),
+        "cluster" => "a Redis Cluster".to_owned(),
+        "" => "not recorded".to_owned(),
+        _ => "an unknown deployment".to_owned(),
     }
 }
 
@@ -372,6 +447,7 @@ impl LockGuard {
                 .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
             kind: lease.kind(),
             once: false,
+            deployment: lease.inner.config.origin.clone(),
         }
     }
 
@@ -479,6 +555,16 @@ impl LockClient {
                 ),
             ));
         }
+        if !origin_matches(&handle.deployment, &self.inner.config.origin) {
+            return Err(Error::invalid(
+                "handle",
+                format!(
+                    "it was made on {}; this client locks on {}",
+                    describe_origin(&handle.deployment),
+                    describe_origin(&self.inner.config.origin)
+                ),
+            ));
+        }
         // Resumed through the primitive that took it (the table in `hold/mod.rs`).
         let primitive = handle.kind.make(Params::DEFAULT);
         let lease = self.inner.resume(
@@ -510,6 +596,7 @@ mod tests {
             expires_unix_ms: 1_700_000_000_000,
             kind: Kind::Mutex,
             once: true,
+            deployment: "server;0;127.0.0.1:6379,localhost:6379".to_owned(),
         }
     }
 
@@ -525,7 +612,7 @@ mod tests {
                 let text = h.to_string_secret();
                 assert_eq!(
                     text.strip_prefix(TEXT_PREFIX).unwrap().split(':').count(),
-                    8
+                    9
                 );
                 let back: LeaseHandle = text.parse().unwrap();
                 assert_eq!(back, h);
@@ -546,9 +633,11 @@ mod tests {
             back,
             LeaseHandle {
                 once: false,
+                deployment: String::new(),
                 ..handle()
             }
         );
+        assert!(format!("{back:?}").contains("not recorded"));
         let read: LeaseHandle = format!("{v1}:read").parse().unwrap();
         assert_eq!((read.kind(), read.is_shared()), ("read", true));
         for bad in ["upgrade", "", "once"] {
@@ -557,12 +646,53 @@ mod tests {
         }
         let good = handle().to_string_secret();
         for bad in [
-            good.replace(":once", ":twice"),
-            good.replace(":once", ""),
+            good.replace(":once:", ":twice:"),
+            good.replace(":once:", ":"),
             good.replace(":mutex:", ":upgrade:"),
+            good.rsplit_once(':').unwrap().0.to_owned(),
+            format!("{good}zz"),
         ] {
             assert!(bad.parse::<LeaseHandle>().is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_handle_matches_the_deployment_it_was_made_on() {
+        let one = "server;0;127.0.0.1:6379,localhost:6379";
+        assert!(origin_matches(one, one));
+        assert!(
+            origin_matches(one, "server;0;127.0.0.1:6379"),
+            "resolved alike"
+        );
+        assert!(origin_matches("", one), "made before handles recorded it");
+        assert!(
+            !origin_matches(one, "server;1;127.0.0.1:6379"),
+            "another database"
+        );
+        assert!(!origin_matches(one, "server;0;127.0.0.1:6380"));
+        let three = "redlock;0;h1:1,10.0.0.1:1;h2:2;h3:3";
+        assert!(
+            origin_matches(three, "redlock;0;h3:3;10.0.0.1:1;h2:2"),
+            "any order"
+        );
+        assert!(
+            !origin_matches(three, "redlock;0;h1:1;h2:2"),
+            "two of three"
+        );
+        assert!(!origin_matches(three, "redlock;0;h1:1;h2:2;h4:4"));
+        assert!(
+            !origin_matches(one, "redlock;0;127.0.0.1:6379"),
+            "another kind"
+        );
+        assert!(!origin_matches("redlock;0;127.0.0.1:6379", one));
+        assert!(origin_matches("sentinel;0;m", "sentinel;0;m"));
+        assert!(!origin_matches("sentinel;0;m", "sentinel;0;other"));
+        assert!(origin_matches("cluster;0", "cluster;0"));
+        assert_eq!(describe_origin(one), "the server at 127.0.0.1:6379");
+        assert_eq!(
+            describe_origin(three),
+            "a Redlock of 3 servers (h1:1, h2:2, h3:3)"
+        );
     }
 
     #[test]

@@ -159,6 +159,66 @@ fn a_handle_given_up_is_resumed_once_across_processes() {
     }
 }
 
+/// A handle records the deployment it was made on: resumed by a client of another server,
+/// or by a single-server client of one of a Redlock's servers (which holds a copy of the
+/// lock), it is refused before anything is sent, and every server is left as it was; a client
+/// of the same deployment (another URL for the same server) resumes it.
+#[test]
+fn a_handle_is_resumed_only_on_the_deployment_it_was_made_on() {
+    let servers = [
+        RedisServer::start(),
+        RedisServer::start(),
+        RedisServer::start(),
+    ];
+    let redlock = redis_lock_tests::redlock_client(&servers.iter().collect::<Vec<_>>());
+    let single = client(&servers[0]);
+    let elsewhere = client(&servers[1]);
+    let quorum_handle = redlock.lock("q").unwrap().into_handle();
+    let single_handle = single.lock("s").unwrap().into_handle();
+    let before: Vec<_> = servers
+        .iter()
+        .map(|s| (dump(s, "q"), dump(s, "s")))
+        .collect();
+    for (handle, on, what) in [
+        (
+            &quorum_handle,
+            &single,
+            "a Redlock's handle on one of its servers",
+        ),
+        (
+            &single_handle,
+            &elsewhere,
+            "a server's handle on another server",
+        ),
+        (&single_handle, &redlock, "a server's handle on a Redlock"),
+    ] {
+        let sent = on.request_count();
+        let err = on.resume(handle).unwrap_err();
+        assert!(
+            matches!(err, Error::InvalidInput { what: "handle", .. }),
+            "{what}: {err:?}"
+        );
+        assert!(err.to_string().contains("was made on"), "{what}: {err}");
+        assert_eq!(on.request_count(), sent, "{what}: nothing sent");
+    }
+    let after: Vec<_> = servers
+        .iter()
+        .map(|s| (dump(s, "q"), dump(s, "s")))
+        .collect();
+    assert_eq!(
+        before.iter().map(|(q, s)| (&q.0, &s.0)).collect::<Vec<_>>(),
+        after.iter().map(|(q, s)| (&q.0, &s.0)).collect::<Vec<_>>(),
+        "every server as it was"
+    );
+    // The same server under another address (a name that resolves to it) is the same.
+    let by_name = LockClient::open(&format!("redis://localhost:{}/", servers[0].port())).unwrap();
+    let text = single_handle.to_string_secret();
+    let resumed = by_name.resume(&text.parse().unwrap()).unwrap();
+    assert_eq!(resumed.release().unwrap(), ReleaseOutcome::Released);
+    let resumed = redlock.resume(&quorum_handle).unwrap();
+    assert_eq!(resumed.release().unwrap(), ReleaseOutcome::Released);
+}
+
 #[test]
 fn a_resumed_guard_has_its_own_watchdog() {
     let server = RedisServer::start();
@@ -325,7 +385,7 @@ fn handles_of_permits_and_read_write_locks_resume_as_what_they_hold() {
     let mutex = locks.lock("plain").unwrap().into_handle();
     assert_eq!(mutex.kind(), "mutex");
     assert!(!mutex.is_shared(), "given up: resumed once");
-    assert!(mutex.to_string_secret().ends_with(":mutex:once"));
+    assert!(mutex.to_string_secret().contains(":mutex:once:"));
     for kind in ["semaphore", "read", "write"] {
         let opts = LockOptions::new().ttl(Duration::from_millis(600));
         let guard = match kind {
@@ -342,7 +402,7 @@ fn handles_of_permits_and_read_write_locks_resume_as_what_they_hold() {
         assert_eq!(handle.kind(), kind);
         let text = handle.to_string_secret();
         assert!(
-            text.ends_with(&format!(":{kind}:once")),
+            text.contains(&format!(":{kind}:once:")),
             "{kind}: the text says it"
         );
         let back: LeaseHandle = text.parse().unwrap();

@@ -302,7 +302,7 @@ impl FromStr for LeaseHandle {
             [.., kind] if v1 && parts.len() == 7 => {
                 (Kind::from_word(kind), Some(false), &parts[..6])
             }
-            _ if v1 => (Some(Kind::unnamed()), Some(false), &parts[..]),
+            _ if v1 => (Some(Kind::unnamed()), Some(false), parts),
             [.., kind, once] if parts.len() == 8 => (
                 Kind::from_word(kind),
                 match once {
@@ -312,7 +312,7 @@ impl FromStr for LeaseHandle {
                 },
                 &parts[..6],
             ),
-            _ => (None, None, &parts[..]),
+            _ => (None, None, parts),
         };
         let (Some(kind), Some(once), &[namespace, name, token, fence, ttl, expires]) =
             (kind, once, parts)

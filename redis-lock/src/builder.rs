@@ -710,6 +710,7 @@ impl Builder {
             crate::deploy::quorum::check_ttl(self.default_ttl, "default_ttl")?;
         }
         let (targets, redacted_url) = self.targets()?;
+        let origin = origin(&self.source);
         // One housekeeping thread (sentinel checks, wake-ups) for the whole client.
         let housekeeping = Arc::new(
             scheduled_thread_pool::ScheduledThreadPool::builder()
@@ -832,6 +833,7 @@ impl Builder {
             default_retry: self.default_retry,
             watchdog: self.watchdog,
             redacted_url,
+            origin,
             // A quorum asks its servers at once, in at most two steps (an attempt, then an
             // undo or a fencing-counter raise; a renewal is one).
             call_bound: if quorum { per_server * 2 } else { per_server },
@@ -881,6 +883,40 @@ fn server_places(addr: &redis::ConnectionAddr) -> Vec<String> {
             }));
     }
     places
+}
+
+/// Which deployment the client locks on, as lease handles record it
+/// (`handle::origin_matches`): `kind;db;server;...`, each server the places it is reached at
+/// (`server_places`: as written and resolved, sorted) joined by `,`. A Sentinel master is
+/// known by its name, a Cluster only as one (its seeds differ from client to client). No
+/// passwords: addresses and names only.
+fn origin(source: &Source) -> String {
+    let server = |client: &redis::Client| {
+        let info = client.get_connection_info();
+        let mut places = server_places(info.addr());
+        places.sort();
+        places.dedup();
+        (info.redis_settings().db(), places.join(","))
+    };
+    let servers = |kind: &str, clients: Vec<redis::Client>| {
+        let found: Vec<(i64, String)> = clients.iter().map(server).collect();
+        let db = found.first().map_or(0, |(db, _)| *db);
+        let mut text = format!("{kind};{db}");
+        for (_, places) in found {
+            text.push(';');
+            text.push_str(&places);
+        }
+        text
+    };
+    let open = |url: &String| redis::Client::open(url.as_str()).ok();
+    match source {
+        Source::Url(url) => servers("server", open(url).into_iter().collect()),
+        Source::Pool(_, client) => servers("server", vec![(**client).clone()]),
+        Source::Redlock(urls) => servers("redlock", urls.iter().filter_map(open).collect()),
+        #[cfg(feature = "cluster")]
+        Source::Cluster(_) => "cluster;0".to_owned(),
+        Source::Sentinel { master, .. } => format!("sentinel;0;{master}"),
+    }
 }
 
 /// `target` is only asked for sources with one store.

@@ -163,6 +163,19 @@ pub enum Error {
         /// node answered: `Other`).
         source: std::io::Error,
     },
+    /// A lease handle given up by [`LockGuard::into_handle`](crate::LockGuard::into_handle)
+    /// is resumed at most once: resuming it moves the lock to a new owner token, and this
+    /// handle's token holds `key` no longer. It was resumed already (in this or another
+    /// process), or the lock expired or was released meanwhile. Nothing was written. (A shared
+    /// handle, [`LockGuard::handle`](crate::LockGuard::handle), reports
+    /// [`Error::Lost`] instead: it is never taken.)
+    #[error(
+        "lock {key:?} is no longer held under this lease handle: it was resumed already (a handle given up by into_handle is resumed once), or the lock expired or was released"
+    )]
+    HandleSpent {
+        /// The lock name as the caller gave it (without namespace).
+        key: String,
+    },
     /// This thread holds a read lock on `key` through this client and asked for its write
     /// lock: the writer would wait for this very reader, forever. Refused at once; release the
     /// read lock first (the other way round, a writer taking a read lock, is a downgrade and

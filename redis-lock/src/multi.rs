@@ -237,6 +237,9 @@ impl MultiGuard {
         let mut outcomes = Vec::with_capacity(self.leases.len());
         let mut first_error = None;
         for lease in &self.leases {
+            // This guard's hold goes with it (a release that fails then leaves no thread
+            // holding the member).
+            lease.drop_hold();
             match lease.release() {
                 Ok(outcome) => outcomes.push((lease.name.clone(), outcome)),
                 Err(e) => {
@@ -259,6 +262,7 @@ impl Drop for MultiGuard {
     fn drop(&mut self) {
         if self.live {
             for lease in &self.leases {
+                lease.drop_hold();
                 // Errors are logged by `Lease::release`.
                 let _ = lease.release();
             }

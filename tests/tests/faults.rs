@@ -19,6 +19,121 @@ fn token_of(line: &str) -> u64 {
     line.rsplit(' ').next().unwrap().parse().unwrap()
 }
 
+/// A holder stopped past its TTL (SIGSTOP, standing for a GC or VM pause) asks Redis when it
+/// wakes before it reports the loss: `TakenOver` when another client holds the lock by then,
+/// `Expired` when nobody does; not `RenewalFailed`, since Redis could be reached all along.
+#[test]
+fn a_holder_that_wakes_past_its_expiry_reports_what_redis_says() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    for (round, take_over) in [(0, true), (1, false), (2, true), (3, false)] {
+        let name = format!("paused-{round}");
+        let mut holder = Holder::spawn(HOLDER, &["hold-watch", &server.url(), &name, "300"]);
+        holder.expect("ACQUIRED", LINE).unwrap();
+        holder.signal(libc::SIGSTOP);
+        // Stopped past its TTL: the lock expires in Redis.
+        assert!(wait_until(Duration::from_secs(5), || locks
+            .inspect(&name)
+            .unwrap()
+            .is_none()));
+        let other = take_over.then(|| locks.try_lock(&name).unwrap().expect("expired"));
+        holder.signal(libc::SIGCONT);
+        let line = holder.expect("ONLOST", LINE).unwrap();
+        let want = if take_over {
+            "ONLOST TakenOver"
+        } else {
+            "ONLOST Expired"
+        };
+        assert_eq!(line, want, "round {round}");
+        drop(other);
+        holder.kill();
+    }
+}
+
+/// A thread whose release failed (its reply cut, or timed out behind a latency spike) has
+/// given the lock up as far as it is concerned: its next waiting `lock` of the name takes the
+/// lock (or waits for it) instead of failing with `AlreadyHeld` as if it still held it.
+#[test]
+fn a_thread_whose_release_failed_can_lock_the_name_again() {
+    let server = RedisServer::start();
+    let proxy = TcpProxy::start(server.port()).unwrap();
+    let locks = LockClient::builder(&proxy.url())
+        .io_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    for round in 0..4 {
+        // Warm the connection and the script cache.
+        drop(locks.lock("again").unwrap());
+        let guard = locks
+            .options("again")
+            .ttl(Duration::from_secs(10))
+            .acquire()
+            .unwrap();
+        if round % 2 == 0 {
+            proxy.cut_next_replies(1);
+        } else {
+            proxy.set_latency(Duration::from_millis(400));
+        }
+        let released = guard.release();
+        proxy.set_latency(Duration::ZERO);
+        assert!(released.is_err(), "round {round}: {released:?}");
+        let again = locks
+            .options("again")
+            .ttl(Duration::from_secs(10))
+            .wait(Duration::from_secs(15))
+            .acquire();
+        match again {
+            Ok(guard) => assert_eq!(guard.release().unwrap(), ReleaseOutcome::Released),
+            Err(e) => panic!("round {round}: {e:?}"),
+        }
+    }
+}
+
+/// The same while the lease lives on elsewhere: a renewal in flight (stuck in a stalled
+/// proxy, holding the pool's one connection) when the release fails (no connection in time):
+/// the thread holds the name no longer, and a waiting `lock` is not `AlreadyHeld`.
+#[test]
+fn a_failed_release_leaves_the_name_no_longer_held_by_the_thread() {
+    let server = RedisServer::start();
+    let proxy = TcpProxy::start(server.port()).unwrap();
+    let locks = LockClient::builder(&proxy.url())
+        .pool_size(1)
+        .pool_timeout(Duration::from_millis(200))
+        .io_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    drop(locks.lock("stuck").unwrap());
+    let guard = locks
+        .options("stuck")
+        .ttl(Duration::from_millis(1500))
+        .acquire()
+        .unwrap();
+    let before = locks.request_count();
+    proxy.stall(true);
+    // The watchdog's renewal (a third of the TTL in) is sent and stuck, with the connection.
+    assert!(wait_until(Duration::from_secs(3), || locks.request_count() > before));
+    let released = guard.release();
+    assert!(matches!(released, Err(Error::Pool(_))), "{released:?}");
+    assert!(!locks.is_held_by_current_thread("stuck"));
+    let again = locks
+        .options("stuck")
+        .wait(Duration::from_millis(100))
+        .acquire();
+    assert!(
+        !matches!(again, Err(Error::AlreadyHeld { .. })),
+        "{again:?}"
+    );
+    drop(again);
+    proxy.stall(false);
+    // Redis still has the lock until it expires: the thread waits for it, then takes it.
+    let guard = locks
+        .options("stuck")
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .unwrap();
+    assert_eq!(guard.release().unwrap(), ReleaseOutcome::Released);
+}
+
 #[test]
 fn paused_holder_is_fenced_off_and_its_release_leaves_the_new_lock_alone() {
     let server = RedisServer::start();

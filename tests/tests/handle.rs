@@ -4,12 +4,13 @@
 //! and through Sentinel), and handles for another namespace, altered or malformed ones are
 //! refused with Redis untouched.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis_lock::{
     Error, LeaseHandle, LockClient, LockMode, LockOptions, LostReason, ReleaseOutcome,
 };
-use redis_lock_tests::{RedisServer, client};
+use redis_lock_tests::holder::Holder;
+use redis_lock_tests::{RedisServer, client, stored_token, wait_until, zcard};
 
 fn dump(server: &RedisServer, name: &str) -> (Vec<u8>, i64) {
     let mut con = server.connection();
@@ -51,18 +52,171 @@ fn into_handle_keeps_the_lock_held_and_a_resumed_guard_extends_and_releases_it()
     assert!(resumed.remaining_ttl().unwrap().unwrap() > Duration::from_secs(20));
     assert_eq!(resumed.release().unwrap(), ReleaseOutcome::Released);
     assert!(locks.inspect("job").unwrap().is_none());
-    // Spent: the lock is gone.
+    // Spent: resumed once already (and the lock is gone).
     let err = locks.resume(&handle).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            Error::Lost {
-                reason: LostReason::Expired,
-                ..
-            }
+    assert!(matches!(err, Error::HandleSpent { .. }), "{err:?}");
+}
+
+/// A handle given up by `into_handle` is resumed once across processes: two processes resume
+/// it at the same moment while a third party waits for the lock (registered, so the lock is a
+/// hash; or polling with `try_lock`, so it stays the native string). Exactly one resume
+/// succeeds, the other is `HandleSpent`; the lock is then under the winner's own token (not
+/// the handle's), the winner holds it until it releases, and only then does the third party
+/// get it, with a higher fencing token.
+#[test]
+fn a_handle_given_up_is_resumed_once_across_processes() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let bin = env!("CARGO_BIN_EXE_lock-holder");
+    let locks = client(&server);
+    let mut redis = server.connection();
+    for (round, waits) in [(0, true), (1, false), (2, true), (3, false)] {
+        let name = format!("once-{round}");
+        let guard = locks
+            .options(&name)
+            .ttl(Duration::from_secs(5))
+            .acquire()
+            .unwrap();
+        let (fence, token) = (guard.fencing_token(), guard.token().to_owned());
+        let handle = guard.into_handle();
+        let text = handle.to_string_secret();
+        // The third party: waits registered, or polls without registering.
+        let third = {
+            let (locks, name) = (client(&server), name.clone());
+            std::thread::spawn(move || {
+                let deadline = Instant::now() + Duration::from_secs(20);
+                let guard = if waits {
+                    locks
+                        .options(&name)
+                        .wait(Duration::from_secs(20))
+                        .acquire()
+                        .unwrap()
+                } else {
+                    loop {
+                        assert!(Instant::now() < deadline, "the third party never got it");
+                        if let Some(g) = locks.try_lock(&name).unwrap() {
+                            break g;
+                        }
+                        std::thread::sleep(Duration::from_millis(2));
+                    }
+                };
+                (Instant::now(), guard.fencing_token())
+            })
+        };
+        if waits {
+            let waiters = format!("lock:{{{name}}}:waiters");
+            assert!(wait_until(Duration::from_secs(5), || zcard(
+                &server, &waiters
+            ) == 1));
+        }
+        let mut a = Holder::spawn(bin, &["resume", &url, &text]);
+        let mut b = Holder::spawn(bin, &["resume", &url, &text]);
+        let ra = a.expect("RESUME", Duration::from_secs(10)).unwrap();
+        let rb = b.expect("RESUME", Duration::from_secs(10)).unwrap();
+        let ok = [&ra, &rb]
+            .iter()
+            .filter(|r| r.starts_with("RESUME ok"))
+            .count();
+        assert_eq!(
+            ok, 1,
+            "round {round}: exactly one resume succeeds: {ra} / {rb}"
+        );
+        let (mut winner, lost) = if ra.starts_with("RESUME ok") {
+            (a, rb)
+        } else {
+            (b, ra)
+        };
+        assert!(lost.contains("resumed already"), "{lost}");
+        winner.send("check");
+        assert_eq!(
+            winner.expect("", Duration::from_secs(5)).as_deref(),
+            Some("HELD")
+        );
+        let now = stored_token(&mut redis, &format!("lock:{{{name}}}"));
+        assert!(
+            now.is_some_and(|t| t != token),
+            "moved to the winner's own token"
+        );
+        // The third party is kept out until the winner releases.
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(
+            !third.is_finished(),
+            "round {round}: the third party got in"
+        );
+        let released_at = Instant::now();
+        winner.send("release");
+        assert_eq!(
+            winner.expect("RELEASED", Duration::from_secs(5)).as_deref(),
+            Some("RELEASED Released")
+        );
+        let (got_at, third_fence) = third.join().unwrap();
+        assert!(got_at > released_at, "round {round}: overlap");
+        assert!(third_fence > fence, "round {round}: fencing tokens");
+        assert!(matches!(
+            locks.resume(&handle),
+            Err(Error::HandleSpent { .. })
+        ));
+    }
+}
+
+/// A handle records the deployment it was made on: resumed by a client of another server,
+/// or by a single-server client of one of a Redlock's servers (which holds a copy of the
+/// lock), it is refused before anything is sent, and every server is left as it was; a client
+/// of the same deployment (another URL for the same server) resumes it.
+#[test]
+fn a_handle_is_resumed_only_on_the_deployment_it_was_made_on() {
+    let servers = [
+        RedisServer::start(),
+        RedisServer::start(),
+        RedisServer::start(),
+    ];
+    let redlock = redis_lock_tests::redlock_client(&servers.iter().collect::<Vec<_>>());
+    let single = client(&servers[0]);
+    let elsewhere = client(&servers[1]);
+    let quorum_handle = redlock.lock("q").unwrap().into_handle();
+    let single_handle = single.lock("s").unwrap().into_handle();
+    let before: Vec<_> = servers
+        .iter()
+        .map(|s| (dump(s, "q"), dump(s, "s")))
+        .collect();
+    for (handle, on, what) in [
+        (
+            &quorum_handle,
+            &single,
+            "a Redlock's handle on one of its servers",
         ),
-        "{err:?}"
+        (
+            &single_handle,
+            &elsewhere,
+            "a server's handle on another server",
+        ),
+        (&single_handle, &redlock, "a server's handle on a Redlock"),
+    ] {
+        let sent = on.request_count();
+        let err = on.resume(handle).unwrap_err();
+        assert!(
+            matches!(err, Error::InvalidInput { what: "handle", .. }),
+            "{what}: {err:?}"
+        );
+        assert!(err.to_string().contains("was made on"), "{what}: {err}");
+        assert_eq!(on.request_count(), sent, "{what}: nothing sent");
+    }
+    let after: Vec<_> = servers
+        .iter()
+        .map(|s| (dump(s, "q"), dump(s, "s")))
+        .collect();
+    assert_eq!(
+        before.iter().map(|(q, s)| (&q.0, &s.0)).collect::<Vec<_>>(),
+        after.iter().map(|(q, s)| (&q.0, &s.0)).collect::<Vec<_>>(),
+        "every server as it was"
     );
+    // The same server under another address (a name that resolves to it) is the same.
+    let by_name = LockClient::open(&format!("redis://localhost:{}/", servers[0].port())).unwrap();
+    let text = single_handle.to_string_secret();
+    let resumed = by_name.resume(&text.parse().unwrap()).unwrap();
+    assert_eq!(resumed.release().unwrap(), ReleaseOutcome::Released);
+    let resumed = redlock.resume(&quorum_handle).unwrap();
+    assert_eq!(resumed.release().unwrap(), ReleaseOutcome::Released);
 }
 
 #[test]
@@ -230,7 +384,8 @@ fn handles_of_permits_and_read_write_locks_resume_as_what_they_hold() {
     let semaphore = locks.semaphore("exports", 2).unwrap();
     let mutex = locks.lock("plain").unwrap().into_handle();
     assert_eq!(mutex.kind(), "mutex");
-    assert_eq!(mutex.to_string_secret().split(':').count(), 8, "as before");
+    assert!(!mutex.is_shared(), "given up: resumed once");
+    assert!(mutex.to_string_secret().contains(":mutex:once:"));
     for kind in ["semaphore", "read", "write"] {
         let opts = LockOptions::new().ttl(Duration::from_millis(600));
         let guard = match kind {
@@ -247,7 +402,7 @@ fn handles_of_permits_and_read_write_locks_resume_as_what_they_hold() {
         assert_eq!(handle.kind(), kind);
         let text = handle.to_string_secret();
         assert!(
-            text.ends_with(&format!(":{kind}")),
+            text.contains(&format!(":{kind}:once:")),
             "{kind}: the text says it"
         );
         let back: LeaseHandle = text.parse().unwrap();
@@ -259,6 +414,13 @@ fn handles_of_permits_and_read_write_locks_resume_as_what_they_hold() {
         assert_eq!(
             (resumed.key(), resumed.fencing_token()),
             (name.as_str(), fence)
+        );
+        resumed.ensure_held().unwrap();
+        // Resumed once: the lock moved to the resumed guard's own token.
+        let again = locks.resume(&back).unwrap_err();
+        assert!(
+            matches!(again, Error::HandleSpent { .. }),
+            "{kind}: {again:?}"
         );
         resumed.ensure_held().unwrap();
         resumed.extend(Duration::from_secs(30)).unwrap();

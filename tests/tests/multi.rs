@@ -634,3 +634,98 @@ fn a_cluster_node_killed_under_the_last_member_leaves_none_held() {
         assert_eq!(held, 0, "{name} was given back");
     }
 }
+
+/// Under reply cuts (one reply in flight cut every few tens of milliseconds), no member of a
+/// multi-lock is reported lost while Redis still holds it with time left: a loss reported
+/// `RenewalFailed` must mean the member ran out, not that a renewal of a member whose
+/// acquisition's reply came late raced the local expiry.
+#[test]
+fn no_member_is_reported_lost_while_redis_holds_it() {
+    let server = RedisServer::start();
+    let proxy = TcpProxy::start(server.port()).unwrap();
+    let locks = LockClient::builder(&proxy.url())
+        .io_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let url = server.url();
+    let spurious = Arc::new(AtomicU64::new(0));
+    let losses = Arc::new(AtomicU64::new(0));
+    let acquisitions = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let started = Instant::now();
+    let run = Duration::from_secs(8);
+    std::thread::scope(|s| {
+        let cutter = s.spawn(|| {
+            for _ in 0..10_000 {
+                if stop.load(Ordering::SeqCst) {
+                    break;
+                }
+                proxy.cut_next_replies(1);
+                std::thread::sleep(Duration::from_millis(40));
+            }
+        });
+        let threads: Vec<_> = (0..4u64)
+            .map(|t| {
+                let (locks, url) = (locks.clone(), url.clone());
+                let (spurious, losses, acquisitions) = (
+                    Arc::clone(&spurious),
+                    Arc::clone(&losses),
+                    Arc::clone(&acquisitions),
+                );
+                std::thread::spawn(move || {
+                    let mut rng = Rng(0x2545_F491_4F6C_DD1D ^ (t + 1));
+                    for _ in 0..10_000 {
+                        if started.elapsed() >= run {
+                            break;
+                        }
+                        let subset = rng.subset();
+                        let (spurious, losses, url) =
+                            (Arc::clone(&spurious), Arc::clone(&losses), url.clone());
+                        let opts = LockOptions::new()
+                            .ttl(Duration::from_millis(1500))
+                            .wait(Duration::from_secs(10))
+                            .on_lost(move |event| {
+                                losses.fetch_add(1, Ordering::SeqCst);
+                                let mut con = redis::Client::open(url.as_str())
+                                    .unwrap()
+                                    .get_connection()
+                                    .unwrap();
+                                let pttl: i64 = redis::cmd("PTTL")
+                                    .arg(format!("lock:{{{}}}", event.key))
+                                    .query(&mut con)
+                                    .unwrap();
+                                eprintln!("lost {} {:?} pttl {pttl}", event.key, event.reason);
+                                if pttl > 300
+                                    && event.reason == redis_lock::LostReason::RenewalFailed
+                                {
+                                    spurious.fetch_add(1, Ordering::SeqCst);
+                                }
+                            });
+                        let Ok(guard) = locks.acquire_all_with(&subset, &opts) else {
+                            continue;
+                        };
+                        acquisitions.fetch_add(1, Ordering::SeqCst);
+                        std::thread::sleep(Duration::from_millis(5));
+                        let _ = guard.release();
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        stop.store(true, Ordering::SeqCst);
+        cutter.join().unwrap();
+    });
+    eprintln!(
+        "{} acquisitions, {} losses",
+        acquisitions.load(Ordering::SeqCst),
+        losses.load(Ordering::SeqCst)
+    );
+    assert!(acquisitions.load(Ordering::SeqCst) > 0);
+    assert_eq!(
+        spurious.load(Ordering::SeqCst),
+        0,
+        "members reported lost while held"
+    );
+}

@@ -227,6 +227,24 @@ impl Deployment {
         }
     }
 
+    /// Moves a lock held under `token` to the owner token `fresh` (a lease handle resumed
+    /// once); on a quorum, held under `fresh` once a majority moved it.
+    pub(crate) fn transfer(
+        &self,
+        p: &dyn Primitive,
+        keys: &LockKeys,
+        token: &str,
+        fresh: &str,
+    ) -> Result<OwnedTtl> {
+        match self {
+            Deployment::Single(store) => {
+                let mut conn = store.conn()?;
+                p.transfer(&mut conn, keys, token, fresh)
+            }
+            Deployment::Quorum(q) => q.transfer(p, keys, token, fresh),
+        }
+    }
+
     /// Unregisters a waiter that gives up, passing on a grant a release made for it. Best
     /// effort: a registration that is not removed lapses by itself within the waiter margin.
     pub(crate) fn leave(&self, p: &dyn Primitive, keys: &LockKeys, waiter: &str) {

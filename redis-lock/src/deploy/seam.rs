@@ -58,6 +58,17 @@ pub(crate) trait Primitive: Shared + Send + Sync + std::fmt::Debug {
     /// The remaining TTL of a lock we hold.
     fn owned_ttl(&self, con: &mut Con<'_>, keys: &LockKeys, token: &str) -> Result<OwnedTtl>;
 
+    /// Move a lock we hold from owner token `token` to `fresh` (a lease handle resumed once):
+    /// its fencing token, TTL and holder information stay. The remaining TTL under `fresh`,
+    /// or why it is not ours under `token` (nothing is written then).
+    fn transfer(
+        &self,
+        con: &mut Con<'_>,
+        keys: &LockKeys,
+        token: &str,
+        fresh: &str,
+    ) -> Result<OwnedTtl>;
+
     /// A waiter gives up: unregister, passing on a grant made for it under `grant`.
     fn leave(&self, con: &mut Con<'_>, keys: &LockKeys, waiter: &str, grant: &str) -> Result<()>;
 

@@ -96,6 +96,9 @@ struct Acquisition<'a> {
     ids: Ids,
     fair: bool,
     report: Report<'a>,
+    /// A multi-lock's member taken alone (`Inner::acquire_member`): no native fast path, no
+    /// adopted grant.
+    member: bool,
 }
 
 /// Giving up an acquisition whose outcome is unknown, owned, so that it can go on after the
@@ -228,7 +231,31 @@ impl Inner {
             primitive.kind().word(),
             opts,
             deadline,
-            |report| self.acquire_in_span(primitive, name, opts, deadline, report),
+            |report| self.acquire_in_span(primitive, name, opts, deadline, report, false),
+        )
+    }
+
+    /// [`acquire`](Self::acquire) of one member of a multi-lock, taken alone while the set
+    /// waits for it (`hold/multi.rs`): no native fast path, so the member is a hash whose
+    /// fencing token is stored (what `inspect` shows is the holder's exactly, not the counter
+    /// a busy native attempt may have bumped), and a grant it is handed is claimed at once
+    /// rather than adopted: an adopted grant lives on the 1 s handoff grace until its
+    /// watchdog's claim gets through, while the set may wait longer than that for its other
+    /// members.
+    pub(crate) fn acquire_member(
+        self: &Arc<Self>,
+        primitive: &Arc<dyn Lock>,
+        name: &str,
+        opts: &LockOptions,
+        deadline: &Deadline,
+    ) -> Result<Option<Arc<Lease>>> {
+        observed(
+            self,
+            name,
+            primitive.kind().word(),
+            opts,
+            deadline,
+            |report| self.acquire_in_span(primitive, name, opts, deadline, report, true),
         )
     }
 
@@ -239,6 +266,7 @@ impl Inner {
         opts: &LockOptions,
         deadline: &Deadline,
         report: Report<'_>,
+        member: bool,
     ) -> Result<Option<Arc<Lease>>> {
         let keys = self.keys(name)?;
         let ttl = opts.ttl.unwrap_or(self.config.default_ttl);
@@ -279,6 +307,7 @@ impl Inner {
             ids: new_ids()?,
             fair: retry.is_fair(),
             report,
+            member,
         };
         a.run(retry, deadline)
     }
@@ -559,6 +588,7 @@ impl Acquisition<'_> {
         // busy lately) and the primitive has one that this attempt may take. Its value is
         // kept for the release.
         let value = (!self.inner.deployment.is_quorum()
+            && !self.member
             && !self.inner.busy.recently_busy(&self.keys.lock))
         .then(|| self.primitive.native().and_then(|n| n.value(&args)))
         .flatten();
@@ -732,6 +762,7 @@ impl Acquisition<'_> {
         // A TTL shorter than the grace is claimed at once too: an adopted grant lives for the
         // grace, and a holder that died at once would leave it taken that long, not its TTL.
         let needs_claim = !self.watchdog
+            || self.member
             || !self.opts.hold_at_least.is_zero()
             || self.ack.is_some()
             || self.ttl < HANDOFF_GRACE;

@@ -165,6 +165,9 @@ struct State {
     watched: bool,
     /// Checks that failed in a row (a connection that broke with a restart fails once).
     check_failures: u32,
+    /// The last guard's release failed: given up as far as this process's threads are
+    /// concerned (not held here any more), though a later release may still be sent.
+    given_up: bool,
 }
 
 /// What the watchdog does next with a lease.
@@ -294,6 +297,7 @@ impl Lease {
             check: false,
             watched: false,
             check_failures: 0,
+            given_up: false,
         };
         state.set(start.sent, start.set_ttl, valid);
         Lease {
@@ -380,8 +384,10 @@ impl Lease {
             .or_else(|| (Instant::now() >= st.expires_at).then_some(LostReason::Expired))
     }
 
+    /// Released, handed off, or given up by a release of its last guard that failed.
     pub(crate) fn is_released(&self) -> bool {
-        self.state.lock().release != Releasing::No
+        let st = self.state.lock();
+        st.release != Releasing::No || st.given_up
     }
 
     /// The watchdog's next step at `now`.
@@ -521,10 +527,14 @@ impl Lease {
     /// server returns only after its connect and reply timeouts, possibly long after the lock
     /// ran out; so when it could outlast the lock (valid until `expires_at`), the housekeeping
     /// thread is asked to report the loss at the expiry itself (`RenewalFailed`: the server
-    /// could not be reached), unless a renewal got through first.
+    /// could not be reached), unless a renewal got through first. A request sent once the
+    /// expiry has passed already (the process was stopped: a GC or VM pause, `SIGSTOP`) is not
+    /// raced that way: its answer says what happened (`Expired`, `TakenOver`), and only an
+    /// error is `RenewalFailed`.
     fn bounded_by_expiry<T>(self: &Arc<Self>, expires_at: Instant, call: impl FnOnce() -> T) -> T {
         let sent = Instant::now();
-        let deadline = (sent + self.inner.config.call_bound >= expires_at).then(|| {
+        let racing = sent < expires_at;
+        let deadline = (racing && sent + self.inner.config.call_bound >= expires_at).then(|| {
             let lease = Arc::downgrade(self);
             self.inner
                 .timer
@@ -705,6 +715,8 @@ impl Lease {
                 Ok(outcome) => Releasing::Done(*outcome),
                 Err(_) => Releasing::No,
             };
+            // No guard is left to release it again: no thread holds it any more.
+            st.given_up |= result.is_err() && self.holds() == 0;
         }
         self.released.notify_all();
         if result.is_ok() {
@@ -924,6 +936,7 @@ mod tests {
             check: false,
             watched: false,
             check_failures: 0,
+            given_up: false,
         };
         st.set(now, 300 * MS, now + 300 * MS);
         st

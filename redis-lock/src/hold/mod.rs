@@ -60,6 +60,9 @@ pub(crate) struct Config {
     pub(crate) watchdog: bool,
     /// Redis URL with the password replaced, for `Debug` and logs.
     pub(crate) redacted_url: String,
+    /// Which deployment locks live on, as lease handles record it (`handle.rs`; no
+    /// passwords).
+    pub(crate) origin: String,
     /// The longest one request to the deployment can take before it fails (checkout,
     /// connect, reply; every server of a quorum in turn).
     pub(crate) call_bound: Duration,

@@ -223,7 +223,12 @@ impl AllAcquisition<'_> {
                     give_back(held, index);
                     // Wait for the busy member as any waiter does, and take it.
                     let inner = self.inner;
-                    match inner.acquire(&self.mutex, &self.names[index], self.opts, deadline)? {
+                    match inner.acquire_member(
+                        &self.mutex,
+                        &self.names[index],
+                        self.opts,
+                        deadline,
+                    )? {
                         Some(lease) => held.push((index, lease)),
                         None => return Ok(None),
                     }
@@ -295,7 +300,7 @@ impl AllAcquisition<'_> {
                 fences[k] = fence;
                 continue;
             }
-            let mut args = AttemptArgs {
+            let args = AttemptArgs {
                 keys,
                 token: &self.ids.token,
                 ttl: self.ttl,
@@ -309,11 +314,8 @@ impl AllAcquisition<'_> {
                 native: None,
                 since: crate::wire::unix_ms_now(),
             };
-            // A member's lease keeps no value (its release reads the string first).
-            let value = (!inner.deployment.is_quorum())
-                .then(|| self.mutex.native().and_then(|n| n.value(&args)))
-                .flatten();
-            args.native = value.as_deref();
+            // No native fast path: a member is a hash whose fencing token is stored, so what
+            // `inspect` shows is the holder's exactly (a string lock's is the counter's).
             match inner.deployment.attempt(&*self.mutex, &args, None) {
                 Ok(attempted) => match attempted.attempt {
                     Attempt::Acquired { fence } => {
@@ -387,7 +389,7 @@ impl AllAcquisition<'_> {
                 ttl: self.ttl,
                 unclaimed: None,
                 registration: String::new(),
-                // One script took every member as a hash (one by one: natively, a guess).
+                // Every member is taken as a hash (one script, or one by one by the script).
                 native: false,
                 value: None,
                 grant: self.ids.grant.clone(),

@@ -54,6 +54,16 @@ impl Primitive for Mutex {
         script::owned_ttl(con, keys, token)
     }
 
+    fn transfer(
+        &self,
+        con: &mut Con<'_>,
+        keys: &LockKeys,
+        token: &str,
+        fresh: &str,
+    ) -> Result<OwnedTtl> {
+        script::transfer(con, keys, token, fresh)
+    }
+
     fn leave(&self, con: &mut Con<'_>, keys: &LockKeys, waiter: &str, grant: &str) -> Result<()> {
         script::leave(con, keys, waiter, grant)
     }

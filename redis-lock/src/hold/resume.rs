@@ -29,13 +29,19 @@ pub(crate) struct Resumed<'a> {
     pub(crate) ttl: Duration,
     /// Renewed by a watchdog.
     pub(crate) watchdog: bool,
+    /// Resumed at most once (a handle given up by `into_handle`): the lock moves to a fresh
+    /// owner token, so a second resume of the same handle finds it no longer under `token`.
+    pub(crate) once: bool,
 }
 
 impl Inner {
     /// The lease of `r.name` held through `primitive` under `r.token` (fencing token
-    /// `r.fence`). Sends only reads: the remaining TTL under the token, then, for a primitive
+    /// `r.fence`). Reads first: the remaining TTL under the token, then, for a primitive
     /// whose lock has one holder (`Lock::holder_fence`, so what `inspect` reports is the
-    /// holder's), the holder, for the fencing token.
+    /// holder's), the holder, for the fencing token. A handle resumed once (`r.once`) then
+    /// moves the lock to a fresh owner token (`Deployment::transfer`, one script per store,
+    /// atomic), which the lease holds it under: of two resumes of one such handle, one moves
+    /// it and the other finds it gone from under the handle's token (`Error::HandleSpent`).
     pub(crate) fn resume(
         self: &Arc<Self>,
         primitive: &Arc<dyn Lock>,
@@ -47,10 +53,34 @@ impl Inner {
             Error::InvalidInput { reason, .. } => Error::invalid("handle", reason),
             other => other,
         })?;
+        let spent = |e: Error| match e {
+            Error::Lost { key, .. } if r.once => Error::HandleSpent { key },
+            e => e,
+        };
         let sent = Instant::now();
-        let (left, native) = self.still_ours(primitive.as_ref(), &keys, r)?;
+        let (left, native) = self
+            .still_ours(primitive.as_ref(), &keys, r)
+            .map_err(spent)?;
+        let (token, left) = if r.once {
+            let fresh = new_ids()?.token;
+            let left = match self
+                .deployment
+                .transfer(primitive.as_ref(), &keys, r.token, &fresh)?
+            {
+                OwnedTtl::Left(left) => left,
+                OwnedTtl::NoExpiry => r.ttl,
+                OwnedTtl::Gone | OwnedTtl::NotOurs => {
+                    return Err(Error::HandleSpent {
+                        key: r.name.to_owned(),
+                    });
+                }
+            };
+            (fresh, left)
+        } else {
+            (r.token.to_owned(), left)
+        };
         let start = Start {
-            token: r.token.to_owned(),
+            token,
             fence: r.fence,
             acquired: sent,
             sent,

@@ -78,6 +78,16 @@ impl Primitive for RwLock {
         script::owned_ttl(con, self.side, keys, token)
     }
 
+    fn transfer(
+        &self,
+        con: &mut Con<'_>,
+        keys: &LockKeys,
+        token: &str,
+        fresh: &str,
+    ) -> Result<OwnedTtl> {
+        script::transfer(con, self.side, keys, token, fresh)
+    }
+
     fn leave(&self, con: &mut Con<'_>, keys: &LockKeys, waiter: &str, _grant: &str) -> Result<()> {
         script::leave(con, keys, waiter)
     }

@@ -122,6 +122,23 @@ return -3
     )
 });
 
+/// KEYS: lock. ARGV: token, fresh token. Moves the lock to the fresh token: the ms left, `-1`
+/// no expiry, `-2` gone, `-3` not ours.
+static TRANSFER: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local t = redis.pcall('HGET', KEYS[1], 'token')
+if type(t) == 'table' then return -3 end
+if t == ARGV[1] then
+  redis.call('HSET', KEYS[1], 'token', ARGV[2])
+  return redis.call('PTTL', KEYS[1])
+end
+if t == false and redis.call('EXISTS', KEYS[1]) == 0 then return -2 end
+return -3
+",
+    )
+});
+
 /// KEYS: waiters. ARGV: waiter id. `1`.
 static LEAVE: LazyLock<Script> =
     LazyLock::new(|| Script::new("redis.call('ZREM', KEYS[1], ARGV[1]) return 1"));
@@ -243,6 +260,18 @@ impl Primitive for Stash {
 
     fn owned_ttl(&self, con: &mut Con<'_>, k: &LockKeys, token: &str) -> Result<OwnedTtl> {
         let r: i64 = run(con, &OWNED_TTL, &[k.lock.as_bytes()], &[token.as_bytes()])?;
+        Ok(decode_owned_ttl(r))
+    }
+
+    fn transfer(
+        &self,
+        con: &mut Con<'_>,
+        k: &LockKeys,
+        token: &str,
+        fresh: &str,
+    ) -> Result<OwnedTtl> {
+        let argv = [token.as_bytes(), fresh.as_bytes()];
+        let r: i64 = run(con, &TRANSFER, &[k.lock.as_bytes()], &argv)?;
         Ok(decode_owned_ttl(r))
     }
 
@@ -440,6 +469,12 @@ mod tests {
         assert_eq!(value(&locks, "box").as_deref(), Some("second"));
         let resumed = locks.resume(&handle).unwrap();
         assert_eq!(resumed.fencing_token(), handle.fencing_token());
+        // Given up by `into_handle`: resumed once (the seam's transfer moved it).
+        assert!(matches!(
+            reader.resume(&handle),
+            Err(Error::HandleSpent { .. })
+        ));
+        assert!(resumed.extend(Duration::from_secs(5)).is_ok());
         assert_eq!(resumed.release().unwrap(), ReleaseOutcome::Released);
         assert_eq!(value(&locks, "box"), None);
         // What it cannot honour is refused before anything is sent.
@@ -498,6 +533,12 @@ mod tests {
             "woken {after:?} after the release"
         );
         let resumed = other.resume(&handle).unwrap();
+        // Moved to the resumed guard's token on a majority: a second resume finds it spent.
+        assert!(matches!(
+            locks.resume(&handle),
+            Err(Error::HandleSpent { .. })
+        ));
+        assert!(resumed.extend(Duration::from_secs(5)).is_ok());
         assert_eq!(resumed.release().unwrap(), ReleaseOutcome::Released);
         assert_eq!(holding("lock:{qbox}"), 0);
     }

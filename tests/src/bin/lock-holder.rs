@@ -37,6 +37,12 @@
 //! lock-holder permit URL NAME PERMITS TTL_MS
 //!     takes a permit of the semaphore NAME (PERMITS, waiting up to 30 s), prints
 //!     "ACQUIRED <fencing token>", then behaves as `hold`
+//! lock-holder hold-watch URL KEY TTL_MS
+//!     as `hold` with the watchdog on, and an `on_lost` callback that prints
+//!     "ONLOST <reason>" (`LostReason`'s `Debug`)
+//! lock-holder resume URL HANDLE
+//!     resumes the lease handle HANDLE (its text form), prints "RESUME ok <fencing token>" or
+//!     "RESUME failed <error>", and on success behaves as `hold`
 //! lock-holder permits URL NAME PERMITS ITERATIONS
 //!     ITERATIONS times: take a permit of NAME; INCR NAME:inside (the holders right now, as
 //!     Redis counts them), remember the highest count seen; hold 2 ms; DECR; release. Then
@@ -73,6 +79,25 @@ fn main() {
                 .mode(redis_lock::LockMode::Read)
                 .ttl(Duration::from_millis(ttl_ms.parse().unwrap()));
             hold_with(url, key, &opts)
+        }
+        ["hold-watch", url, key, ttl_ms] => {
+            let opts = LockOptions::new()
+                .ttl(Duration::from_millis(ttl_ms.parse().unwrap()))
+                .on_lost(|event| say(&format!("ONLOST {:?}", event.reason)));
+            hold_with(url, key, &opts)
+        }
+        ["resume", url, text] => {
+            let locks = redis_lock_tests::client_for(url);
+            let resumed = text
+                .parse::<redis_lock::LeaseHandle>()
+                .and_then(|h| locks.resume(&h));
+            match resumed {
+                Ok(guard) => {
+                    say(&format!("RESUME ok {}", guard.fencing_token()));
+                    obey(guard);
+                }
+                Err(e) => say(&format!("RESUME failed {e}")),
+            }
         }
         ["hold-all", url, keys, ttl_ms] => hold_all(url, keys, ttl_ms.parse().unwrap()),
         ["write-wait", url, key] => {

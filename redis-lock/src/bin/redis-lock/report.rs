@@ -147,7 +147,7 @@ fn resume(locks: &LockClient, server: &str, text: &str) -> Result<LockGuard, Fai
         .parse()
         .map_err(|e| Failure::from_lock_error(&e, server))?;
     locks.resume_with(&handle, false).map_err(|e| match e {
-        Error::Lost { .. } => Failure::new(exit::LOST, e.to_string()),
+        Error::Lost { .. } | Error::HandleSpent { .. } => Failure::new(exit::LOST, e.to_string()),
         e => Failure::from_lock_error(&e, server),
     })
 }

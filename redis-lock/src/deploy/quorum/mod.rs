@@ -387,6 +387,30 @@ impl Quorum {
         Some(self.resolve(keys.name(), verdict, answers))
     }
 
+    /// Moves the lock to `fresh` on every server that holds it under `token`: held under
+    /// `fresh` once a majority moved it (the servers' answers are combined as remaining TTLs
+    /// are). Two transfers of one token racing move it on different servers at most: only
+    /// one of them can reach a majority; where neither does, the lock is nobody's until it
+    /// expires.
+    pub(crate) fn transfer(
+        &self,
+        p: &dyn Primitive,
+        keys: &LockKeys,
+        token: &str,
+        fresh: &str,
+    ) -> Result<OwnedTtl> {
+        let answers = {
+            let (p, k) = (p.shared(), keys.clone());
+            let (token, fresh) = (token.to_owned(), fresh.to_owned());
+            self.each(move |s| {
+                let mut conn = s.conn()?;
+                p.transfer(&mut conn, &k, &token, &fresh)
+            })
+        };
+        let verdict = combine_owned_ttl(self.total(), &answers);
+        self.resolve(keys.name(), verdict, answers)
+    }
+
     pub(crate) fn inspect(&self, p: &dyn Primitive, keys: &LockKeys) -> Result<Option<Holder>> {
         let answers = {
             let (p, k) = (p.shared(), keys.clone());

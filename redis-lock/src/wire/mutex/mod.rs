@@ -1,5 +1,5 @@
 //! The mutex on the wire: one file per operation (`acquire`, `claim`, `leave`, `renew`,
-//! `release`, `owned_ttl`, `inspect`, `force_release`, `raise_fence`), each with its script,
+//! `release`, `owned_ttl`, `inspect`, `force_release`, `raise_fence`, `transfer`), each with its script,
 //! the typed function that sends it and what decodes its reply; here, what they share: the
 //! lock's two forms and its keys (below), and the wake-up lists waiters block on.
 //! Every state change of a lock is one of these scripts, run atomically by Redis, but for the
@@ -68,6 +68,7 @@ mod owned_ttl;
 mod raise_fence;
 mod release;
 mod renew;
+mod transfer;
 
 use super::LockKeys;
 
@@ -80,6 +81,7 @@ pub(crate) use owned_ttl::owned_ttl;
 pub(crate) use raise_fence::raise_fence;
 pub(crate) use release::release;
 pub(crate) use renew::renew;
+pub(crate) use transfer::transfer;
 
 /// The `flags` argument of an acquire script that waits the mutex's way (the mutex's and the
 /// semaphore's): `f` fair, `w` registered before in this acquisition.

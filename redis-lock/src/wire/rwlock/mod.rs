@@ -1,5 +1,5 @@
 //! The read-write lock on the wire: one file per operation (`acquire`, `renew`, `release`,
-//! `owned_ttl`, `leave`, `inspect`, `force_release`), each with its scripts (one per side where
+//! `owned_ttl`, `leave`, `inspect`, `force_release`, `transfer`), each with its scripts (one per side where
 //! the sides differ), the typed function that sends them and what decodes their replies; here,
 //! what they share: the layout (below), the Lua functions their scripts define, `Side` and
 //! the wake-up lists. Many readers or one writer; a waiting writer keeps new readers out.
@@ -200,6 +200,7 @@ mod leave;
 mod owned_ttl;
 mod release;
 mod renew;
+mod transfer;
 
 pub(crate) use acquire::acquire;
 pub(crate) use force_release::force_release;
@@ -208,6 +209,7 @@ pub(crate) use leave::leave;
 pub(crate) use owned_ttl::owned_ttl;
 pub(crate) use release::release;
 pub(crate) use renew::renew;
+pub(crate) use transfer::transfer;
 
 /// Read or write: which scripts a call uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,5 +1,5 @@
 //! The semaphore on the wire: one file per operation (`acquire`, `claim`, `renew`, `release`,
-//! `leave`, `owned_ttl`, `inspect`, `set_limit`, `force_release`), each with its script, the
+//! `leave`, `owned_ttl`, `inspect`, `set_limit`, `force_release`, `transfer`), each with its script, the
 //! typed function that sends it and what decodes its reply; here, what they share: the layout
 //! (below), the Lua its scripts define (`permits_lua`), and what `inspect` tells.
 //! A semaphore of `limit` permits, each permit with its own owner token and expiry, like
@@ -146,6 +146,7 @@ mod owned_ttl;
 mod release;
 mod renew;
 mod set_limit;
+mod transfer;
 
 pub(crate) use acquire::acquire;
 pub(crate) use claim::claim;
@@ -156,6 +157,7 @@ pub(crate) use owned_ttl::owned_ttl;
 pub(crate) use release::release;
 pub(crate) use renew::renew;
 pub(crate) use set_limit::set_limit;
+pub(crate) use transfer::transfer;
 
 /// One held permit, as `INSPECT` reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -268,7 +268,9 @@ enum Refusal {
 }
 
 impl Shared {
-    /// Opens the listener (subscribed) and the tracked connection redirecting to it.
+    /// Opens the listener (subscribed) and the tracked connection redirecting to it. Their
+    /// setup (`CLIENT ID`, `SUBSCRIBE`, `CLIENT TRACKING`) is part of opening them, as a
+    /// connection's handshake is, and is not counted as requests.
     fn connect(&self) -> Result<Conn, Refusal> {
         let manager = self
             .manager
@@ -279,7 +281,6 @@ impl Shared {
             return Err(Refusal::Refused(unsupported()));
         }
         let id: i64 = server_answer(tracking::client_id().query(&mut listener))?;
-        self.requests.fetch_add(2, Ordering::Relaxed);
         let confirmed: Value = server_answer(listener.req_command(&tracking::subscribe()))?;
         if tracking::decode(&confirmed) != Message::Other {
             return Err(Refusal::Down(unsupported()));
@@ -299,7 +300,6 @@ impl Shared {
             .ok_or_else(|| Refusal::Refused(unsupported()))?;
         let mut conn = Conn::open_now(manager).map_err(Refusal::Down)?;
         let id = i64::try_from(id).map_err(|_| Refusal::Refused(unsupported()))?;
-        self.requests.fetch_add(1, Ordering::Relaxed);
         server_answer::<()>(tracking::track(id).query(&mut conn))?;
         Ok(conn)
     }

@@ -286,6 +286,7 @@ pub struct Builder {
     on_lost: Option<crate::options::LostCallback>,
     default_retry: RetryStrategy,
     watchdog: bool,
+    loss_notification: bool,
     sentinel_check_interval: Option<Duration>,
     master_auth: Option<(Option<String>, String)>,
 }
@@ -305,6 +306,7 @@ impl std::fmt::Debug for Builder {
             .field("on_lost", &self.on_lost.as_ref().map(|_| "Fn(&LostEvent)"))
             .field("default_retry", &self.default_retry)
             .field("watchdog", &self.watchdog)
+            .field("loss_notification", &self.loss_notification)
             .field("sentinel_check_interval", &self.sentinel_check_interval)
             .field("master_auth", &self.master_auth.as_ref().map(|_| "***"))
             .finish()
@@ -326,6 +328,7 @@ impl Builder {
             on_lost: None,
             default_retry: RetryStrategy::notify(),
             watchdog: true,
+            loss_notification: true,
             sentinel_check_interval: None,
             master_auth: None,
         }
@@ -477,6 +480,18 @@ impl Builder {
     /// to `true`.
     pub fn watchdog(mut self, on: bool) -> Builder {
         self.watchdog = on;
+        self
+    }
+
+    /// Whether the client asks each server to tell it when a lock it holds is changed by
+    /// somebody else (loss notification: see [`LockClient::loss_detection`]). Defaults to
+    /// `true`. Off, the client opens no notification connections and no thread for them, sends
+    /// no check, and a lock changed by somebody else is found at its next renewal (a third of
+    /// its TTL) or by [`check_held`](crate::LockGuard::check_held).
+    ///
+    /// [`LockClient::loss_detection`]: crate::LockClient::loss_detection
+    pub fn loss_notification(mut self, on: bool) -> Builder {
+        self.loss_notification = on;
         self
     }
 
@@ -780,7 +795,8 @@ impl Builder {
             let waiters = pool_builder(self.waiter_pool_size).build_unchecked(manager.clone());
             // Loss notification needs connections of our own to the servers the locks are on,
             // not an application's pool's (a Cluster's are made per master, below).
-            let notifying = (external.is_none() && !cluster).then(|| manager.clone());
+            let notifying =
+                (self.loss_notification && external.is_none() && !cluster).then(|| manager.clone());
             let pool = match external.take() {
                 Some(pool) => Pool::External(pool),
                 None => Pool::Managed(pool_builder(self.pool_size).build_unchecked(manager)),
@@ -803,7 +819,9 @@ impl Builder {
             };
             #[cfg(feature = "cluster")]
             let store = match (&cluster_base, cluster) {
-                (Some(base), true) => store.notifying_nodes(base.clone(), self.io_timeout),
+                (Some(base), true) if self.loss_notification => {
+                    store.notifying_nodes(base.clone(), self.io_timeout)
+                }
                 _ => store,
             };
             stores.push(match sentinel {

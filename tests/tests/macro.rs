@@ -313,7 +313,8 @@ fn post_from_another_thread(locks: &LockClient, account: u32) -> Result<Error, A
 #[test]
 fn nested_same_key_calls_complete() {
     let server = RedisServer::start();
-    let locks = client(&server);
+    // Counts requests exactly: without loss notification's check of a lock held 2 ms (notify.rs).
+    let locks = redis_lock_tests::client_without_notification(&server.url());
     // The client's first release learns whether the server has `DELIFEQ` (on one without it,
     // one request more, once).
     drop(locks.lock("warm-up").unwrap());
@@ -458,7 +459,8 @@ fn with_default_client(n: u32) -> redis_lock::Result<String> {
 #[test]
 fn the_default_client_is_used_when_set() {
     let server = RedisServer::start();
-    let locks = client(&server);
+    // Counts requests exactly: without loss notification's check of a lock held 2 ms (notify.rs).
+    let locks = redis_lock_tests::client_without_notification(&server.url());
     redis_lock::set_default_client(locks.clone()).unwrap();
     let again = redis_lock::set_default_client(locks.clone()).unwrap_err();
     assert!(matches!(again, Error::InvalidInput { .. }), "{again:?}");
@@ -497,7 +499,8 @@ fn hand_written_work(locks: &LockClient, id: u32, out: &mut Vec<u32>) -> Result<
 #[test]
 fn annotated_call_costs_what_hand_written_code_costs() {
     let server = RedisServer::start();
-    let locks = client(&server);
+    // Counts requests exactly: without loss notification's check of a lock held 2 ms (notify.rs).
+    let locks = redis_lock_tests::client_without_notification(&server.url());
     let mut redis = server.connection();
     let mut out = Vec::new();
     // Warm up both paths: script loading and connecting happen once per client.

@@ -19,7 +19,8 @@ fn key_type(redis: &mut redis::Connection, key: &str) -> String {
 #[test]
 fn an_uncontended_cycle_is_two_requests_of_native_commands_and_one_script() {
     let server = RedisServer::start();
-    let locks = client(&server);
+    // Counts the protocol's own requests exactly: without loss notification's (notify.rs).
+    let locks = redis_lock_tests::client_without_notification(&server.url());
     let opts = LockOptions::new()
         .ttl(Duration::from_secs(10))
         .metadata("nightly");
@@ -129,7 +130,9 @@ fn a_waiter_turns_the_string_into_a_hash_and_is_handed_the_lock() {
 #[test]
 fn a_busy_native_attempt_gives_its_fencing_number_back() {
     let server = RedisServer::start();
-    let (a, b) = (client(&server), client(&server));
+    // Counts the protocol's own requests exactly: without loss notification's (notify.rs).
+    let quiet = || redis_lock_tests::client_without_notification(&server.url());
+    let (a, b) = (quiet(), quiet());
     let held = a.lock("counted").unwrap();
     let mut redis = server.connection();
     let counter = |redis: &mut redis::Connection| -> u64 {

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use redis_lock::{
     Error, LockClient, LockGuard, LockMode, LockOptions, LostReason, ReleaseOutcome, Result,
 };
-use redis_lock_tests::{RedisServer, TcpProxy, client, client_for, wait_until};
+use redis_lock_tests::{RedisServer, TcpProxy, client, wait_until};
 
 /// The three kinds of hold that are not the mutex.
 #[derive(Debug, Clone, Copy)]

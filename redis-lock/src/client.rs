@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, HolderInfo, Result};
 use crate::guard::LockGuard;
-use crate::hold::acquire::Deadline;
+use crate::hold::acquire::{Deadline, Taken};
 use crate::hold::lease::ReleaseOutcome;
 use crate::hold::primitive::Params;
 use crate::hold::retry::RetryStrategy;
@@ -225,12 +225,15 @@ impl LockClient {
             at: deadline,
             started: Instant::now(),
         };
-        busy_if_held_here(self.take(
-            Kind::Mutex.make(Params::DEFAULT),
-            key,
-            &LockOptions::new(),
-            &deadline,
-        ))
+        busy_if_held_here(
+            self.take(
+                Kind::Mutex.make(Params::DEFAULT),
+                key,
+                &LockOptions::new(),
+                &deadline,
+            )
+            .map(Taken::acquired),
+        )
     }
 
     /// Whether this thread holds `key` through this client: a lock it acquired (and has not
@@ -300,14 +303,14 @@ impl LockClient {
     pub fn acquire_with(&self, key: &str, opts: &LockOptions) -> Result<LockGuard> {
         let started = Instant::now();
         match self.acquire_opt(key, opts)? {
-            Some(guard) => Ok(guard),
-            // Who holds it, for the error (one round trip, on this path only).
-            None => Err(not_acquired(
+            Taken::Acquired(guard) => Ok(guard),
+            // Who holds it, as the last attempt's answer said.
+            Taken::Busy(holder) => Err(not_acquired(
                 &self.inner,
                 key.to_owned(),
                 opts,
                 started,
-                self.inspect(key).ok().flatten().map(|i| i.holder_info()),
+                holder,
             )),
         }
     }
@@ -331,12 +334,12 @@ impl LockClient {
     /// # Ok(()) }
     /// ```
     pub fn try_acquire_with(&self, key: &str, opts: &LockOptions) -> Result<Option<LockGuard>> {
-        busy_if_held_here(self.acquire_opt(key, opts))
+        busy_if_held_here(self.acquire_opt(key, opts).map(Taken::acquired))
     }
 
     /// The acquisition behind both families: `Ok(None)` when another owner still holds `key`
     /// at the end of the wait budget; [`Error::AlreadyHeld`] when this thread does.
-    fn acquire_opt(&self, key: &str, opts: &LockOptions) -> Result<Option<LockGuard>> {
+    fn acquire_opt(&self, key: &str, opts: &LockOptions) -> Result<Taken<LockGuard>> {
         let deadline = Deadline::after(opts.wait.or(self.inner.config.default_wait))?;
         let primitive = Kind::of_mode(opts.mode).make(Params::DEFAULT);
         self.take(primitive, key, opts, &deadline)
@@ -345,14 +348,14 @@ impl LockClient {
     /// A guard of `key` held through `primitive` (made from the table of primitives,
     /// `hold/mod.rs`): what every single-lock acquisition comes to, a mutex or a side of a
     /// read-write lock (by `mode`), a semaphore's permit, the attribute macro's lock.
-    /// `Ok(None)`: busy until `deadline`.
+    /// `Taken::Busy`: busy until `deadline`, with the holder the last attempt was told of.
     pub(crate) fn take(
         &self,
         primitive: Arc<dyn crate::hold::primitive::Lock>,
         key: &str,
         opts: &LockOptions,
         deadline: &Deadline,
-    ) -> Result<Option<LockGuard>> {
+    ) -> Result<Taken<LockGuard>> {
         Ok(self
             .inner
             .acquire(&primitive, key, opts, deadline)?

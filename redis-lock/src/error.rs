@@ -1,6 +1,6 @@
 //! The one error type of the crate.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Everything that can go wrong when taking, keeping or giving back a lock.
 ///
@@ -44,9 +44,10 @@ pub enum Error {
     Busy {
         /// The lock name as the caller gave it (without namespace).
         key: String,
-        /// Who holds it and for how much longer, as Redis told when the call gave up
-        /// (`None` when it could not be asked, or nobody held it by then);
-        /// [`retry_after`](Self::retry_after) reads its remaining TTL.
+        /// Who holds it and for how much longer, as Redis answered the call's last attempt
+        /// (no further request is sent for it; `None` when nobody held it then, the lock
+        /// being owed to a waiter, or under Redlock when no holder was on a majority of the
+        /// servers); [`retry_after`](Self::retry_after) reads its remaining TTL.
         holder: Option<Box<HolderInfo>>,
     },
     /// This thread already holds `key` through this client, and a waiting call (`lock`,
@@ -189,11 +190,14 @@ pub enum Error {
     },
 }
 
-/// Who held a lock that a call did not get, as Redis described it when the call gave up:
+/// Who held a lock that a call did not get, as Redis described it in the answer to the call's
+/// last attempt (the busy answer carries it, so building the error sends nothing more):
 /// carried by [`Error::Busy`] and [`Error::Timeout`], so that a handler can answer with
 /// `Retry-After` ([`Error::retry_after`]) or say who holds the lock. Each field is `None`
 /// where Redis does not know it (a lock handed to a waiter that has not claimed it yet, or
-/// cooling down after its release, has no holder stored).
+/// cooling down after its release, has no holder stored). A semaphore names the permit that
+/// expires first; a read-write lock its writer, or the read share that expires first (with
+/// the whole lock's TTL).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct HolderInfo {
@@ -206,7 +210,8 @@ pub struct HolderInfo {
     /// The holder's metadata, if it gave any.
     pub metadata: Option<String>,
     /// How long until the lock (for a semaphore: the permit that expires first) expires
-    /// unless renewed; `None` without an expiry.
+    /// unless renewed; `None` without an expiry. Under Redlock, as `inspect` combines it:
+    /// how long a majority of the servers still hold it.
     pub remaining_ttl: Option<Duration>,
 }
 
@@ -228,6 +233,48 @@ impl HolderInfo {
             s.push_str(&format!("expires in {ttl:?}"));
         }
         s
+    }
+}
+
+impl HolderInfo {
+    /// The holder as stored with a lock or permit (see [`holder_fields`]), with the time its
+    /// lock has left.
+    pub(crate) fn stored(
+        host: String,
+        pid: u32,
+        since_ms: u64,
+        metadata: Option<String>,
+        remaining_ttl: Option<Duration>,
+    ) -> HolderInfo {
+        let (host, pid, since) = holder_fields(host, pid, since_ms);
+        HolderInfo {
+            host,
+            pid,
+            since,
+            metadata,
+            remaining_ttl,
+        }
+    }
+}
+
+/// A time the scripts store, Unix ms.
+pub(crate) fn unix_ms(t: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(t)
+}
+
+/// A holder's host, pid and acquisition time as stored with a lock or permit; `None` where no
+/// holder information is stored (the scripts then answer an empty host, pid 0 and time 0:
+/// a lock kept after its release, or one a release handed to a waiter that has not claimed
+/// it yet). A stored one always has the server's acquisition time.
+pub(crate) fn holder_fields(
+    host: String,
+    pid: u32,
+    since_ms: u64,
+) -> (Option<String>, Option<u32>, Option<SystemTime>) {
+    if host.is_empty() && since_ms == 0 {
+        (None, None, None)
+    } else {
+        (Some(host), Some(pid), Some(unix_ms(since_ms)))
     }
 }
 

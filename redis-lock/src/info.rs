@@ -1,7 +1,8 @@
 //! What `inspect` tells about a lock.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
+pub(crate) use crate::error::{holder_fields, unix_ms};
 use crate::options::LockMode;
 use crate::wire::Holder;
 
@@ -64,39 +65,7 @@ pub struct LockInfo {
     pub writers_waiting: u32,
 }
 
-fn unix_ms(t: u64) -> SystemTime {
-    UNIX_EPOCH + Duration::from_millis(t)
-}
-
-/// A holder's host, pid and acquisition time as stored with a lock or permit; `None` where no
-/// holder information is stored (the scripts then answer an empty host, pid 0 and time 0:
-/// a lock kept after its release, or one a release handed to a waiter that has not claimed
-/// it yet). A stored one always has the server's acquisition time.
-pub(crate) fn holder_fields(
-    host: String,
-    pid: u32,
-    since_ms: u64,
-) -> (Option<String>, Option<u32>, Option<SystemTime>) {
-    if host.is_empty() && since_ms == 0 {
-        (None, None, None)
-    } else {
-        (Some(host), Some(pid), Some(unix_ms(since_ms)))
-    }
-}
-
 impl LockInfo {
-    /// What a busy or timeout error says of the holder (a lock with no holder stored, handed
-    /// over or cooling down, has `None` there as here).
-    pub(crate) fn holder_info(&self) -> crate::error::HolderInfo {
-        crate::error::HolderInfo {
-            host: self.host.clone(),
-            pid: self.pid,
-            since: self.acquired_at,
-            metadata: self.metadata.clone(),
-            remaining_ttl: self.remaining_ttl,
-        }
-    }
-
     pub(crate) fn from_holder(key: &str, h: Holder) -> LockInfo {
         let (host, pid, acquired_at) = holder_fields(h.host, h.pid, h.since_ms);
         LockInfo {

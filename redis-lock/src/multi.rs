@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::client::{LockClient, busy_if_held_here, not_acquired};
 use crate::error::{Error, LostReason, Result};
-use crate::hold::acquire::Deadline;
+use crate::hold::acquire::{Deadline, Taken};
 use crate::hold::lease::{Lease, ReleaseOutcome};
 use crate::hold::multi::members;
 use crate::options::{LockOptions, validate_ttl};
@@ -390,19 +390,10 @@ impl LockClient {
         let started = Instant::now();
         let names = collect(keys);
         let key = names.join(",");
-        match self.acquire_all_opt(names.clone(), opts)? {
-            Some(guard) => Ok(guard),
-            // The first member someone holds, for the error (round trips on this path only).
-            None => {
-                let holder = names.iter().find_map(|name| {
-                    self.inspect(name)
-                        .ok()
-                        .flatten()
-                        .filter(|i| i.owned)
-                        .map(|i| i.holder_info())
-                });
-                Err(not_acquired(&self.inner, key, opts, started, holder))
-            }
+        match self.acquire_all_opt(names, opts)? {
+            Taken::Acquired(guard) => Ok(guard),
+            // The busy member's holder, as the last attempt's answer named it.
+            Taken::Busy(holder) => Err(not_acquired(&self.inner, key, opts, started, holder)),
         }
     }
 
@@ -433,16 +424,15 @@ impl LockClient {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        busy_if_held_here(self.acquire_all_opt(collect(keys), opts))
+        busy_if_held_here(
+            self.acquire_all_opt(collect(keys), opts)
+                .map(Taken::acquired),
+        )
     }
 
     /// Both families' acquisition: [`Error::AlreadyHeld`] when this thread holds a member
     /// already (see `client::busy_if_held_here`).
-    fn acquire_all_opt(
-        &self,
-        names: Vec<String>,
-        opts: &LockOptions,
-    ) -> Result<Option<MultiGuard>> {
+    fn acquire_all_opt(&self, names: Vec<String>, opts: &LockOptions) -> Result<Taken<MultiGuard>> {
         let names = members(names)?;
         let deadline = Deadline::after(opts.wait.or(self.inner.config.default_wait))?;
         Ok(self

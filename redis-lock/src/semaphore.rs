@@ -8,7 +8,7 @@ use crate::client::{LockClient, busy_if_held_here, not_acquired};
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::hold::Kind;
-use crate::hold::acquire::Deadline;
+use crate::hold::acquire::{Deadline, Taken};
 use crate::hold::primitive::{Lock, Params};
 use crate::hold::semaphore::validate_permits;
 use crate::options::LockOptions;
@@ -280,29 +280,15 @@ impl Semaphore {
     pub fn acquire_with(&self, opts: &LockOptions) -> Result<LockGuard> {
         let started = Instant::now();
         match self.acquire_opt(opts)? {
-            Some(guard) => Ok(guard),
-            // The permit that frees first, for the error (one round trip, on this path only).
-            None => {
-                let first = self.inspect().ok().and_then(|info| {
-                    info.holders
-                        .into_iter()
-                        .min_by_key(|p| p.remaining_ttl)
-                        .map(|p| crate::error::HolderInfo {
-                            host: p.host,
-                            pid: p.pid,
-                            since: p.acquired_at,
-                            metadata: p.metadata,
-                            remaining_ttl: Some(p.remaining_ttl),
-                        })
-                });
-                Err(not_acquired(
-                    &self.client.inner,
-                    self.name.clone(),
-                    opts,
-                    started,
-                    first,
-                ))
-            }
+            Taken::Acquired(guard) => Ok(guard),
+            // The permit that frees first, as the last attempt's answer named it.
+            Taken::Busy(first) => Err(not_acquired(
+                &self.client.inner,
+                self.name.clone(),
+                opts,
+                started,
+                first,
+            )),
         }
     }
 
@@ -325,12 +311,12 @@ impl Semaphore {
     /// # Ok(()) }
     /// ```
     pub fn try_acquire_with(&self, opts: &LockOptions) -> Result<Option<LockGuard>> {
-        busy_if_held_here(self.acquire_opt(opts))
+        busy_if_held_here(self.acquire_opt(opts).map(Taken::acquired))
     }
 
     /// Both families' acquisition: [`Error::AlreadyHeld`] when this thread holds the permit
     /// it would join (see `client::busy_if_held_here`).
-    fn acquire_opt(&self, opts: &LockOptions) -> Result<Option<LockGuard>> {
+    fn acquire_opt(&self, opts: &LockOptions) -> Result<Taken<LockGuard>> {
         let deadline = Deadline::after(opts.wait.or(self.client.inner.config.default_wait))?;
         self.client
             .take(Arc::clone(&self.primitive), &self.name, opts, &deadline)

@@ -23,6 +23,51 @@ pub fn monotonic_ns() -> u64 {
     u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
 }
 
+/// What `inspect` showed of a holder: host, pid, acquisition time, metadata, remaining TTL.
+pub type Shown = (
+    Option<String>,
+    Option<u32>,
+    Option<std::time::SystemTime>,
+    Option<String>,
+    Option<Duration>,
+);
+
+/// What `inspect` shows of a lock's holder, as [`Shown`].
+pub fn shown(info: &redis_lock::LockInfo) -> Shown {
+    (
+        info.host.clone(),
+        info.pid,
+        info.acquired_at,
+        info.metadata.clone(),
+        info.remaining_ttl,
+    )
+}
+
+/// Asserts that busy or timeout error `err` names the holder `inspect` showed just before
+/// (`before`) and just after (`after`) it: the same host, pid, acquisition time and metadata,
+/// a remaining TTL between the two readings.
+pub fn assert_names_holder(err: &redis_lock::Error, before: &Shown, after: &Shown) {
+    assert!(err.is_busy(), "{err}");
+    let h = err.holder().unwrap_or_else(|| panic!("a holder in {err}"));
+    let named = (h.host.clone(), h.pid, h.since, h.metadata.clone());
+    assert!(h.host.is_some() && h.since.is_some(), "{h:?}");
+    assert_eq!(
+        named,
+        (before.0.clone(), before.1, before.2, before.3.clone())
+    );
+    assert_eq!(named, (after.0.clone(), after.1, after.2, after.3.clone()));
+    let ttl = err.retry_after().expect("a remaining ttl");
+    let (hi, lo) = (before.4.expect("a ttl"), after.4.expect("a ttl"));
+    assert!(lo <= ttl && ttl <= hi, "{lo:?} <= {ttl:?} <= {hi:?}");
+}
+
+/// How many requests `client` sent while `f` ran, and what `f` returned.
+pub fn requests<T>(client: &LockClient, f: impl FnOnce() -> T) -> (u64, T) {
+    let before = client.request_count();
+    let out = f();
+    (client.request_count() - before, out)
+}
+
 /// A lock client for `server` with timeouts short enough for tests.
 pub fn client(server: &RedisServer) -> LockClient {
     client_for(&server.url())

@@ -43,6 +43,8 @@ fn quick_benchmark_runs_and_finds_no_violations() {
         "cluster, 3 masters: 1 keys",
         "sentinel (1 replica): 64 keys",
         "uncontended_permit",
+        "redlock_back_to_back",
+        "redlock, 3 servers, 1 stopped",
         "read-write lock: 95 % read, 5 % write",
     ] {
         assert!(report.contains(label), "row {label} missing:\n{report}");

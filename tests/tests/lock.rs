@@ -5,8 +5,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use redis_lock::{Error, LockOptions, LostReason, ReleaseOutcome, RetryStrategy};
-use redis_lock_tests::{RedisServer, client, read_line_starting, signal, spawn_holder, wait_until};
+use redis_lock::{Error, LockMode, LockOptions, LostReason, ReleaseOutcome, RetryStrategy};
+use redis_lock_tests::{
+    RedisServer, assert_names_holder, client, read_line_starting, requests, shown, signal,
+    spawn_holder, wait_until,
+};
 
 const HOLDER: &str = env!("CARGO_BIN_EXE_lock-holder");
 
@@ -481,6 +484,145 @@ fn busy_and_timeout_errors_carry_the_holder_and_its_remaining_ttl() {
     // Other errors carry none.
     let bad = other.try_lock("").unwrap_err();
     assert_eq!((bad.holder(), bad.retry_after()), (None, None));
+}
+
+/// A busy error names the holder its attempt was told of (the same as `inspect` says), at no
+/// request beyond the attempt's: a `try_` call that finds the lock busy and a call that
+/// reports it as an error cost the same. The mutex in both forms (native string, hash),
+/// the read-write lock from both sides, a semaphore and a multi-lock.
+#[test]
+fn a_busy_error_names_the_holder_its_attempt_saw_at_no_extra_request() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let zero = LockOptions::new().wait(Duration::ZERO);
+    // Each check on fresh clients, so that both calls take the same path (a lock found busy
+    // lately skips the native fast path).
+    let check = |name: &str, opts: &LockOptions, expected: u64| {
+        let before = shown(&locks.inspect(name).unwrap().unwrap());
+        let (a, b) = (client(&server), client(&server));
+        let (tried, none) = requests(&a, || a.try_acquire_with(name, opts).unwrap());
+        assert!(none.is_none());
+        let (erred, err) = requests(&b, || b.acquire_with(name, opts).map(drop).unwrap_err());
+        let after = shown(&locks.inspect(name).unwrap().unwrap());
+        assert_names_holder(&err, &before, &after);
+        assert_eq!((tried, erred), (expected, expected), "{name}");
+    };
+    // Native: the pipeline, then the script that finds it busy.
+    let _native = locks
+        .options("native")
+        .metadata("string form")
+        .acquire()
+        .unwrap();
+    check("native", &zero, 2);
+    // A hash (a minimum hold needs the script): the script alone.
+    let _hash = locks
+        .options("hash")
+        .metadata("hash form")
+        .hold_at_least(Duration::from_millis(1))
+        .acquire()
+        .unwrap();
+    check(
+        "hash",
+        &zero.clone().hold_at_least(Duration::from_millis(1)),
+        1,
+    );
+    // A write lock keeps readers out, a reader keeps the writer out (the lock's whole TTL,
+    // the share that expires first).
+    let _writer = locks
+        .options("rw-w")
+        .mode(LockMode::Write)
+        .metadata("writer")
+        .acquire()
+        .unwrap();
+    check("rw-w", &zero.clone().mode(LockMode::Read), 1);
+    let _long = locks
+        .options("rw-r")
+        .mode(LockMode::Read)
+        .ttl(Duration::from_secs(40))
+        .metadata("long reader")
+        .acquire()
+        .unwrap();
+    let reader = client(&server);
+    let _short = reader
+        .options("rw-r")
+        .mode(LockMode::Read)
+        .ttl(Duration::from_secs(20))
+        .metadata("short reader")
+        .acquire()
+        .unwrap();
+    check("rw-r", &zero.clone().mode(LockMode::Write), 1);
+    let err = client(&server)
+        .acquire_with("rw-r", &zero.clone().mode(LockMode::Write))
+        .map(drop)
+        .unwrap_err();
+    assert_eq!(
+        err.holder().unwrap().metadata.as_deref(),
+        Some("short reader")
+    );
+    // A semaphore: the permit that frees first.
+    let permits = |c: &redis_lock::LockClient| c.semaphore("exports", 2).unwrap();
+    let _p1 = permits(&locks)
+        .acquire_with(
+            &LockOptions::new()
+                .ttl(Duration::from_secs(40))
+                .metadata("p1"),
+        )
+        .unwrap();
+    let _p2 = permits(&reader)
+        .acquire_with(
+            &LockOptions::new()
+                .ttl(Duration::from_secs(20))
+                .metadata("p2"),
+        )
+        .unwrap();
+    let first = |s: &redis_lock::Semaphore| {
+        let p = s
+            .inspect()
+            .unwrap()
+            .holders
+            .into_iter()
+            .min_by_key(|p| p.remaining_ttl)
+            .unwrap();
+        (
+            p.host,
+            p.pid,
+            p.acquired_at,
+            p.metadata,
+            Some(p.remaining_ttl),
+        )
+    };
+    let before = first(&permits(&locks));
+    let (a, b) = (client(&server), client(&server));
+    let (tried, none) = requests(&a, || permits(&a).try_acquire_with(&zero).unwrap());
+    assert!(none.is_none());
+    let (erred, err) = requests(&b, || {
+        permits(&b).acquire_with(&zero).map(drop).unwrap_err()
+    });
+    assert_names_holder(&err, &before, &first(&permits(&locks)));
+    assert_eq!(before.3.as_deref(), Some("p2"));
+    assert_eq!((tried, erred), (1, 1));
+    // A multi-lock: the member someone holds, in one script.
+    let before = shown(&locks.inspect("native").unwrap().unwrap());
+    let (a, b) = (client(&server), client(&server));
+    let names = ["a-free", "native"];
+    let (tried, none) = requests(&a, || a.try_acquire_all_with(names, &zero).unwrap());
+    assert!(none.is_none());
+    let (erred, err) = requests(&b, || {
+        b.acquire_all_with(names, &zero).map(drop).unwrap_err()
+    });
+    assert_names_holder(
+        &err,
+        &before,
+        &shown(&locks.inspect("native").unwrap().unwrap()),
+    );
+    assert_eq!((tried, erred), (1, 1));
+    // Waiting, then timing out: the last attempt's holder.
+    let err = client(&server)
+        .acquire_with("hash", &LockOptions::new().wait(Duration::from_millis(50)))
+        .map(drop)
+        .unwrap_err();
+    assert!(err.is_timeout(), "{err}");
+    assert_eq!(err.holder().unwrap().metadata.as_deref(), Some("hash form"));
 }
 
 /// `check_held` asks Redis: it reports a lock broken behind the guard's back (an operator's

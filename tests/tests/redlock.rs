@@ -7,7 +7,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use redis_lock::{Error, LockClient, LostReason, ReleaseOutcome};
-use redis_lock_tests::{Contention, RedisServer, TcpProxy, holds, redlock_client, wait_until};
+use redis_lock_tests::{
+    Contention, RedisServer, TcpProxy, assert_names_holder, holds, redlock_client, requests, shown,
+    wait_until,
+};
 
 fn three() -> [RedisServer; 3] {
     [
@@ -451,6 +454,38 @@ fn fair_waiting_is_refused_under_redlock() {
         ![&a, &b, &c].iter().any(|s| holds(s, "fair")),
         "nothing taken"
     );
+}
+
+/// A busy error under Redlock names the holder a majority of the servers reported in their
+/// busy answers, with the TTL `inspect` reports (how long a majority still holds it), at no request
+/// beyond the attempt's one per server.
+#[test]
+fn a_busy_error_names_the_majoritys_holder_at_no_extra_request() {
+    let [a, b, c] = three();
+    let locks = redlock_client(&[&a, &b, &c]);
+    let _held = locks
+        .options("report")
+        .ttl(Duration::from_secs(30))
+        .metadata("nightly")
+        .acquire()
+        .unwrap();
+    // Acquired once a majority has it: wait for the third server too, so that every
+    // attempt below finds it busy everywhere (and leaves nothing to undo).
+    assert!(wait_until(Duration::from_secs(5), || {
+        [&a, &b, &c].iter().all(|s| holds(s, "report"))
+    }));
+    let zero = redis_lock::LockOptions::new().wait(Duration::ZERO);
+    let before = shown(&locks.inspect("report").unwrap().unwrap());
+    let (x, y) = (redlock_client(&[&a, &b, &c]), redlock_client(&[&a, &b, &c]));
+    let (tried, none) = requests(&x, || x.try_acquire_with("report", &zero).unwrap());
+    assert!(none.is_none());
+    let (erred, err) = requests(&y, || {
+        y.acquire_with("report", &zero).map(drop).unwrap_err()
+    });
+    let after = shown(&locks.inspect("report").unwrap().unwrap());
+    assert_names_holder(&err, &before, &after);
+    assert_eq!(err.holder().unwrap().metadata.as_deref(), Some("nightly"));
+    assert_eq!((tried, erred), (3, 3));
 }
 
 /// A waiter registers on every server that finds the lock busy; when its budget runs out it

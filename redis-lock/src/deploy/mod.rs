@@ -30,7 +30,7 @@ pub(crate) enum Deployment {
 }
 
 /// The combined answer to one attempt, and where a waiter should block next.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct Attempted {
     pub(crate) attempt: Attempt,
     /// The server a quorum saw the holder on: its release pushes the wake-up there. What the
@@ -373,7 +373,7 @@ pub(crate) fn attempt_on(
 ) -> Result<Attempt> {
     let mut conn = store.conn()?;
     let attempt = p.attempt(&mut conn, args)?;
-    if let (Attempt::Acquired { .. }, Some(ack)) = (attempt, ack) {
+    if let (Attempt::Acquired { .. }, Some(ack)) = (&attempt, ack) {
         acknowledged(store, conn, p, args.keys, args.token, ack)?;
     }
     Ok(attempt)

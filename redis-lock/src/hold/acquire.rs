@@ -27,12 +27,13 @@ use super::primitive::{Lock, Nested};
 use super::retry::{RetryStrategy, Step};
 use super::{Inner, registry, watchdog};
 use crate::deploy::Attempted;
-use crate::error::{Error, Result};
+use crate::error::{Error, HolderInfo, Result};
 use crate::options::{LockOptions, validate};
 use crate::store::{Ack, NO_CONNECTION_POLL, Wake};
 use crate::wire::token::{Ids, new_ids};
 use crate::wire::{
-    Attempt, AttemptArgs, Claim, ClaimArgs, Form, Grant, HANDOFF_GRACE, LockKeys, ReleaseArgs,
+    Attempt, AttemptArgs, BusyHolder, Claim, ClaimArgs, Form, Grant, HANDOFF_GRACE, LockKeys,
+    ReleaseArgs,
 };
 
 /// Longest single wait of a fair waiter: it checks in at least this often, so a dead one is
@@ -69,6 +70,41 @@ impl Deadline {
         let budget = self.at.saturating_duration_since(self.started);
         (budget < UNTIL_FREE).then_some(budget)
     }
+}
+
+/// What an acquisition came to when it did not fail: the lock, or busy to the end.
+#[derive(Debug)]
+pub(crate) enum Taken<T> {
+    Acquired(T),
+    /// Busy until the deadline (or the retry strategy gave up), with the holder as the last
+    /// attempt's busy answer described it (`None`: it named nobody), so that a busy or timeout
+    /// error needs no further request.
+    Busy(Option<HolderInfo>),
+}
+
+impl<T> Taken<T> {
+    /// The lock, `None` when busy (the `try_` family's answer).
+    pub(crate) fn acquired(self) -> Option<T> {
+        match self {
+            Taken::Acquired(t) => Some(t),
+            Taken::Busy(_) => None,
+        }
+    }
+
+    pub(crate) fn map<U>(self, f: impl FnOnce(T) -> U) -> Taken<U> {
+        match self {
+            Taken::Acquired(t) => Taken::Acquired(f(t)),
+            Taken::Busy(holder) => Taken::Busy(holder),
+        }
+    }
+}
+
+/// The holder a busy answer described, as a busy or timeout error carries it.
+pub(crate) fn holder_info(holder: Option<Box<BusyHolder>>) -> Option<HolderInfo> {
+    holder.map(|h| {
+        let BusyHolder { info, ttl } = *h;
+        HolderInfo::stored(info.host, info.pid, info.since_ms, info.meta, ttl)
+    })
 }
 
 /// What a registered waiter remembers of its latest registration, to judge a grant it pops.
@@ -217,14 +253,14 @@ pub(crate) struct Report<'a> {
 
 impl Inner {
     /// The acquire loop: attempt, then wait as the retry strategy says, until acquired, the
-    /// wait budget is spent, or the strategy gives up. `Ok(None)`: busy until the end.
+    /// wait budget is spent, or the strategy gives up (`Taken::Busy`).
     pub(crate) fn acquire(
         self: &Arc<Self>,
         primitive: &Arc<dyn Lock>,
         name: &str,
         opts: &LockOptions,
         deadline: &Deadline,
-    ) -> Result<Option<Arc<Lease>>> {
+    ) -> Result<Taken<Arc<Lease>>> {
         observed(
             self,
             name,
@@ -248,7 +284,7 @@ impl Inner {
         name: &str,
         opts: &LockOptions,
         deadline: &Deadline,
-    ) -> Result<Option<Arc<Lease>>> {
+    ) -> Result<Taken<Arc<Lease>>> {
         observed(
             self,
             name,
@@ -267,7 +303,7 @@ impl Inner {
         deadline: &Deadline,
         report: Report<'_>,
         member: bool,
-    ) -> Result<Option<Arc<Lease>>> {
+    ) -> Result<Taken<Arc<Lease>>> {
         let keys = self.keys(name)?;
         let ttl = opts.ttl.unwrap_or(self.config.default_ttl);
         let retry = opts.retry.as_ref().unwrap_or(&self.config.default_retry);
@@ -280,7 +316,7 @@ impl Inner {
             return Err(cancelled(name));
         }
         let primitive = match self.nested(primitive, name, opts)? {
-            Held::Joined(lease) => return Ok(Some(lease)),
+            Held::Joined(lease) => return Ok(Taken::Acquired(lease)),
             Held::Attempt(other) => other.unwrap_or_else(|| Arc::clone(primitive)),
         };
         self.check_quorum(primitive.as_ref(), "primitive")?;
@@ -359,8 +395,8 @@ pub(crate) fn observed<T: Fenced>(
     primitive: &'static str,
     opts: &LockOptions,
     deadline: &Deadline,
-    run: impl FnOnce(Report<'_>) -> Result<Option<T>>,
-) -> Result<Option<T>> {
+    run: impl FnOnce(Report<'_>) -> Result<Taken<T>>,
+) -> Result<Taken<T>> {
     let labels = Labels {
         label: opts
             .label
@@ -382,12 +418,15 @@ pub(crate) fn observed<T: Fenced>(
     };
     let result = span.in_scope(|| run(report));
     let outcome = match &result {
-        Ok(Some(_)) => Ok(observe::Outcome::Acquired),
-        Ok(None) if waits => Ok(observe::Outcome::Timeout),
-        Ok(None) => Ok(observe::Outcome::Busy),
+        Ok(Taken::Acquired(_)) => Ok(observe::Outcome::Acquired),
+        Ok(Taken::Busy(_)) if waits => Ok(observe::Outcome::Timeout),
+        Ok(Taken::Busy(_)) => Ok(observe::Outcome::Busy),
         Err(e) => Err(e),
     };
-    let fence = result.as_ref().ok().and_then(|l| l.as_ref()?.fence());
+    let fence = match &result {
+        Ok(Taken::Acquired(l)) => l.fence(),
+        _ => None,
+    };
     observe::acquired(
         &span,
         &labels,
@@ -439,6 +478,8 @@ enum Tried {
         block: Option<Duration>,
         /// Where a quorum saw the holder (see `Attempted::wait_on`).
         wait_on: Option<usize>,
+        /// Who holds it, as the answer said.
+        holder: Option<Box<BusyHolder>>,
     },
 }
 
@@ -461,7 +502,7 @@ impl Acquisition<'_> {
             .leave(&**self.primitive, &self.keys, &self.ids.waiter);
     }
 
-    fn run(self, retry: &RetryStrategy, deadline: &Deadline) -> Result<Option<Arc<Lease>>> {
+    fn run(self, retry: &RetryStrategy, deadline: &Deadline) -> Result<Taken<Arc<Lease>>> {
         let wake = self
             .primitive
             .wake_list(&self.keys, &self.ids.waiter, self.fair);
@@ -486,14 +527,15 @@ impl Acquisition<'_> {
             }
             attempt += 1;
             self.report.attempts.set(attempt);
-            let (holder_ttl, block, wait_on) =
+            let (holder_ttl, block, wait_on, holder) =
                 match self.attempt_once(retry, deadline, attempt, &mut registration)? {
-                    Tried::Acquired(lease) => return Ok(Some(lease)),
+                    Tried::Acquired(lease) => return Ok(Taken::Acquired(lease)),
                     Tried::Busy {
                         holder_ttl,
                         block,
                         wait_on,
-                    } => (holder_ttl, block, wait_on),
+                        holder,
+                    } => (holder_ttl, block, wait_on, holder),
                 };
             let left = deadline.at.saturating_duration_since(Instant::now());
             let step = retry.next(attempt, left, holder_ttl, block);
@@ -505,7 +547,8 @@ impl Acquisition<'_> {
                     if registration.is_some() {
                         self.leave();
                     }
-                    return Ok(None);
+                    // The last attempt's answer names the holder: nothing more is asked.
+                    return Ok(Taken::Busy(holder_info(holder)));
                 }
                 Step::Sleep(d) => {
                     self.sleep(d);
@@ -527,7 +570,7 @@ impl Acquisition<'_> {
                 return Err(cancelled(self.name));
             }
             if let Some(lease) = self.take_grant(grant, registration, deadline)? {
-                return Ok(Some(lease));
+                return Ok(Taken::Acquired(lease));
             }
         }
     }
@@ -620,6 +663,7 @@ impl Acquisition<'_> {
                 block,
                 fresh,
                 server_ms,
+                holder,
             } => {
                 self.inner.busy.busy(&self.keys.lock);
                 if block.is_some() {
@@ -633,6 +677,7 @@ impl Acquisition<'_> {
                     holder_ttl,
                     block,
                     wait_on: attempted.wait_on,
+                    holder,
                 })
             }
         }

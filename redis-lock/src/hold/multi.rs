@@ -22,7 +22,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::acquire::{Deadline, Report, observed, start_lease};
+use super::acquire::{Deadline, Report, Taken, holder_info, observed, start_lease};
 use super::cancel::CancelToken;
 use super::lease::{Lease, Start};
 use super::primitive::{Lock, Params};
@@ -117,7 +117,7 @@ impl Inner {
         names: &[String],
         opts: &LockOptions,
         deadline: &Deadline,
-    ) -> Result<Option<Vec<Arc<Lease>>>> {
+    ) -> Result<Taken<Vec<Arc<Lease>>>> {
         let retry = opts.retry.as_ref().unwrap_or(&self.config.default_retry);
         observed(self, &names.join(","), KIND, opts, deadline, |report| {
             self.acquire_all_in_span(names, opts, retry, deadline, report)
@@ -131,7 +131,7 @@ impl Inner {
         retry: &RetryStrategy,
         deadline: &Deadline,
         report: Report<'_>,
-    ) -> Result<Option<Vec<Arc<Lease>>>> {
+    ) -> Result<Taken<Vec<Arc<Lease>>>> {
         let keys = names
             .iter()
             .map(|name| self.keys(name))
@@ -163,7 +163,7 @@ impl Inner {
         // whole set is attempted again with them.
         let mut held: Vec<(usize, Arc<Lease>)> = Vec::new();
         let result = a.run(retry, deadline, report, &mut held);
-        if !matches!(result, Ok(Some(_))) {
+        if !matches!(result, Ok(Taken::Acquired(_))) {
             give_back(&mut held, 0);
         }
         result
@@ -199,7 +199,7 @@ impl AllAcquisition<'_> {
         deadline: &Deadline,
         report: Report<'_>,
         held: &mut Vec<(usize, Arc<Lease>)>,
-    ) -> Result<Option<Vec<Arc<Lease>>>> {
+    ) -> Result<Taken<Vec<Arc<Lease>>>> {
         loop {
             if let Some(e) = self.cancelled() {
                 return Err(e);
@@ -207,17 +207,22 @@ impl AllAcquisition<'_> {
             let attempts = report.attempts.get() + 1;
             report.attempts.set(attempts);
             let sent = Instant::now();
-            let (index, holder_ttl) = match self.attempt(held)? {
+            let (index, holder_ttl, holder) = match self.attempt(held)? {
                 AllAttempt::Acquired { fences } => {
                     let leases = self.hold(fences, std::mem::take(held), sent, report)?;
                     tracing::debug!(target: "redis_lock", keys = %self.names.join(","), attempts, "locks acquired together");
-                    return Ok(Some(leases));
+                    return Ok(Taken::Acquired(leases));
                 }
-                AllAttempt::Busy { index, holder_ttl } => (index, holder_ttl),
+                AllAttempt::Busy {
+                    index,
+                    holder_ttl,
+                    holder,
+                } => (index, holder_ttl, holder),
             };
             let left = deadline.at.saturating_duration_since(Instant::now());
             match retry.next(attempts, left, holder_ttl, None) {
-                Step::Stop => return Ok(None),
+                // The busy member's holder, as the attempt's answer named it.
+                Step::Stop => return Ok(Taken::Busy(holder_info(holder))),
                 Step::WaitSignal(_) => {
                     // Only ever wait for a name after every name held (see the module's doc).
                     give_back(held, index);
@@ -229,8 +234,8 @@ impl AllAcquisition<'_> {
                         self.opts,
                         deadline,
                     )? {
-                        Some(lease) => held.push((index, lease)),
-                        None => return Ok(None),
+                        Taken::Acquired(lease) => held.push((index, lease)),
+                        Taken::Busy(holder) => return Ok(Taken::Busy(holder)),
                     }
                 }
                 Step::Sleep(d) => {
@@ -322,11 +327,14 @@ impl AllAcquisition<'_> {
                         fences[k] = fence;
                         taken.push(k);
                     }
-                    Attempt::Busy { holder_ttl, .. } => {
+                    Attempt::Busy {
+                        holder_ttl, holder, ..
+                    } => {
                         self.undo(taken);
                         return Ok(AllAttempt::Busy {
                             index: k,
                             holder_ttl,
+                            holder,
                         });
                     }
                 },

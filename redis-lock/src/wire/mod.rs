@@ -41,11 +41,12 @@ pub(crate) use keys::LockKeys;
 pub(crate) type Con<'a> = dyn redis::ConnectionLike + 'a;
 pub(crate) use lua::HANDOFF_GRACE;
 pub(crate) use reply::{
-    Attempt, Broken, Claim, Grant, Holder, OwnedTtl, Release, Renewal, parse_grant,
+    Attempt, Broken, BusyHolder, Claim, Grant, Holder, Info, OwnedTtl, Release, Renewal,
+    parse_grant,
 };
 // The shared decoders, for every primitive's typed calls (the test-only primitive that proves
 // the seam, `hold/stash.rs`, is one file outside this layer, and uses them too).
-use reply::{Info, count, int, millis, text, uint, unexpected};
+use reply::{count, int, millis, text, uint, unexpected};
 pub(crate) use reply::{
     decode_attempt_reply, decode_broken, decode_claim, decode_inspect, decode_owned_ttl,
     decode_release, decode_renew,

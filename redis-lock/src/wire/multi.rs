@@ -12,7 +12,7 @@ use redis::Script;
 use super::Con;
 use super::resp::Decimal;
 use super::script::run;
-use super::{LockKeys, millis, ms, unexpected};
+use super::{BusyHolder, LockKeys, int, millis, ms, unexpected};
 use crate::error::{Error, Result};
 
 /// The answer to one all-or-nothing attempt.
@@ -25,6 +25,8 @@ pub(crate) enum AllAttempt {
         index: usize,
         /// Its remaining TTL (`None`: no expiry, or free but owed to a fair waiter).
         holder_ttl: Option<Duration>,
+        /// Who holds it (`None`: nobody, it is owed to a fair waiter).
+        holder: Option<Box<BusyHolder>>,
     },
 }
 
@@ -33,8 +35,9 @@ pub(crate) enum AllAttempt {
 /// member the caller holds already, which is left as it is).
 /// KEYS: per member, in order: lock, fence, queue. ARGV: ttl_ms, holder, meta, then one owner
 /// token per member.
-/// Returns `{1, fence...}` when every member is ours; `{0, i, pttl}` when member `i` (from 1)
-/// is not free (`pttl` as `ACQUIRE`'s); `{-2, i, 0}` when its lock key holds another type (or a
+/// Returns `{1, fence...}` when every member is ours; `{0, i, pttl, info}` when member `i`
+/// (from 1) is not free (`pttl` and `info` as `ACQUIRE`'s: `info` absent when the lock key
+/// is); `{-2, i, 0}` when its lock key holds another type (or a
 /// hash redis-lock did not write), `{-3, i, 0}` when its fence key does. Every check comes
 /// before the first write.
 static ACQUIRE_ALL: LazyLock<Script> = LazyLock::new(|| {
@@ -45,12 +48,13 @@ static ACQUIRE_ALL: LazyLock<Script> = LazyLock::new(|| {
         "for i = 1, n do\n",
         "  local lock, fence, queue = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]\n",
         "  local t = redis.pcall('HGET', lock, 'token')\n",
+        "  local str = nil\n",
         // A single lock taken natively is a string `token \n info` (see `mutex/mod.rs`).
         "  if type(t) == 'table' then\n",
         "    local s = redis.pcall('GET', lock)\n",
-        "    t = type(s) == 'string' and string.match(s, ",
+        "    if type(s) == 'string' then t, str = string.match(s, ",
         string_lock!(),
-        ")\n",
+        ") else t = nil end\n",
         "    if not t then return {-2, i, 0} end\n",
         "  end\n",
         "  local ft = redis.call('TYPE', fence)['ok']\n",
@@ -58,7 +62,8 @@ static ACQUIRE_ALL: LazyLock<Script> = LazyLock::new(|| {
         "  if t == ARGV[3 + i] then\n",
         "    ours[i] = true\n",
         "  elseif t then\n",
-        "    return {0, i, redis.call('PTTL', lock)}\n",
+        // The holder, for the caller's busy error (read on this branch only).
+        "    return {0, i, redis.call('PTTL', lock), str or redis.call('HGET', lock, 'info') or ''}\n",
         "  elseif redis.call('EXISTS', lock) == 1 then\n",
         "    return {-2, i, 0}\n",
         "  elseif redis.call('EXISTS', queue) == 1 then\n",
@@ -113,11 +118,22 @@ pub(crate) fn acquire_all(con: &mut Con<'_>, a: &AllArgs<'_>) -> Result<AllAttem
     let ttl = Decimal::new(ms(a.ttl));
     let mut args: Vec<&[u8]> = vec![ttl.as_bytes(), a.holder.as_bytes(), a.meta.as_bytes()];
     args.extend(a.members.iter().map(|(_, token)| token.as_bytes()));
-    let reply: Vec<i64> = run(con, &ACQUIRE_ALL, &keys, &args)?;
+    let reply: Vec<redis::Value> = run(con, &ACQUIRE_ALL, &keys, &args)?;
     decode_acquire_all(a.members, &reply)
 }
 
-fn decode_acquire_all(members: &[(&LockKeys, &str)], reply: &[i64]) -> Result<AllAttempt> {
+fn decode_acquire_all(members: &[(&LockKeys, &str)], reply: &[redis::Value]) -> Result<AllAttempt> {
+    let (numbers, rest) = match reply.first().and_then(int) {
+        // The busy answer's holder follows its three integers.
+        Some(0) if reply.len() >= 3 => reply.split_at(3),
+        _ => (reply, &[][..]),
+    };
+    let Some(numbers) = numbers.iter().map(int).collect::<Option<Vec<i64>>>() else {
+        return Err(unexpected("unexpected acquire-all reply"));
+    };
+    if rest.len() > 1 {
+        return Err(unexpected("unexpected acquire-all reply"));
+    }
     let member = |i: i64| {
         usize::try_from(i)
             .ok()
@@ -125,7 +141,7 @@ fn decode_acquire_all(members: &[(&LockKeys, &str)], reply: &[i64]) -> Result<Al
             .filter(|i| *i < members.len())
             .ok_or_else(|| unexpected("unexpected acquire-all reply"))
     };
-    match reply {
+    match numbers.as_slice() {
         [1, fences @ ..] if fences.len() == members.len() => Ok(AllAttempt::Acquired {
             fences: fences
                 .iter()
@@ -135,6 +151,7 @@ fn decode_acquire_all(members: &[(&LockKeys, &str)], reply: &[i64]) -> Result<Al
         [0, i, pttl] => Ok(AllAttempt::Busy {
             index: member(*i)?,
             holder_ttl: millis(*pttl),
+            holder: BusyHolder::decode(rest, *pttl),
         }),
         [-2, i, _] => Err(Error::WrongType {
             redis_key: members[member(*i)?].0.lock.clone(),
@@ -150,36 +167,59 @@ fn decode_acquire_all(members: &[(&LockKeys, &str)], reply: &[i64]) -> Result<Al
 mod tests {
     use super::*;
 
+    fn ints(v: &[i64]) -> Vec<redis::Value> {
+        v.iter().map(|i| redis::Value::Int(*i)).collect()
+    }
+
     #[test]
     fn replies_decode_per_member() {
         let a = LockKeys::new("lock:", "a").unwrap();
         let b = LockKeys::new("lock:", "b").unwrap();
         let members = [(&a, "t"), (&b, "t")];
         assert_eq!(
-            decode_acquire_all(&members, &[1, 7, 3]).unwrap(),
+            decode_acquire_all(&members, &ints(&[1, 7, 3])).unwrap(),
             AllAttempt::Acquired { fences: vec![7, 3] }
         );
+        // Busy: the member's holder follows.
+        let mut busy = ints(&[0, 2, 1500]);
+        busy.push(redis::Value::BulkString(
+            b"web-1\n42\n1700\nnightly".to_vec(),
+        ));
+        let AllAttempt::Busy {
+            index,
+            holder_ttl,
+            holder: Some(holder),
+        } = decode_acquire_all(&members, &busy).unwrap()
+        else {
+            panic!("busy with a holder");
+        };
+        assert_eq!((index, holder_ttl), (1, Some(Duration::from_millis(1500))));
+        assert_eq!(holder.ttl, holder_ttl);
         assert_eq!(
-            decode_acquire_all(&members, &[0, 2, 1500]).unwrap(),
-            AllAttempt::Busy {
-                index: 1,
-                holder_ttl: Some(Duration::from_millis(1500))
-            }
+            (
+                holder.info.host.as_str(),
+                holder.info.pid,
+                holder.info.since_ms
+            ),
+            ("web-1", 42, 1700)
         );
+        assert_eq!(holder.info.meta.as_deref(), Some("nightly"));
+        // Owed to a fair waiter: nobody holds it.
         assert_eq!(
-            decode_acquire_all(&members, &[0, 1, -2]).unwrap(),
+            decode_acquire_all(&members, &ints(&[0, 1, -2])).unwrap(),
             AllAttempt::Busy {
                 index: 0,
-                holder_ttl: None
+                holder_ttl: None,
+                holder: None,
             }
         );
         assert!(matches!(
-            decode_acquire_all(&members, &[-3, 2, 0]),
+            decode_acquire_all(&members, &ints(&[-3, 2, 0])),
             Err(Error::WrongType { redis_key }) if redis_key == "lock:{b}:fence"
         ));
         // Out of range, wrong length, unknown codes.
         for bad in [&[0, 3, 1][..], &[0, 0, 1], &[1, 7], &[5, 1, 1], &[]] {
-            assert!(decode_acquire_all(&members, bad).is_err(), "{bad:?}");
+            assert!(decode_acquire_all(&members, &ints(bad)).is_err(), "{bad:?}");
         }
     }
 }

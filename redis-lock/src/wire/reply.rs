@@ -14,7 +14,7 @@ use super::rwlock::RwState;
 use crate::error::{Error, Result};
 
 /// The answer to one acquisition attempt on one store.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Attempt {
     Acquired {
         fence: u64,
@@ -29,16 +29,49 @@ pub(crate) enum Attempt {
         fresh: bool,
         /// Server time of the reply, Unix ms.
         server_ms: u64,
+        /// Who holds the lock, as the busy answer read it (only a busy answer reads it: an
+        /// acquisition reads no more than before); `None` when nothing holds the key (free but
+        /// owed to a fair waiter or a waiting writer).
+        holder: Option<Box<BusyHolder>>,
     },
+}
+
+/// The holder a busy answer reports: its stored information and the lock's remaining TTL as
+/// `inspect` reports it (for a semaphore, the permit that expires first; for a read-write
+/// lock, the whole lock's).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct BusyHolder {
+    pub(crate) info: Info,
+    /// `None`: no expiry.
+    pub(crate) ttl: Option<Duration>,
+}
+
+impl BusyHolder {
+    /// The holder fields of a busy reply, after its five integers: `info` (`host \n pid \n
+    /// since \n meta`), then the lock's remaining TTL when it differs from the reply's `pttl`
+    /// (else `pttl`); `None` when the reply has none (nothing holds the key).
+    pub(crate) fn decode(rest: &[Value], pttl: i64) -> Option<Box<BusyHolder>> {
+        let (info, ttl) = match rest {
+            [] => return None,
+            [info] => (info, pttl),
+            [info, ttl, ..] => (info, int(ttl).unwrap_or(pttl)),
+        };
+        Some(Box::new(BusyHolder {
+            info: Info::parse(&text(info)),
+            ttl: millis(ttl),
+        }))
+    }
 }
 
 /// Decodes the five integers every primitive's acquire script answers with, `{status, value,
 /// block, fresh, now}`: `1` acquired (`value`: the fencing token); `0` busy (`value`: the
 /// holder's remaining TTL, `block`: how long the registered caller may block, `fresh`: `1` when
-/// no grant it could pop was pending, `now`: server ms); a negative status names the key that
-/// holds another type, which `wrong_key` maps to its name (`None`: not a code of this script).
+/// no grant it could pop was pending, `now`: server ms; `rest`: the holder, see
+/// [`BusyHolder::decode`]); a negative status names the key that holds another type, which
+/// `wrong_key` maps to its name (`None`: not a code of this script).
 pub(crate) fn decode_attempt(
     (status, value, block, fresh, server_ms): (i64, i64, i64, i64, i64),
+    rest: &[Value],
     wrong_key: impl FnOnce(i64) -> Option<String>,
     what: &'static str,
 ) -> Result<Attempt> {
@@ -51,6 +84,7 @@ pub(crate) fn decode_attempt(
             block: millis(block),
             fresh: fresh == 1,
             server_ms: u64::try_from(server_ms).unwrap_or(0),
+            holder: BusyHolder::decode(rest, value),
         }),
         code => match wrong_key(code) {
             Some(redis_key) => Err(Error::WrongType { redis_key }),
@@ -61,28 +95,32 @@ pub(crate) fn decode_attempt(
 
 /// Decodes an acquire script's reply in either of its forms: a fast path's fencing token alone
 /// (a single integer, the cheapest reply for Redis to build and for us to read), or the five
-/// integers of the full path (see [`decode_attempt`]).
+/// integers of the full path, a busy one followed by its holder (see [`decode_attempt`]).
 pub(crate) fn decode_attempt_reply(
     reply: Value,
     wrong_key: impl FnOnce(i64) -> Option<String>,
     what: &'static str,
 ) -> Result<Attempt> {
-    let five = match reply {
+    let v = match reply {
         Value::Int(fence) if fence > 0 => {
             return Ok(Attempt::Acquired {
                 fence: fence.unsigned_abs(),
             });
         }
-        Value::Array(v) => match v.as_slice() {
-            [a, b, c, d, e] => match (int(a), int(b), int(c), int(d), int(e)) {
-                (Some(a), Some(b), Some(c), Some(d), Some(e)) => (a, b, c, d, e),
-                _ => return Err(unexpected(what)),
-            },
-            _ => return Err(unexpected(what)),
-        },
+        Value::Array(v) => v,
         _ => return Err(unexpected(what)),
     };
-    decode_attempt(five, wrong_key, what)
+    match v.as_slice() {
+        [a, b, c, d, e, rest @ ..] if rest.len() <= 2 => {
+            match (int(a), int(b), int(c), int(d), int(e)) {
+                (Some(a), Some(b), Some(c), Some(d), Some(e)) => {
+                    decode_attempt((a, b, c, d, e), rest, wrong_key, what)
+                }
+                _ => Err(unexpected(what)),
+            }
+        }
+        _ => Err(unexpected(what)),
+    }
 }
 
 /// The answer to a waiter's claim of a grant it popped.
@@ -245,7 +283,7 @@ pub(crate) fn decode_inspect<T>(
 
 /// Holder information as the scripts store it: `host \n pid \n since \n meta` (`since`: Unix
 /// ms; the metadata may hold newlines of its own).
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Info {
     pub(crate) host: String,
     pub(crate) pid: u32,
@@ -401,6 +439,36 @@ mod tests {
                 other => panic!("{other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn a_busy_answer_carries_its_holder() {
+        let reply = |rest: &[Value]| {
+            let mut v: Vec<Value> = [0, 250, -1, 1, 0].into_iter().map(Value::Int).collect();
+            v.extend_from_slice(rest);
+            decode_attempt_reply(Value::Array(v), |_| None, "test")
+        };
+        let holder = |a: Attempt| match a {
+            Attempt::Busy { holder, .. } => holder,
+            Attempt::Acquired { .. } => panic!("busy"),
+        };
+        // Nothing holds the key: no holder.
+        assert_eq!(holder(reply(&[]).unwrap()), None);
+        // The information; the TTL is the reply's own unless a second one follows.
+        let info = Value::BulkString(b"web-1\n42\n1700\nline 1\nline 2".to_vec());
+        let h = holder(reply(std::slice::from_ref(&info)).unwrap()).unwrap();
+        assert_eq!(
+            (h.info.host.as_str(), h.info.pid, h.info.since_ms, h.ttl),
+            ("web-1", 42, 1700, Some(Duration::from_millis(250)))
+        );
+        assert_eq!(h.info.meta.as_deref(), Some("line 1\nline 2"));
+        let h = holder(reply(&[info.clone(), Value::Int(900)]).unwrap()).unwrap();
+        assert_eq!(h.ttl, Some(Duration::from_millis(900)));
+        // Nothing stored with the lock (kept, or handed over): an empty holder.
+        let h = holder(reply(&[Value::BulkString(Vec::new())]).unwrap()).unwrap();
+        assert_eq!((h.info.host.as_str(), h.info.since_ms), ("", 0));
+        // A longer reply is not one of ours.
+        assert!(reply(&[info, Value::Int(1), Value::Int(2)]).is_err());
     }
 
     #[test]

@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use super::fan_out::{Ask, Late};
-use super::rules::{Answers, Verdict, fence_plan, in_time, majority, tally, until_free};
+use super::rules::{
+    Answers, Verdict, busy_holder, fence_plan, in_time, majority, tally, until_free,
+};
 use super::{Member, OwnedRelease, Quorum};
 use crate::deploy::seam::{Primitive, not_sound_on_a_quorum};
 use crate::deploy::{Attempted, attempt_on, leave_on, release_on};
@@ -173,6 +175,7 @@ impl Quorum {
                 // Grants are never adopted under Redlock (see `wait`): nothing to vouch for.
                 fresh: false,
                 server_ms: 0,
+                holder: busy_holder(self.total(), &answers.ok).map(Box::new),
             },
             wait_on,
         })

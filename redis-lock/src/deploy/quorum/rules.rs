@@ -1,13 +1,13 @@
 //! Redlock's rules, as pure functions of the servers' answers: how long a lock is valid
 //! (`drift`, `in_time`), what a majority is, and how each operation's answers combine into
 //! one verdict (`tally` and `fence_plan` for an attempt, `until_free` for its wait,
-//! `combine_*` for the rest). No I/O: unit-tested below without a server; `Quorum` (the
+//! `busy_holder` for its busy error, `combine_*` for the rest). No I/O: unit-tested below without a server; `Quorum` (the
 //! module above) asks the servers and carries out what these decide.
 
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::wire::{Attempt, Holder, OwnedTtl, Release, Renewal};
+use crate::wire::{Attempt, BusyHolder, Holder, OwnedTtl, Release, Renewal};
 
 /// Clock drift allowance for a lock with `ttl`: 1 % plus 2 ms (the Redlock description's
 /// figures; redsync and node-redlock use the same).
@@ -120,6 +120,37 @@ pub(super) fn fence_plan(acquired: &[(usize, u64)]) -> Option<(u64, Vec<usize>)>
         .map(|(i, _)| *i)
         .collect();
     Some((fence, behind))
+}
+
+/// Who holds a lock an attempt found busy, for its busy error: the holder a majority of the
+/// `n` servers reported in their busy answers (the same stored information), with the q-th
+/// longest remaining TTL, as `combine_inspect` decides for `inspect`; `None` when no holder
+/// is on a majority (a split between attempts, or the lock half taken): nobody holds it then,
+/// as `inspect` would say. No server is asked again.
+pub(super) fn busy_holder(n: usize, ok: &[(usize, Attempt)]) -> Option<BusyHolder> {
+    let q = majority(n);
+    let holders: Vec<&BusyHolder> = ok
+        .iter()
+        .filter_map(|(_, a)| match a {
+            Attempt::Busy { holder, .. } => holder.as_deref(),
+            Attempt::Acquired { .. } => None,
+        })
+        .collect();
+    holders.iter().find_map(|candidate| {
+        let mut ttls: Vec<Duration> = holders
+            .iter()
+            .filter(|h| h.info == candidate.info)
+            .map(|h| h.ttl.unwrap_or(Duration::MAX))
+            .collect();
+        if ttls.len() < q {
+            return None;
+        }
+        ttls.sort_unstable_by(|a, b| b.cmp(a));
+        Some(BusyHolder {
+            info: candidate.info.clone(),
+            ttl: Some(ttls[q - 1]).filter(|t| *t != Duration::MAX),
+        })
+    })
 }
 
 /// How long until a majority could be free: the servers we just released are free; of the
@@ -352,6 +383,7 @@ mod tests {
                     block: Some(51 * MS),
                     fresh: true,
                     server_ms: 1,
+                    holder: None,
                 },
             ),
             (
@@ -361,6 +393,7 @@ mod tests {
                     block: Some(20 * MS),
                     fresh: true,
                     server_ms: 1,
+                    holder: None,
                 },
             ),
         ];
@@ -368,6 +401,52 @@ mod tests {
         assert_eq!(t.acquired, vec![(0, 4)]);
         assert_eq!(t.busy, vec![(1, Some(50 * MS)), (2, None)]);
         assert_eq!(t.block, Some(20 * MS), "come back before the first lapses");
+    }
+
+    #[test]
+    fn a_busy_error_names_the_holder_a_majority_reported() {
+        let info = |host: &str| crate::wire::Info::parse(&format!("{host}\n7\n1700\nmeta"));
+        let busy = |host: Option<&str>, ttl: u32| Attempt::Busy {
+            holder_ttl: Some(ttl * MS),
+            block: None,
+            fresh: false,
+            server_ms: 0,
+            holder: host.map(|h| {
+                Box::new(BusyHolder {
+                    info: info(h),
+                    ttl: Some(ttl * MS),
+                })
+            }),
+        };
+        // Two of three agree: their information, the second-longest TTL of the two (a
+        // majority holds it that long at least).
+        let ok = [
+            (0, busy(Some("b"), 900)),
+            (1, busy(Some("a"), 300)),
+            (2, busy(Some("a"), 500)),
+        ];
+        let h = busy_holder(3, &ok).unwrap();
+        assert_eq!((h.info, h.ttl), (info("a"), Some(300 * MS)));
+        // A split, a server with nothing stored, an acquisition: no majority, no holder.
+        let ok = [
+            (0, busy(Some("b"), 900)),
+            (1, busy(Some("a"), 300)),
+            (2, busy(None, 500)),
+        ];
+        assert_eq!(busy_holder(3, &ok), None);
+        let ok = [
+            (0, Attempt::Acquired { fence: 3 }),
+            (1, busy(Some("a"), 300)),
+        ];
+        assert_eq!(busy_holder(3, &ok), None);
+        // Five servers, three agree.
+        let ok = [
+            (0, busy(Some("a"), 100)),
+            (1, busy(Some("a"), 400)),
+            (3, busy(Some("a"), 200)),
+            (4, busy(Some("c"), 900)),
+        ];
+        assert_eq!(busy_holder(5, &ok).unwrap().ttl, Some(100 * MS));
     }
 
     #[test]

@@ -57,12 +57,14 @@ use std::time::Duration;
 /// ticket is added with `ZADD NX`, so a resent first attempt keeps the first copy's ticket.
 ///
 /// Returns the fencing token alone (an integer) when the fast path acquired; `{1, fence, 0, 0,
-/// 0}` when the full path acquired; `{0, pttl, block, fresh, now}` when not (`pttl`: the
+/// 0}` when the full path acquired; `{0, pttl, block, fresh, now, info}` when not (`pttl`: the
 /// lock's remaining TTL, `-1` without expiry, `-2` free but owed to the head of the queue;
 /// `block`: how long the registered caller should wait for its wake-up at most, `-1` when it
 /// was not registered; `fresh`: `1` when no grant the caller could pop was pending, so any
 /// grant it pops later was made after this reply; `now`: server Unix ms of this reply, to
-/// compare with the time in a grant); `{-2, …}` when the lock key holds another type, `{-3, …}` when
+/// compare with the time in a grant; `info`: the holder's stored information, `host \n pid \n
+/// since \n meta`, absent when the lock key is, read by the `HMGET` that looks the lock up, so
+/// that a busy error needs no `INSPECT`); `{-2, …}` when the lock key holds another type, `{-3, …}` when
 /// the fence key does, `{-4, …}` when the wake-up list does. Types
 /// are checked before anything is written: a script that fails half-way keeps what it wrote.
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
@@ -92,7 +94,9 @@ static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
         "local id = ARGV[6]\n",
         "local fair = string.find(ARGV[8], 'f', 1, true) ~= nil\n",
         "local waited = string.find(ARGV[8], 'w', 1, true) ~= nil\n",
-        "local h = redis.pcall('HMGET', KEYS[1], 'token', 'handoff', 'fence')\n",
+        // `info` for a busy answer: a free lock has none to read, and on a busy one this read
+        // costs no command of its own.
+        "local h = redis.pcall('HMGET', KEYS[1], 'token', 'handoff', 'fence', 'info')\n",
         // A lock taken natively is a string `token \n info` (see `acquire_native`): busy
         // like a hash lock, without handoff; ours when it carries our token (a resent
         // request), answered with the fencing counter (module docs, "Two forms").
@@ -190,9 +194,14 @@ static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
         "local fresh = 1\n",
         "if pending and h[2] == '' and not fair then fresh = 0 end\n",
         "local pttl = -2\n",
-        "if exists then pttl = redis.call('PTTL', KEYS[1]) end\n",
+        // The holder, for the caller's busy error.
+        "local held = nil\n",
+        "if exists then\n",
+        "  pttl = redis.call('PTTL', KEYS[1])\n",
+        "  held = str or h[4] or ''\n",
+        "end\n",
         "local cap = tonumber(ARGV[7])\n",
-        "if cap <= 0 then return {0, pttl, -1, fresh, 0} end\n",
+        "if cap <= 0 then return {0, pttl, -1, fresh, 0, held} end\n",
         // A waiter registers on a string lock: it becomes a hash (same owner, holder
         // information and TTL; no `fence` field: the counter stands for it), so that its
         // holder's release, whose string fast path does not look at the registry, takes the
@@ -231,7 +240,7 @@ static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
         "  if not queued then redis.call('PEXPIRE', KEYS[4], life)\n",
         "  elseif redis.call('PTTL', KEYS[4]) < life then redis.call('PEXPIRE', KEYS[4], life) end\n",
         "end\n",
-        "return {0, pttl, block, fresh, now}\n",
+        "return {0, pttl, block, fresh, now, held}\n",
     ))
 });
 
@@ -578,6 +587,7 @@ mod tests {
                 block: Some(Duration::from_millis(251)),
                 fresh: true,
                 server_ms: 99,
+                holder: None,
             }
         );
         // No expiry (-1), or free but owed to a fair head (-2); not registered (-1).

@@ -20,9 +20,10 @@ use crate::error::Result;
 /// held for writing under the token in the last argument (the same thread downgrades). A
 /// caller whose token already holds a share gets `{1, fence, …}` with its stored fencing token
 /// (a resent request). Returns `{1, fence, 0, 0, 0}` when it entered; `{0, pttl, block, 0,
-/// now}` when not (`pttl`: the writer's remaining TTL, or how long until the registration of
-/// the waiting writer that keeps it out lapses; `block`: how long to wait at most, `-1` when
-/// not registered); `{-2, …}` when the lock key is not a read-write lock (nothing written),
+/// now, info, lock_pttl}` when not (`pttl`: the writer's remaining TTL, or how long until the
+/// registration of the waiting writer that keeps it out lapses; `block`: how long to wait at
+/// most, `-1` when not registered; `info` and `lock_pttl`: the holder as `INSPECT` reports it,
+/// see `holder` in `mod.rs`, absent when no lock key exists); `{-2, …}` when the lock key is not a read-write lock (nothing written),
 /// `{-3, …}` when the fence key holds another type, `{-5, …}` when the readers key does.
 ///
 /// **Fast path** (first in the script, before any function is defined): nobody holds the lock,
@@ -53,6 +54,7 @@ static READ: LazyLock<Script> = LazyLock::new(|| {
         rw_writers_wait!(),
         rw_stretch!(),
         rw_register!(),
+        rw_holder!(),
         "local h = redis.pcall('HMGET', KEYS[1], 'mode', 'wtoken')\n",
         "if h['err'] then return {-2, 0, 0, 0, 0} end\n",
         "if h[1] == false and redis.call('EXISTS', KEYS[1]) == 1 then return {-2, 0, 0, 0, 0} end\n",
@@ -100,10 +102,11 @@ static READ: LazyLock<Script> = LazyLock::new(|| {
         "  local first = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')\n",
         "  pttl = math.max(0, tonumber(first[2]) - now)\n",
         "end\n",
+        "local held, lttl = holder(KEYS[1], KEYS[5], mode)\n",
         "local cap = tonumber(ARGV[6])\n",
-        "if cap <= 0 then return {0, pttl, -1, 0, 0} end\n",
+        "if cap <= 0 then return {0, pttl, -1, 0, 0, held, lttl} end\n",
         "local block = register(KEYS[3], ARGV[5], pttl, cap)\n",
-        "return {0, pttl, block, 0, now}\n",
+        "return {0, pttl, block, 0, now, held, lttl}\n",
     ))
 });
 
@@ -121,6 +124,7 @@ static WRITE: LazyLock<Script> = LazyLock::new(|| {
         clock!(),
         rw_drop_expired!(),
         rw_register!(),
+        rw_holder!(),
         "local h = redis.pcall('HMGET', KEYS[1], 'mode', 'wtoken', 'wfence')\n",
         "if h['err'] then return {-2, 0, 0, 0, 0} end\n",
         "if h[1] == false and redis.call('EXISTS', KEYS[1]) == 1 then return {-2, 0, 0, 0, 0} end\n",
@@ -147,12 +151,13 @@ static WRITE: LazyLock<Script> = LazyLock::new(|| {
         "else\n",
         "  pttl = redis.call('PTTL', KEYS[1])\n",
         "end\n",
+        "local held, lttl = holder(KEYS[1], KEYS[5], mode)\n",
         "local cap = tonumber(ARGV[6])\n",
-        "if cap <= 0 then return {0, pttl, -1, 0, 0} end\n",
+        "if cap <= 0 then return {0, pttl, -1, 0, 0, held, lttl} end\n",
         "local block, life = register(KEYS[3], ARGV[5], pttl, cap)\n",
         "redis.call('ZADD', KEYS[4], now + life, ARGV[5])\n",
         "if redis.call('PTTL', KEYS[4]) < life then redis.call('PEXPIRE', KEYS[4], life) end\n",
-        "return {0, pttl, block, 0, now}\n",
+        "return {0, pttl, block, 0, now, held, lttl}\n",
     ))
 });
 
@@ -246,6 +251,7 @@ mod tests {
                 block: Some(Duration::from_millis(251)),
                 fresh: false,
                 server_ms: 99,
+                holder: None,
             }
         );
         for (code, key) in [

@@ -173,6 +173,30 @@ macro_rules! rw_fit {
     };
 }
 
+/// `holder(lock, readers, mode)`: who holds the lock, for a busy answer (read on that branch
+/// only), as `INSPECT` reports it: the writer's information, or that of the live share that
+/// expires first (expired shares dropped before), and the lock's remaining TTL; nothing when
+/// there is no lock (a waiting writer keeps readers out). A cooling lock has no holder stored:
+/// empty information.
+macro_rules! rw_holder {
+    () => {
+        concat!(
+            "local function holder(lock, readers, mode)\n\
+               if not mode then return nil, nil end\n\
+               local info = ''\n\
+               if mode ~= 'read' then\n\
+                 info = redis.call('HGET', lock, 'winfo') or ''\n\
+               else\n\
+                 local first = redis.call('ZRANGE', readers, 0, 0)[1]\n\
+                 local r = first and redis.call('HGET', lock, 'r:' .. first) or ''\n\
+                 info = string.match(r, '^%d*\\n(.*)$') or ''\n\
+               end\n\
+               return info, redis.call('PTTL', lock)\n\
+             end\n"
+        )
+    };
+}
+
 /// How long a caller that cannot enter waits at most, and its registration.
 macro_rules! rw_register {
     () => {

@@ -24,8 +24,9 @@ use crate::error::Result;
 /// count as held.
 ///
 /// Returns `{1, fence, 0, 0, 0}` when acquired (also for a resent request whose token holds a
-/// live permit: its stored fence); `{0, pttl, block, 1, after}` when not (`pttl`: time until
-/// the earliest permit expires, `-2` when a permit is free but owed to queued fair waiters;
+/// live permit: its stored fence); `{0, pttl, block, 1, after, info}` when not (`pttl`: time
+/// until the earliest permit expires, `-2` when a permit is free but owed to queued fair
+/// waiters; `info`: the holder information of that earliest permit, absent with `-2`;
 /// `block` as for the mutex's `ACQUIRE`; `after`: the server ms after this reply's, so that a
 /// grant stamped at or after it was made after this registration, whatever else is pending on
 /// the shared list: with several permits, grants are often pending there, and the stamp alone
@@ -129,11 +130,16 @@ static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
         // `pending` was read for its type check only: the stamp `now + 1` vouches (see above).
         "local _ = pending\n",
         "local pttl = -2\n",
+        // The permit that expires first: its holder, for the caller's busy error (read on
+        // this branch only).
+        "local held = nil\n",
         "if free <= 0 then\n",
         "  pttl = math.max(0, (tonumber(first[2]) or now) - now)\n",
+        "  local r = first[1] and redis.call('HGET', KEYS[7], first[1]) or ''\n",
+        "  held = string.match(r, '^%d*\\n(.*)$') or ''\n",
         "end\n",
         "local cap = tonumber(ARGV[6])\n",
-        "if cap <= 0 then return {0, pttl, -1, 1, 0} end\n",
+        "if cap <= 0 then return {0, pttl, -1, 1, 0, held} end\n",
         "local wait = cap\n",
         "if pttl >= 0 then wait = pttl + 1 end\n",
         "local ticket = nil\n",
@@ -154,7 +160,7 @@ static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
         "if ticket then redis.call('ZADD', KEYS[4], ticket, id) end\n",
         "if redis.call('PTTL', KEYS[3]) < life then redis.call('PEXPIRE', KEYS[3], life) end\n",
         "if fair and redis.call('PTTL', KEYS[4]) < life then redis.call('PEXPIRE', KEYS[4], life) end\n",
-        "return {0, pttl, block, 1, now + 1}\n",
+        "return {0, pttl, block, 1, now + 1, held}\n",
     ))
 });
 
@@ -257,6 +263,7 @@ mod tests {
                 block: Some(Duration::from_millis(41)),
                 fresh: false,
                 server_ms: 7,
+                holder: None,
             }
         );
         for (code, key) in [

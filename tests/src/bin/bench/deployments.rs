@@ -5,16 +5,18 @@
 //! a single server with one replica and no Sentinel: the Sentinel master's like (its replica
 //! runs on the same cores, and the master propagates every script's effects to it), so the
 //! Sentinel row is compared with both. The uncontended runs are interleaved in short rounds
-//! and reported as medians with the range of their ratios (`interleaved`); the contended runs
-//! take one sample each.
+//! and reported as medians with the range of their ratios (`interleaved`); Redlock is compared
+//! back to back with one of its own servers alone (`back_to_back`: alternating blocks of
+//! cycles, the same server process on both sides); the contended runs take one sample each.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis_lock::LockClient;
 use redis_lock::testing::{RedisCluster, RedisServer, SentinelGroup};
 
 use crate::contended::{self, Mode, Run};
 use crate::report::{Json, Table, f};
+use crate::stats::summarize;
 use crate::uncontended;
 
 /// What the section printed and its JSON.
@@ -99,30 +101,33 @@ pub(crate) fn run(s: &Settings<'_>) -> Report {
             &replicated_probes,
         ),
     ];
+    // Redlock is measured back to back with one of its own servers below.
     entries.extend(
-        deployments[1..]
+        deployments[2..]
             .iter()
             .map(|d| (d.name, &d.client, d.probes.as_slice())),
     );
-    let mut rows = interleaved(&entries, s.short);
-    // A Redlock server stopped, the other two deciding: against the single server again, in
-    // rounds of their own.
-    redlock_servers[2].kill();
-    let two: Vec<String> = redlock_urls[..2].to_vec();
-    let stopped = interleaved(
-        &[
-            entries[0],
-            (
-                "redlock, 3 servers, 1 stopped",
-                &deployments[1].client,
-                &two,
-            ),
-        ],
-        s.short,
-    );
-    redlock_servers[2].restart();
+    let rows = interleaved(&entries, s.short);
     let replicated_rate = rows[1].rate;
-    rows.extend(stopped.into_iter().skip(1));
+    // Redlock against its first server alone (another client, another key), in alternating
+    // blocks; then with its third server stopped, the other two deciding.
+    let alone = LockClient::open(&redlock_urls[0]).unwrap();
+    let redlock = &deployments[1].client;
+    // As many blocks as the other rows' time allows (a quick run: a few).
+    let blocks = if s.short < Duration::from_secs(1) {
+        4
+    } else {
+        BLOCKS
+    };
+    let mut pairs = vec![back_to_back("redlock, 3 servers", redlock, &alone, blocks)];
+    redlock_servers[2].kill();
+    pairs.push(back_to_back(
+        "redlock, 3 servers, 1 stopped",
+        redlock,
+        &alone,
+        blocks,
+    ));
+    redlock_servers[2].restart();
     let mut t = Table::new(&[
         "uncontended",
         "cycles/s",
@@ -163,8 +168,7 @@ pub(crate) fn run(s: &Settings<'_>) -> Report {
     }
     let mut text = format!(
         "\nDeployments: uncontended acquire + release (watchdog on), {} rounds of {} s per deployment, \
-         the deployments in a rotated order each round (the stopped-server row in rounds of its own with \
-         the single server); figures are medians over the rounds, ratios the median of the \
+         the deployments in a rotated order each round (Redlock: back to back below); figures are medians over the rounds, ratios the median of the \
          ratios to the single server within a round (range of rate x single: {}); rate x 1 replica is the \
          ratio of the medians\n{}",
         uncontended::ROUNDS,
@@ -181,6 +185,49 @@ pub(crate) fn run(s: &Settings<'_>) -> Report {
             .join("; "),
         t.render()
     );
+    let mut t = Table::new(&[
+        "back to back",
+        "p50 us",
+        "p99 us",
+        "alone p50 us",
+        "alone p99 us",
+        "p50 x alone",
+        "block ratios",
+        "req/cycle",
+    ]);
+    let mut pair_json = Vec::new();
+    for b in &pairs {
+        t.row(vec![
+            b.name.to_owned(),
+            f(b.p50, 1),
+            f(b.p99, 1),
+            f(b.alone_p50, 1),
+            f(b.alone_p99, 1),
+            f(b.p50 / b.alone_p50, 2),
+            format!("{}-{}", f(b.ratio_range.0, 2), f(b.ratio_range.1, 2)),
+            f(b.requests, 2),
+        ]);
+        pair_json.push(
+            Json::obj()
+                .with("deployment", b.name)
+                .with("blocks", b.blocks as f64)
+                .with("cycles_per_block", BLOCK as f64)
+                .with("p50_us", b.p50)
+                .with("p99_us", b.p99)
+                .with("alone_p50_us", b.alone_p50)
+                .with("alone_p99_us", b.alone_p99)
+                .with("p50_ratio_to_alone", b.p50 / b.alone_p50)
+                .with("block_p50_ratio_min", b.ratio_range.0)
+                .with("block_p50_ratio_max", b.ratio_range.1)
+                .with("requests_per_cycle", b.requests),
+        );
+    }
+    text.push_str(&format!(
+        "\nRedlock back to back with its first server alone: {blocks} blocks of {BLOCK} try_lock + release cycles each, \
+         alternating (the one that goes first alternates too), another client and key for the server alone; \
+         p50 and p99 over every cycle, block ratios the range of the p50 ratios of adjacent blocks\n{}",
+        t.render()
+    ));
 
     // Contended: one key, then the workers spread over 64 keys.
     let mut t = Table::new(contended::HEADER);
@@ -218,7 +265,85 @@ pub(crate) fn run(s: &Settings<'_>) -> Report {
         text,
         json: Json::obj()
             .with("uncontended", Json::Arr(json_rows))
+            .with("redlock_back_to_back", Json::Arr(pair_json))
             .with("contended", Json::Arr(contended_json)),
+    }
+}
+
+/// Blocks of `back_to_back`, per side (a quick run: fewer).
+const BLOCKS: usize = 40;
+/// Cycles per block.
+const BLOCK: usize = 300;
+
+/// A Redlock client against one of its servers alone, over the blocks of `back_to_back`.
+struct Pair<'a> {
+    name: &'a str,
+    blocks: usize,
+    p50: f64,
+    p99: f64,
+    alone_p50: f64,
+    alone_p99: f64,
+    ratio_range: (f64, f64),
+    requests: f64,
+}
+
+/// `try_lock` + `release` cycles of `redlock` and of `alone` (one of its servers, through
+/// another client and on another key) in alternating blocks of `BLOCK`, `blocks` each, the
+/// side that goes first alternating too. What one side pays in a block the other pays in the
+/// next, milliseconds away: a background load (the other deployments' servers, other work on
+/// the machine) falls on both alike, and the same server process answers both.
+fn back_to_back<'a>(
+    name: &'a str,
+    redlock: &LockClient,
+    alone: &LockClient,
+    blocks: usize,
+) -> Pair<'a> {
+    let sides = [(redlock, "b2b-redlock"), (alone, "b2b-alone")];
+    let cycle = |(client, key): (&LockClient, &str)| {
+        let guard = client.try_lock(key).unwrap().expect("free");
+        guard.release().unwrap();
+    };
+    for side in sides {
+        for _ in 0..BLOCK {
+            cycle(side);
+        }
+    }
+    let mut lat: [Vec<f64>; 2] = [
+        Vec::with_capacity(blocks * BLOCK),
+        Vec::with_capacity(blocks * BLOCK),
+    ];
+    let mut block_p50: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+    let requests = redlock.request_count();
+    for b in 0..blocks {
+        for k in 0..2 {
+            let i = (b + k) % 2;
+            let mut block = Vec::with_capacity(BLOCK);
+            for _ in 0..BLOCK {
+                let t = Instant::now();
+                cycle(sides[i]);
+                block.push(t.elapsed().as_secs_f64() * 1e6);
+            }
+            lat[i].extend_from_slice(&block);
+            block_p50[i].push(summarize(&mut block).p50);
+        }
+    }
+    let requests = (redlock.request_count() - requests) as f64 / (blocks * BLOCK) as f64;
+    let ratio_range = block_p50[0]
+        .iter()
+        .zip(&block_p50[1])
+        .map(|(q, a)| q / a)
+        .fold((f64::MAX, f64::MIN), |(lo, hi), x| (lo.min(x), hi.max(x)));
+    let [mut q, mut a] = lat;
+    let (q, a) = (summarize(&mut q), summarize(&mut a));
+    Pair {
+        name,
+        blocks,
+        p50: q.p50,
+        p99: q.p99,
+        alone_p50: a.p50,
+        alone_p99: a.p99,
+        ratio_range,
+        requests,
     }
 }
 
@@ -252,13 +377,13 @@ fn interleaved<'a>(entries: &[(&'a str, &LockClient, &[String])], total: Duratio
     for round in 0..rounds {
         for k in 0..n {
             let i = (round + k) % n;
-            let (name, client, probes) = entries[i];
-            let sent = if name.starts_with("redlock") {
-                &[][..]
-            } else {
-                uncontended::NATIVE
-            };
-            samples[i].push(uncontended::cycles_on(client, probes, sent, slice));
+            let (_, client, probes) = entries[i];
+            samples[i].push(uncontended::cycles_on(
+                client,
+                probes,
+                uncontended::NATIVE,
+                slice,
+            ));
         }
     }
     let median = |mut v: Vec<f64>| {

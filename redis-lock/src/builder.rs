@@ -372,8 +372,8 @@ impl Builder {
     ///
     /// The threads of a client that wait on one lock name share one blocking connection, so
     /// waiting takes one connection per lock name waited on at once (per server), however
-    /// many threads wait; those connections are separate from [`pool_size`](Self::pool_size),
-    /// so waiters never take the connections holders need. Nobody polls for want of one.
+    /// many threads wait (at most 4,096 per server); those connections are separate from
+    /// [`pool_size`](Self::pool_size), so waiters never take the connections holders need.
     #[deprecated(
         note = "waiting takes one connection per lock name waited on, whatever the number of waiting threads; this setting does nothing"
     )]

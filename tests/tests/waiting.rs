@@ -10,8 +10,7 @@ use std::time::{Duration, Instant};
 
 use redis_lock::{CancelToken, Error, LockClient, LockOptions, RetryStrategy};
 use redis_lock_tests::{
-    RedisServer, blocked_clients, client, signal, spawn_holder, wait_until,
-    zcard,
+    RedisServer, blocked_clients, client, signal, spawn_holder, wait_until, zcard,
 };
 
 const HOLDER: &str = env!("CARGO_BIN_EXE_lock-holder");
@@ -67,7 +66,8 @@ fn everyone_in_turn(
     let per_name = threads / names.len();
     for name in names {
         assert!(
-            wait_until(Duration::from_secs(60), || registered(server, name) == per_name),
+            wait_until(Duration::from_secs(60), || registered(server, name)
+                == per_name),
             "{name}: {} of {per_name} registered",
             registered(server, name)
         );
@@ -106,9 +106,15 @@ fn hundreds_of_threads_on_one_client_acquire_in_turn_without_polling() {
     let (many, connections) = everyone_in_turn(&server, &locks, &names, 256);
     // Commands per acquisition do not grow with the number of waiters: an attempt, the
     // BLPOP that pops the grant (and one more when the leadership changes hands), a release.
-    assert!(few <= 6.0 && many <= 6.0, "requests per acquisition: 8 threads {few:.2}, 256 threads {many:.2}");
+    assert!(
+        few <= 6.0 && many <= 6.0,
+        "requests per acquisition: 8 threads {few:.2}, 256 threads {many:.2}"
+    );
     // The lock pool (16) and one waiting connection, whatever the number of threads.
-    assert!(connections <= 16 + 4, "{connections} connections for 256 waiting threads");
+    assert!(
+        connections <= 16 + 4,
+        "{connections} connections for 256 waiting threads"
+    );
 }
 
 #[test]
@@ -117,9 +123,15 @@ fn a_thousand_threads_on_one_client_work_without_raising_pool_sizes() {
     let locks = client(&server);
     let names: Vec<String> = (0..16).map(|i| format!("k{i}")).collect();
     let (per_acquisition, connections) = everyone_in_turn(&server, &locks, &names, 1024);
-    assert!(per_acquisition <= 6.0, "{per_acquisition:.2} requests per acquisition");
+    assert!(
+        per_acquisition <= 6.0,
+        "{per_acquisition:.2} requests per acquisition"
+    );
     // The lock pool (16) and one waiting connection per name (16).
-    assert!(connections <= 16 + 16 + 4, "{connections} connections for 1024 threads on 16 names");
+    assert!(
+        connections <= 16 + 16 + 4,
+        "{connections} connections for 1024 threads on 16 names"
+    );
 }
 
 /// `n` threads of one client wait on `name` with a cancel token each; every other one is
@@ -207,12 +219,18 @@ fn a_killed_process_of_waiting_threads_leaves_no_stuck_grant() {
     let locks = client(&server);
     let guard = locks.lock("killed").unwrap();
     let mut dead = spawn_holder(HOLDER, &["wait-many", &server.url(), "killed", "50"]);
-    assert!(wait_until(Duration::from_secs(30), || registered(&server, "killed") == 50));
-    assert!(wait_until(Duration::from_secs(10), || blocked_clients(&server) == 1));
+    assert!(wait_until(Duration::from_secs(30), || registered(
+        &server, "killed"
+    ) == 50));
+    assert!(wait_until(Duration::from_secs(10), || blocked_clients(
+        &server
+    ) == 1));
     signal(&dead, libc::SIGKILL);
     dead.wait().unwrap();
     // Redis dropped the dead group's BLPOP with its connection.
-    assert!(wait_until(Duration::from_secs(10), || blocked_clients(&server) == 0));
+    assert!(wait_until(Duration::from_secs(10), || blocked_clients(
+        &server
+    ) == 0));
     // The release grants the lock to a dead registration; a newcomer takes the grant nobody
     // popped instead of waiting for it to lapse.
     drop(guard);
@@ -234,7 +252,10 @@ fn a_process_of_waiting_threads_gets_the_lock_in_turn() {
     let locks = client(&server);
     let guard = locks.lock("other-process").unwrap();
     let mut child = spawn_holder(HOLDER, &["wait-many", &server.url(), "other-process", "20"]);
-    assert!(wait_until(Duration::from_secs(30), || registered(&server, "other-process") == 20));
+    assert!(wait_until(Duration::from_secs(30), || registered(
+        &server,
+        "other-process"
+    ) == 20));
     drop(guard);
     // Every thread of the child prints ACQUIRED; the last one's line arrives within the bound.
     let stdout = child.stdout.take().unwrap();
@@ -279,7 +300,9 @@ fn fair_mode_keeps_arrival_order_with_one_shared_client() {
         ) == i + 1));
     }
     // One blocking connection for all of them.
-    assert!(wait_until(Duration::from_secs(10), || blocked_clients(&server) == 1));
+    assert!(wait_until(Duration::from_secs(10), || blocked_clients(
+        &server
+    ) == 1));
     drop(guard);
     for t in threads {
         t.join().unwrap();

@@ -173,7 +173,8 @@ fn may_leave(m: &Member, call: Option<&Call>, leader: Option<&Member>) -> bool {
     match call {
         None => true,
         Some(call) => {
-            !call.lists.contains(&m.list) || leader.is_some_and(|l| l.id != m.id && l.list == m.list)
+            !call.lists.contains(&m.list)
+                || leader.is_some_and(|l| l.id != m.id && l.list == m.list)
         }
     }
 }
@@ -239,9 +240,10 @@ impl Hub {
             group.members[i].woken.notify_one();
             let poke = peek.is_none()
                 && !group.poked
-                && group.call.as_ref().is_some_and(|call| {
-                    needs_poke(&group.members[i], call, group.leader(), true)
-                });
+                && group
+                    .call
+                    .as_ref()
+                    .is_some_and(|call| needs_poke(&group.members[i], call, group.leader(), true));
             if poke {
                 group.poked = true;
                 return Some(group.id.clone());
@@ -256,10 +258,7 @@ impl Store {
     /// Waits on the wake-up list `w.list` for at most `w.timeout`, in the group of the
     /// threads of this client that wait on the same lock (see the module's documentation).
     pub(crate) fn wait(&self, w: &WaitFor<'_>) -> Wake {
-        let key: GroupKey = (
-            w.keys.lock.clone(),
-            (!w.pop).then(|| w.list.to_owned()),
-        );
+        let key: GroupKey = (w.keys.lock.clone(), (!w.pop).then(|| w.list.to_owned()));
         let cancelled = || w.cancelled.is_some_and(|c| c());
         let mut state = self.waiting.state.lock();
         // Looked at under the hub's lock, which a cancel's wake-up takes too: a cancel either
@@ -303,7 +302,12 @@ impl Store {
         } else if w.pop
             && !group.poked
             && group.call.as_ref().is_some_and(|call| {
-                needs_poke(group.members.last().expect("pushed"), call, group.leader(), false)
+                needs_poke(
+                    group.members.last().expect("pushed"),
+                    call,
+                    group.leader(),
+                    false,
+                )
             })
         {
             group.poked = true;
@@ -410,7 +414,9 @@ impl Store {
                         }
                         // Cannot happen (a named list keeps a member that pops it); said if
                         // it does, since a grant would lapse after the handoff grace.
-                        None => tracing::warn!(target: "redis_lock", "a wake-up popped for a waiter that had left"),
+                        None => {
+                            tracing::warn!(target: "redis_lock", "a wake-up popped for a waiter that had left")
+                        }
                     }
                 }
             }
@@ -426,7 +432,10 @@ impl Store {
         let pool = &self.waiters;
         let conn = match pool.try_get().filter(|c| c.opened()) {
             Some(conn) => Ok(conn),
-            None => connection::checkout(pool, self.timeouts.pool.min(timeout.max(self.timeouts.connect))),
+            None => connection::checkout(
+                pool,
+                self.timeouts.pool.min(timeout.max(self.timeouts.connect)),
+            ),
         };
         match conn {
             Ok(conn) => Ok(PooledConn::waiter(conn, &self.requests)),
@@ -455,7 +464,13 @@ impl Store {
     /// `BLPOP lists timeout` (or, for a peek, `BLMOVE list list`), with the wake-up `PING`s
     /// that make the server end it on time; on a sentinel master cut into slices of the check
     /// interval (a master that moved away would hold it until its whole timeout).
-    fn block(&self, conn: &mut PooledConn, lists: &[String], timeout: Duration, pop: bool) -> Blocked {
+    fn block(
+        &self,
+        conn: &mut PooledConn,
+        lists: &[String],
+        timeout: Duration,
+        pop: bool,
+    ) -> Blocked {
         let wake: [JobHandle; 2] = WAKE_AFTER.map(|after| self.wake_at(timeout + after));
         let end = Instant::now() + timeout;
         let (slice, epoch) = match self.sentinel_every() {
@@ -466,11 +481,17 @@ impl Store {
             let left = end.saturating_duration_since(Instant::now());
             let block = left.min(slice);
             let result = if pop {
-                conn.blocking_query::<Option<(String, String)>>(&commands::pop_grant(lists, block), block)
-                    .map(|popped| popped.map_or(Blocked::TimedOut, |(l, e)| Blocked::Popped(l, e)))
+                conn.blocking_query::<Option<(String, String)>>(
+                    &commands::pop_grant(lists, block),
+                    block,
+                )
+                .map(|popped| popped.map_or(Blocked::TimedOut, |(l, e)| Blocked::Popped(l, e)))
             } else {
-                conn.blocking_query::<Option<String>>(&commands::peek_grant(&lists[0], block), block)
-                    .map(|peeked| peeked.map_or(Blocked::TimedOut, |_| Blocked::Peeked))
+                conn.blocking_query::<Option<String>>(
+                    &commands::peek_grant(&lists[0], block),
+                    block,
+                )
+                .map(|peeked| peeked.map_or(Blocked::TimedOut, |_| Blocked::Peeked))
             };
             let moved = epoch.is_some_and(|e| self.epoch() != Some(e));
             match result {
@@ -522,7 +543,11 @@ mod tests {
     #[test]
     fn the_leadership_goes_to_the_longest_waiting_member_still_waiting() {
         let end = Instant::now();
-        let mut members = vec![member(1, "s", end), member(2, "s", end), member(3, "s", end)];
+        let mut members = vec![
+            member(1, "s", end),
+            member(2, "s", end),
+            member(3, "s", end),
+        ];
         assert_eq!(next_leader(&members, 1), Some(1));
         assert_eq!(next_leader(&members, 2), Some(0));
         members[1].outcome = Some(Wake::Nothing);
@@ -581,17 +606,52 @@ mod tests {
             end: at(500),
         };
         // Arriving: a list not named.
-        assert!(needs_poke(&member(4, "s:d", at(900)), &call, Some(&leader), false));
+        assert!(needs_poke(
+            &member(4, "s:d", at(900)),
+            &call,
+            Some(&leader),
+            false
+        ));
         // Arriving on the leader's list: covered, and free to leave.
-        assert!(!needs_poke(&member(2, "s", at(100)), &call, Some(&leader), false));
-        assert!(!needs_poke(&member(2, "s", at(100)), &call, Some(&leader), true));
+        assert!(!needs_poke(
+            &member(2, "s", at(100)),
+            &call,
+            Some(&leader),
+            false
+        ));
+        assert!(!needs_poke(
+            &member(2, "s", at(100)),
+            &call,
+            Some(&leader),
+            true
+        ));
         // Pinned: only when it must leave before the call ends.
-        assert!(!needs_poke(&member(3, "s:c", at(900)), &call, Some(&leader), false));
-        assert!(needs_poke(&member(3, "s:c", at(100)), &call, Some(&leader), false));
-        assert!(needs_poke(&member(3, "s:c", at(900)), &call, Some(&leader), true));
+        assert!(!needs_poke(
+            &member(3, "s:c", at(900)),
+            &call,
+            Some(&leader),
+            false
+        ));
+        assert!(needs_poke(
+            &member(3, "s:c", at(100)),
+            &call,
+            Some(&leader),
+            false
+        ));
+        assert!(needs_poke(
+            &member(3, "s:c", at(900)),
+            &call,
+            Some(&leader),
+            true
+        ));
         // The leader cancelled.
         assert!(needs_poke(&leader, &call, Some(&leader), true));
         // Cancelled and not named: it just leaves.
-        assert!(!needs_poke(&member(4, "s:d", at(900)), &call, Some(&leader), true));
+        assert!(!needs_poke(
+            &member(4, "s:d", at(900)),
+            &call,
+            Some(&leader),
+            true
+        ));
     }
 }

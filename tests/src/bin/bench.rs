@@ -370,7 +370,10 @@ fn main() {
                     _ => Duration::from_millis(1500),
                 };
                 let run = contended::Run {
-                    label: format!("x{workers} threads, {keys} key{}", if keys == 1 { "" } else { "s" }),
+                    label: format!(
+                        "x{workers} threads, {keys} key{}",
+                        if keys == 1 { "" } else { "s" }
+                    ),
                     key: format!("shared-{workers}-{keys}"),
                     keys,
                     mode: Mode::Notify,

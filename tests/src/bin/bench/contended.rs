@@ -657,11 +657,7 @@ pub(crate) fn analyze(o: &Outcome, rtt_us: f64) -> Analysis {
         total
     };
     let per_acq = |n: f64| {
-        if counted > 0 {
-            n / counted as f64
-        } else {
-            0.0
-        }
+        if counted > 0 { n / counted as f64 } else { 0.0 }
     };
     let same_share = if same_n + other_n > 0 {
         100.0 * same_n as f64 / (same_n + other_n) as f64

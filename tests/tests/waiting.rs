@@ -309,3 +309,89 @@ fn fair_mode_keeps_arrival_order_with_one_shared_client() {
     }
     assert_eq!(*order.lock().unwrap(), (0..N).collect::<Vec<_>>());
 }
+
+/// `n` threads of `locks` wait on `name` until `registered` says they all wait (it releases
+/// the holder's lock then), and all acquire in turn.
+fn all_acquire_in_turn(locks: &LockClient, name: &str, n: usize, registered: impl Fn() -> bool) {
+    let got = Arc::new(AtomicUsize::new(0));
+    let waiting: Vec<_> = (0..n)
+        .map(|_| {
+            let (locks, got, name) = (locks.clone(), Arc::clone(&got), name.to_owned());
+            spawn(move || {
+                let g = locks
+                    .try_lock_for(&name, Duration::from_secs(60))
+                    .unwrap()
+                    .expect("every waiter gets the lock in turn");
+                got.fetch_add(1, Ordering::SeqCst);
+                drop(g);
+            })
+        })
+        .collect();
+    assert!(
+        wait_until(Duration::from_secs(30), registered),
+        "the waiters never registered"
+    );
+    for t in waiting {
+        t.join().unwrap();
+    }
+    assert_eq!(got.load(Ordering::SeqCst), n);
+}
+
+#[test]
+fn threads_waiting_on_a_cluster_key_share_one_connection_to_its_node() {
+    let cluster = redis_lock::testing::RedisCluster::start(3);
+    let locks = redis_lock_tests::cluster_client(&cluster);
+    let holder = redis_lock_tests::cluster_client(&cluster);
+    let node = cluster.node_for_slot(cluster.keyslot("lock:{spread}"));
+    let guard = holder.lock("spread").unwrap();
+    let before = locks.request_count();
+    let release = {
+        let guard = std::sync::Mutex::new(Some(guard));
+        move || drop(guard.lock().unwrap().take())
+    };
+    all_acquire_in_turn(&locks, "spread", 64, || {
+        let ready = zcard(node, "lock:{spread}:waiters") == 64 && blocked_clients(node) == 1;
+        if ready {
+            release();
+        }
+        ready
+    });
+    let per_acquisition = (locks.request_count() - before) as f64 / 64.0;
+    assert!(
+        per_acquisition <= 6.0,
+        "{per_acquisition:.2} requests per acquisition"
+    );
+}
+
+#[test]
+fn threads_waiting_under_redlock_peek_through_one_connection_per_server() {
+    let servers = [
+        RedisServer::start(),
+        RedisServer::start(),
+        RedisServer::start(),
+    ];
+    let refs: Vec<&RedisServer> = servers.iter().collect();
+    let locks = redis_lock_tests::redlock_client(&refs);
+    let holder = redis_lock_tests::redlock_client(&refs);
+    let guard = holder.lock("peek").unwrap();
+    let release = {
+        let guard = std::sync::Mutex::new(Some(guard));
+        move || drop(guard.lock().unwrap().take())
+    };
+    all_acquire_in_turn(&locks, "peek", 32, || {
+        let registered = servers
+            .iter()
+            .all(|s| zcard(s, "lock:{peek}:waiters") == 32);
+        let blocked: u64 = servers.iter().map(blocked_clients).sum();
+        // One peek per server waited on, whatever the threads.
+        assert!(
+            blocked <= 3,
+            "{blocked} clients blocked for 32 waiting threads"
+        );
+        let ready = registered && blocked >= 1;
+        if ready {
+            release();
+        }
+        ready
+    });
+}

@@ -15,9 +15,12 @@ use crate::options::{MAX_TTL, validate_ttl};
 /// The most connections a pool may have: far above what one Redis accepts by default
 /// (`maxclients` 10,000); r2d2 reserves room for all of them when the pool is built.
 const MAX_POOL_SIZE: u32 = 65_536;
+
+/// How long a connection that waiting no longer uses stays open for the next wait.
+const WAITING_IDLE: Duration = Duration::from_secs(60);
 use crate::store::connection::{LogErrors, Manager, Pool, Target};
 use crate::store::sentinel::SentinelTarget;
-use crate::store::{Store, Timeouts};
+use crate::store::{MAX_WAITING_CONNECTIONS, Store, Timeouts};
 use crate::wire::keys::validate_namespace;
 
 enum Source {
@@ -368,9 +371,15 @@ impl Builder {
         self
     }
 
-    /// Most connections waiters may hold while blocked waiting for a release. Waiters beyond
-    /// that poll every 10 ms instead. Separate from [`pool_size`](Self::pool_size) so waiters
-    /// never take the connections holders need. Defaults to 64.
+    /// No longer has any effect (the size is still checked: at least 1, at most 65,536).
+    ///
+    /// The threads of a client that wait on one lock name share one blocking connection, so
+    /// waiting takes one connection per lock name waited on at once (per server), however
+    /// many threads wait (at most 4,096 per server); those connections are separate from
+    /// [`pool_size`](Self::pool_size), so waiters never take the connections holders need.
+    #[deprecated(
+        note = "waiting takes one connection per lock name waited on, whatever the number of waiting threads; this setting does nothing"
+    )]
     pub fn waiter_pool_size(mut self, size: u32) -> Builder {
         self.waiter_pool_size = size;
         self
@@ -792,7 +801,11 @@ impl Builder {
                 connect_timeout: self.connect_timeout,
                 io_timeout: self.io_timeout,
             };
-            let waiters = pool_builder(self.waiter_pool_size).build_unchecked(manager.clone());
+            // One connection per lock name waited on (`store/waiting.rs`); one idle for
+            // WAITING_IDLE is closed.
+            let waiters = pool_builder(MAX_WAITING_CONNECTIONS)
+                .idle_timeout(Some(WAITING_IDLE))
+                .build_unchecked(manager.clone());
             // Loss notification needs connections of our own to the servers the locks are on,
             // not an application's pool's (a Cluster's are made per master, below).
             let notifying =

@@ -90,6 +90,7 @@ fn seed(server: &RedisServer) {
 }
 
 #[test]
+#[allow(deprecated)] // `waiter_pool_size` does nothing, and is still checked
 fn bad_input_table() {
     let server = RedisServer::start();
     seed(&server);

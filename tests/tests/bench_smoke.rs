@@ -46,6 +46,8 @@ fn quick_benchmark_runs_and_finds_no_violations() {
         "redlock_back_to_back",
         "redlock, 3 servers, 1 stopped",
         "read-write lock: 95 % read, 5 % write",
+        "x64 threads, 1 key",
+        "x64 threads, 64 keys",
     ] {
         assert!(report.contains(label), "row {label} missing:\n{report}");
     }
@@ -54,9 +56,9 @@ fn quick_benchmark_runs_and_finds_no_violations() {
         .skip(1)
         .map(|rest| rest.split([',', '\n']).next().unwrap_or(""))
         .collect();
-    // 6 single-server rows, 8 deployment rows, 2 failover runs, 2 semaphore rows, 2 read-write
-    // lock rows.
-    assert_eq!(violations.len(), 20, "{report}");
+    // 6 single-server rows, 4 shared-client rows, 8 deployment rows, 2 failover runs, 2
+    // semaphore rows, 2 read-write lock rows.
+    assert_eq!(violations.len(), 24, "{report}");
     assert!(
         violations.iter().all(|v| *v == "0"),
         "{violations:?}\n{report}"

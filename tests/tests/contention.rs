@@ -237,7 +237,6 @@ fn a_pool_of_two_is_not_starved_by_sixteen_waiters() {
     let server = RedisServer::start();
     let locks = LockClient::builder(&server.url())
         .pool_size(2)
-        .waiter_pool_size(2)
         .pool_timeout(Duration::from_secs(5))
         .io_timeout(Duration::from_secs(1))
         .build()

@@ -13,6 +13,7 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::store::connection::PooledConn;
 use crate::store::notify::{LossDetection, Watcher};
+use crate::store::waiting::WaitFor;
 use crate::store::{Ack, Store, Wake, combine, direct};
 use crate::wire::multi::{AllArgs, AllAttempt};
 use crate::wire::token::new_token;
@@ -254,30 +255,44 @@ impl Deployment {
         }
     }
 
-    /// Blocks until a release wakes us or `timeout` passes. A single store pops the grant; a
-    /// quorum only peeks, on the server `wait_on` the attempt saw the holder on.
-    /// `cancel`: the waiter's cancel list and its cancel flag. A single store blocks on the
-    /// cancel list too (a cancel pushes onto it: [`wake`](Self::wake)); a quorum blocks in
-    /// short slices and looks at the flag between them.
+    /// Blocks until a release wakes us or `timeout` passes, in the group of this client's
+    /// threads waiting on the same lock (`store/waiting.rs`). A single store pops the grant;
+    /// a quorum only peeks, on the server `wait_on` the attempt saw the holder on.
+    /// `cancelled`: the waiter's cancel flag (a cancel also calls [`wake`](Self::wake)).
     pub(crate) fn wait(
         &self,
+        keys: &LockKeys,
         list: &str,
+        waiter: &str,
         timeout: Duration,
         wait_on: Option<usize>,
-        cancel: Option<(&str, &dyn Fn() -> bool)>,
+        cancelled: Option<&dyn Fn() -> bool>,
     ) -> Wake {
+        let w = WaitFor {
+            keys,
+            list,
+            waiter,
+            timeout,
+            pop: !self.is_quorum(),
+            cancelled,
+        };
         match self {
-            Deployment::Single(store) => store.wait(list, cancel.map(|c| c.0), timeout, true),
-            Deployment::Quorum(q) => q.wait(list, timeout, wait_on, cancel.map(|c| c.1)),
+            Deployment::Single(store) => store.wait(&w),
+            Deployment::Quorum(q) => q.wait(&w, wait_on),
         }
     }
 
-    /// Ends the blocking wait of waiter `id` on `keys` (a cancel). Nothing to send to a
-    /// quorum, whose cancellable waits are sliced.
+    /// Ends the wait of waiter `id` on `keys` (a cancel): on every store, where its waiting
+    /// group wakes it (see `store/waiting.rs`).
     pub(crate) fn wake(&self, keys: &LockKeys, id: &str) -> Result<()> {
         match self {
             Deployment::Single(store) => store.wake(keys, id),
-            Deployment::Quorum(_) => Ok(()),
+            Deployment::Quorum(q) => {
+                for store in q.stores() {
+                    store.wake(keys, id)?;
+                }
+                Ok(())
+            }
         }
     }
 

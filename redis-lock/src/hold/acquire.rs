@@ -7,8 +7,9 @@
 //! 1. An attempt that finds the lock busy registers the caller as a waiter, if it will wait,
 //!    and says how long it may block (`block`) and whether its registration can vouch for a
 //!    later grant (`fresh`, server time).
-//! 2. The waiter blocks on a wake-up list (the shared one, or its own in fair mode) on a
-//!    connection of the waiter pool, for at most `block` and its remaining budget.
+//! 2. The waiter blocks on a wake-up list (the shared one, or its own in fair mode), for at
+//!    most `block` and its remaining budget, in the group of this client's threads waiting
+//!    on the same lock, which share one blocking connection (`store::waiting`).
 //! 3. A release that sees live waiters grants the lock through that list to exactly one
 //!    waiter: the one that pops it. The popper adopts the grant (no round trip; its watchdog
 //!    claims it later) or claims it at once (`take_grant`).
@@ -29,7 +30,7 @@ use super::{Inner, registry, watchdog};
 use crate::deploy::Attempted;
 use crate::error::{Error, HolderInfo, Result};
 use crate::options::{LockOptions, validate};
-use crate::store::{Ack, NO_CONNECTION_POLL, Wake};
+use crate::store::{Ack, FAILED_WAIT_PAUSE, Wake};
 use crate::wire::token::{Ids, new_ids};
 use crate::wire::{
     Attempt, AttemptArgs, BusyHolder, Claim, ClaimArgs, Form, Grant, HANDOFF_GRACE, LockKeys,
@@ -513,8 +514,6 @@ impl Acquisition<'_> {
         // Registered before the flag is looked at (see `cancel`): a cancel from now on either
         // is seen below or ends the wait it lands in.
         let cancel = self.opts.cancel.as_ref();
-        // Named only when there is a cancel token to wake through it.
-        let cancel_list = cancel.map(|_| self.keys.cancel(&self.ids.waiter));
         let _waker = self.wake_on_cancel();
         let is_cancelled = || cancel.is_some_and(CancelToken::is_cancelled);
         loop {
@@ -555,9 +554,7 @@ impl Acquisition<'_> {
                     None
                 }
                 Step::WaitSignal(d) => {
-                    let cancel = cancel_list
-                        .as_deref()
-                        .map(|list| (list, &is_cancelled as _));
+                    let cancel = cancel.map(|_| &is_cancelled as &dyn Fn() -> bool);
                     self.wait(&wake, d, wait_on, cancel)
                 }
             };
@@ -770,14 +767,15 @@ impl Acquisition<'_> {
         list: &str,
         timeout: Duration,
         wait_on: Option<usize>,
-        cancel: Option<(&str, &dyn Fn() -> bool)>,
+        cancelled: Option<&dyn Fn() -> bool>,
     ) -> Option<Grant> {
-        match self.inner.deployment.wait(list, timeout, wait_on, cancel) {
+        let (keys, waiter) = (&self.keys, &self.ids.waiter);
+        match (self.inner.deployment).wait(keys, list, waiter, timeout, wait_on, cancelled) {
             Wake::Grant(grant) => Some(grant),
             Wake::Nothing => None,
             Wake::Failed => {
                 // Do not spin against a Redis that fails at once.
-                self.sleep(timeout.min(NO_CONNECTION_POLL));
+                self.sleep(timeout.min(FAILED_WAIT_PAUSE));
                 None
             }
         }

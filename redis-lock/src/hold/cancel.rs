@@ -2,11 +2,12 @@
 //! wake-ups the acquire loop registers on it while it waits.
 //!
 //! A waiter blocked in `BLPOP` cannot be interrupted in its socket read, so the acquire loop
-//! registers a *waker* for as long as it runs: a function that wakes it through Redis (it
-//! pushes onto the waiter's own cancel list, which the waiter blocks on beside its wake-up
-//! list). `cancel` sets the flag first and then runs the wakers, and the loop registers its
-//! waker before it looks at the flag, so a cancel is never missed: either the loop sees the
-//! flag before it blocks, or the push is already in the list it blocks on.
+//! registers a *waker* for as long as it runs: a function that wakes it in its waiting group
+//! (`store::waiting`: a thread sleeping while another blocks for the group is woken on its
+//! condition variable; the one blocked in `BLPOP`, or one the `BLPOP` must return for, through
+//! Redis, by a push onto the group's poke list). `cancel` sets the flag first and then runs
+//! the wakers, and the loop registers its waker before it looks at the flag (the last look
+//! under the group's lock, which the waker takes too), so a cancel is never missed.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -20,9 +21,9 @@ type Waker = Arc<dyn Fn() + Send + Sync>;
 ///
 /// Pass a clone to [`LockOptions::cancel`](crate::LockOptions::cancel) (or
 /// [`LockRequest::cancel`](crate::LockRequest::cancel)) and keep one: [`cancel`](Self::cancel)
-/// stops every acquisition that was given the token, now or later. A waiter blocked on Redis
-/// is woken through Redis (one request per waiter, sent by the cancelling thread) and returns
-/// within a round trip or two; it leaves the wait queue first, so a grant made for it goes to
+/// stops every acquisition that was given the token, now or later. A waiting thread is woken
+/// at once (the thread blocked on Redis for its client's waiters of that lock through Redis:
+/// one request, sent by the cancelling thread) and returns within a round trip or two; it leaves the wait queue first, so a grant made for it goes to
 /// the next waiter. The acquisition fails with [`Error::Cancelled`](crate::Error::Cancelled);
 /// locks already acquired are not affected. A cancelled token stays cancelled: use a new one
 /// for the next acquisition.

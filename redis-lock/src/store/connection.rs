@@ -555,7 +555,7 @@ impl Pool {
 }
 
 impl PooledConn {
-    /// A connection of the waiter pool (always one of ours).
+    /// A connection of the waiting connections' pool (always one of ours).
     pub(crate) fn waiter(
         conn: r2d2::PooledConnection<Manager>,
         requests: &Arc<AtomicU64>,

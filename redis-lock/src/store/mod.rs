@@ -1,7 +1,8 @@
 //! Connections to one deployment (a server, a sentinel-managed master, or a Redis Cluster):
 //! the r2d2 manager, sentinel discovery, the request counter, replica acknowledgement,
-//! blocking waits on wake-up lists and loss notification (which tells watchers of a key, not
-//! what they hold). Knows nothing of quorums or held locks.
+//! blocking waits on wake-up lists (`waiting.rs`: one connection per lock name waited on) and
+//! loss notification (`notify.rs`, which tells watchers of a key, not what they hold). Knows
+//! nothing of quorums or held locks.
 
 pub(crate) mod combine;
 pub(crate) mod connection;
@@ -9,6 +10,7 @@ pub(crate) mod direct;
 pub(crate) mod notify;
 pub(crate) mod plain;
 pub(crate) mod sentinel;
+pub(crate) mod waiting;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
@@ -21,8 +23,13 @@ use crate::wire::{self, Grant, commands};
 use connection::{CheckoutError, Manager, Pool, PooledConn};
 use sentinel::{MoveJob, SentinelTarget};
 
-/// How a waiter that is woken by notification polls when no waiter connection is free.
-pub(crate) const NO_CONNECTION_POLL: Duration = Duration::from_millis(10);
+/// How long a waiter whose wait failed (the store could not be asked) pauses before it
+/// attempts again, so that it does not spin against a Redis that fails at once.
+pub(crate) const FAILED_WAIT_PAUSE: Duration = Duration::from_millis(10);
+
+/// Most connections one store opens for waiting: one per lock name waited on at once by this
+/// client (`waiting.rs`).
+pub(crate) const MAX_WAITING_CONNECTIONS: u32 = 4096;
 
 /// When, after a blocking wait should have ended, its wake-up `PING`s go out: the server
 /// starts the wait's clock when it reads the command (a little after we sent it) and counts
@@ -52,8 +59,11 @@ pub(crate) struct Timeouts {
 pub(crate) struct Store {
     pub(crate) pool: Arc<Pool>,
     /// Waiters block in `BLPOP` on connections of their own, so that a crowd of waiters can
-    /// never take the connections holders need to renew and release.
+    /// never take the connections holders need to renew and release: one per lock name
+    /// waited on (`waiting.rs`).
     pub(crate) waiters: r2d2::Pool<Manager>,
+    /// The groups of threads waiting on one lock name each (`waiting.rs`).
+    waiting: waiting::Hub,
     /// The store's address without credentials, for errors and logs.
     pub(crate) label: String,
     pub(crate) timeouts: Timeouts,
@@ -124,6 +134,7 @@ impl Store {
             sentinel: None,
             pool: Arc::new(pool),
             waiters,
+            waiting: waiting::Hub::default(),
             label,
             timeouts,
             caps: wire::commands::Capabilities::default(),
@@ -195,81 +206,6 @@ impl Store {
         let cmd = commands::wait_replicas(ack.count, ack.timeout);
         let acked: i64 = conn.blocking_query(&cmd, ack.timeout)?;
         Ok(u32::try_from(acked).unwrap_or(0))
-    }
-
-    /// Waits on the wake-up list `list` for at most `timeout`. Waiters use their own pool;
-    /// when it is exhausted they fall back to polling every 10 ms (they stay registered, and
-    /// an attempt of theirs takes a grant nobody popped). `pop`: take the grant (`BLPOP`);
-    /// otherwise only be woken by it and leave it in place.
-    /// `cancel`: a second list to block on when popping (the waiter's cancel list), whose
-    /// element is never a grant.
-    pub(crate) fn wait(
-        &self,
-        list: &str,
-        cancel: Option<&str>,
-        timeout: Duration,
-        pop: bool,
-    ) -> Wake {
-        let waiters = &self.waiters;
-        let conn = match waiters.try_get() {
-            // This thread opens one that r2d2 made and nobody has opened yet.
-            Some(mut c) => c.open().map(|()| Some(c)).map_err(CheckoutError::Connect),
-            // Room for one more: r2d2 makes it at once, and this thread opens it.
-            None if waiters.state().connections < waiters.max_size() => {
-                connection::checkout(waiters, self.timeouts.pool.min(timeout)).map(Some)
-            }
-            None => Ok(None),
-        };
-        let conn = match conn {
-            Ok(Some(conn)) => conn,
-            Err(CheckoutError::Connect(error)) => {
-                // Refused, or no answer within the connect timeout: this store is unreachable.
-                tracing::debug!(target: "redis_lock", %error, "no connection to wait on");
-                return Wake::Failed;
-            }
-            Ok(None) | Err(CheckoutError::Pool(_)) => {
-                std::thread::sleep(timeout.min(NO_CONNECTION_POLL));
-                return Wake::Nothing;
-            }
-        };
-        let mut conn = PooledConn::waiter(conn, &self.requests);
-        let wake = WAKE_AFTER.map(|after| self.wake_at(timeout + after));
-        let end = Instant::now() + timeout;
-        // On a sentinel master the wait is cut into slices of the check interval: a master
-        // that moved away (it keeps serving for seconds after a failover) would hold a waiter
-        // until its whole timeout, while the release it waits for now happens elsewhere. (A
-        // peek cannot tell a wake-up from a timeout, so it is not cut.)
-        let (slice, epoch) = match &self.sentinel {
-            Some((target, every)) if pop => (*every, Some(target.epoch())),
-            _ => (timeout, None),
-        };
-        let result = loop {
-            let left = end.saturating_duration_since(Instant::now());
-            let block = left.min(slice);
-            let result = if pop {
-                conn.blocking_query::<Option<(String, String)>>(
-                    &commands::pop_grant(list, cancel, block),
-                    block,
-                )
-                .map(|popped| popped.and_then(|(_, grant)| wire::parse_grant(&grant)))
-            } else {
-                conn.blocking_query::<Option<String>>(&commands::peek_grant(list, block), block)
-                    .map(|_| None)
-            };
-            let moved = epoch.is_some_and(|e| self.epoch() != Some(e));
-            if !matches!(result, Ok(None)) || block >= left || moved {
-                break result;
-            }
-        };
-        wake.iter().for_each(JobHandle::cancel);
-        match result {
-            Ok(Some(grant)) => Wake::Grant(grant),
-            Ok(None) => Wake::Nothing,
-            Err(error) => {
-                tracing::debug!(target: "redis_lock", %error, "waiting for a release failed");
-                Wake::Failed
-            }
-        }
     }
 
     /// Makes sure the server serves the end of a blocking wait on time: Redis times out a
@@ -361,6 +297,13 @@ impl Store {
         self
     }
 
+    /// On a sentinel master, how often the sentinels are asked, and the current epoch.
+    fn sentinel_every(&self) -> Option<(Duration, u64)> {
+        self.sentinel
+            .as_ref()
+            .map(|(target, every)| (*every, target.epoch()))
+    }
+
     /// The sentinel epoch (how many times the master was seen to move), `None` when this
     /// store is not a sentinel-managed master.
     pub(crate) fn epoch(&self) -> Option<u64> {
@@ -405,10 +348,16 @@ impl Store {
                 .all(|pair| pair[0].slot_tag() == pair[1].slot_tag())
     }
 
-    /// Ends the blocking wait of waiter `id` on `keys` (a cancel).
+    /// Ends the wait of waiter `id` on `keys` (a cancel): a local wake-up, and a push onto its
+    /// group's poke list when the group's blocking call must end for it (`waiting.rs`).
     pub(crate) fn wake(&self, keys: &wire::LockKeys, id: &str) -> Result<()> {
-        let mut conn = self.conn()?;
-        wire::cancel::wake(&mut conn, keys, id)
+        match self.waiting.cancel(&keys.lock, id) {
+            Some(group) => {
+                let mut conn = self.conn()?;
+                wire::cancel::wake(&mut conn, keys, &group)
+            }
+            None => Ok(()),
+        }
     }
 
     /// `PING`.

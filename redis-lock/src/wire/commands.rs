@@ -135,13 +135,12 @@ fn block_secs(timeout: Duration) -> f64 {
     timeout.as_secs_f64().max(0.001)
 }
 
-/// `BLPOP list [cancel] timeout`: take the grant a release pushes; the reply is
-/// `(list, element)`. With `cancel` (the waiter's cancel list, in the same slot), a cancel
-/// wakes it too.
-pub(crate) fn pop_grant(list: &str, cancel: Option<&str>, timeout: Duration) -> Cmd {
+/// `BLPOP list... timeout`: take the grant a release pushes to any of `lists` (one lock's
+/// wake-up lists and its waiting group's poke list, all in one slot); the reply is
+/// `(list, element)`.
+pub(crate) fn pop_grant(lists: &[String], timeout: Duration) -> Cmd {
     redis::cmd("BLPOP")
-        .arg(list)
-        .arg(cancel)
+        .arg(lists)
         .arg(block_secs(timeout))
         .to_owned()
 }

@@ -7,7 +7,7 @@
 //! --workers N        contending workers (default 8)
 //! --hold-us US       how long each acquisition holds the lock (default 1000)
 //! --modes LIST       contended rows to run, of notify,fair,retry-10ms (default: all)
-//! --only LIST        sections to run, of uncontended,contended,held,notice,takeover,
+//! --only LIST        sections to run, of uncontended,contended,shared,held,notice,takeover,
 //!                    deployments,failover,semaphore,rwlock (default: all)
 //! --json PATH        where to write the JSON report (default target/bench.json)
 //! ```
@@ -48,9 +48,10 @@ use contended::Mode;
 use report::{Json, Table, f};
 
 /// The sections, in the order they run.
-const SECTIONS: [&str; 9] = [
+const SECTIONS: [&str; 10] = [
     "uncontended",
     "contended",
+    "shared",
     "held",
     "notice",
     "takeover",
@@ -367,6 +368,60 @@ fn main() {
         );
         println!("{}", t.render());
         report = report.with("contended", Json::Arr(runs));
+    }
+
+    // One shared client, many waiting threads: 8 to 1,024 threads (8 and 64 with `--quick`)
+    // on one key and on 64 keys (notify), short rows; the connections Redis sees while they
+    // wait.
+    if run("shared") {
+        let mut t = Table::new(&contended::SHARED_HEADER);
+        let mut runs = Vec::new();
+        // A smoke test (`--quick`) stops at 64 threads.
+        let sizes: &[usize] = if args.quick {
+            &[8, 64]
+        } else {
+            &[8, 64, 256, 1024]
+        };
+        for keys in [1u32, 64] {
+            for &workers in sizes {
+                // Long enough on one key for ~20 turns per thread up to 256 threads (a
+                // min/max fairness of 0.95 needs 20), else short.
+                let time = match (args.quick, keys, workers) {
+                    (true, _, _) => Duration::from_millis(500),
+                    (false, 1, 64) => Duration::from_millis(2500),
+                    (false, 1, 256) => Duration::from_secs(9),
+                    (false, 1, 1024) => Duration::from_secs(4),
+                    _ => Duration::from_millis(1500),
+                };
+                let run = contended::Run {
+                    label: format!(
+                        "x{workers} threads, {keys} key{}",
+                        if keys == 1 { "" } else { "s" }
+                    ),
+                    key: format!("shared-{workers}-{keys}"),
+                    keys,
+                    mode: Mode::Notify,
+                    workers,
+                    hold: args.hold,
+                    time,
+                    windowed: true,
+                };
+                let (outcome, connections) =
+                    contended::shared_client(&url, &counter_server.url(), &run);
+                let mut a = contended::analyze(&outcome, rtt.lat.p50);
+                eprintln!("  done: shared {}", run.label);
+                a.row.push(connections.to_string());
+                t.row(a.row);
+                runs.push(a.json.with("connections_open", connections));
+            }
+        }
+        println!(
+            "one client shared by all threads (notify), hold {} us, 1.5-9 s per row; req, cmds, exec and cpu per acquisition made within the row's window; conns = the most connections Redis saw open while the row ran (INFO clients connected_clients, less the benchmark's own); RT = {} us",
+            args.hold.as_micros(),
+            f(rtt.lat.p50, 1),
+        );
+        println!("{}", t.render());
+        report = report.with("shared_client", Json::Arr(runs));
     }
 
     // Many locks held at once.

@@ -14,6 +14,10 @@
 //!     handles SIGUSR1 (SA_RESTART, counting), prints "READY", reads a line, prints "ASKING",
 //!     then acquires KEY (3 s reply timeout) and prints "ACQUIRED <fence> <signals seen>" or
 //!     "FAILED <error>", then behaves as `hold`
+//! lock-holder wait-many URL KEY THREADS
+//!     THREADS threads of one client wait up to 60 s each for KEY (notify), each printing
+//!     "ACQUIRED" when it holds it and releasing at once (a process with many waiting threads
+//!     to SIGKILL)
 //! lock-holder read URL KEY TTL_MS
 //!     takes a read share of the read-write lock KEY (TTL_MS, watchdog on), then behaves as
 //!     `hold`
@@ -74,6 +78,7 @@ fn main() {
                 .retry(retry);
             hold_with(url, key, &opts)
         }
+        ["wait-many", url, key, threads] => wait_many(url, key, threads.parse().unwrap()),
         ["read", url, key, ttl_ms] => {
             let opts = LockOptions::new()
                 .mode(redis_lock::LockMode::Read)
@@ -368,4 +373,22 @@ fn hold_all(url: &str, keys: &str, ttl_ms: u64) {
         line.clear();
     }
     drop(guard);
+}
+
+fn wait_many(url: &str, key: &str, threads: usize) {
+    let locks = redis_lock_tests::client_for(url);
+    let waiting: Vec<_> = (0..threads)
+        .map(|_| {
+            let (locks, key) = (locks.clone(), key.to_owned());
+            std::thread::spawn(move || {
+                let opts = LockOptions::new().wait(Duration::from_secs(60));
+                let guard = locks.acquire_with(&key, &opts).unwrap();
+                say("ACQUIRED");
+                drop(guard);
+            })
+        })
+        .collect();
+    for t in waiting {
+        t.join().unwrap();
+    }
 }

@@ -69,6 +69,7 @@ use super::seam::Primitive;
 use super::{check_once, leave_on, renew_once};
 use crate::error::{Error, Result};
 use crate::store::notify::{LossDetection, Watcher};
+use crate::store::waiting::WaitFor;
 use crate::store::{Store, Wake};
 use crate::wire::token::new_token;
 use crate::wire::{Broken, Form, Holder, LockKeys, OwnedTtl, Release, ReleaseArgs, Renewal};
@@ -79,9 +80,6 @@ use rules::{
     combine_renew, in_time, is_hard, majority,
 };
 pub(crate) use rules::{check_ttl, drift};
-
-/// How long one slice of a cancellable Redlock wait blocks (see `Quorum::wait`).
-pub(crate) const CANCEL_SLICE: Duration = Duration::from_millis(10);
 
 /// How long a server that failed with a connection error is skipped.
 const DOWN_FOR: Duration = Duration::from_millis(500);
@@ -489,42 +487,17 @@ impl Quorum {
     /// different servers both its owner, so under Redlock a waiter only *peeks* (is woken, and
     /// leaves the grant in place); its next attempt takes the grant on each server with its
     /// own token (`ACQUIRE` gives a pending grant to a registered waiter), and it holds the
-    /// lock only with a majority, as any attempt.
-    ///
-    /// A peek blocks on one list only (`BLMOVE` has one source), so a cancellable wait
-    /// (`cancelled` given) blocks in slices of [`CANCEL_SLICE`] and looks at the flag between
-    /// them.
-    pub(crate) fn wait(
-        &self,
-        list: &str,
-        timeout: Duration,
-        wait_on: Option<usize>,
-        cancelled: Option<&dyn Fn() -> bool>,
-    ) -> Wake {
-        let Some(cancelled) = cancelled else {
-            return self.wait_once(list, timeout, wait_on);
-        };
-        let end = Instant::now() + timeout;
-        loop {
-            let left = end.saturating_duration_since(Instant::now());
-            if cancelled() || left.is_zero() {
-                return Wake::Nothing;
-            }
-            match self.wait_once(list, left.min(CANCEL_SLICE), wait_on) {
-                Wake::Nothing => {}
-                other => return other,
-            }
-        }
-    }
-
-    fn wait_once(&self, list: &str, timeout: Duration, wait_on: Option<usize>) -> Wake {
+    /// lock only with a majority, as any attempt. It peeks on the server `wait_on` the attempt
+    /// saw the holder on, else the next that answers, in the group of this client's threads
+    /// waiting there on the same lock (`store/waiting.rs`).
+    pub(crate) fn wait(&self, w: &WaitFor<'_>, wait_on: Option<usize>) -> Wake {
         let first = wait_on.unwrap_or(0);
         for k in 0..self.total() {
             let m = &self.members[(first + k) % self.total()];
             if m.skipped() {
                 continue;
             }
-            match m.store.wait(list, None, timeout, false) {
+            match m.store.wait(w) {
                 Wake::Failed => continue,
                 other => return other,
             }

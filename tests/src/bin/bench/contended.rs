@@ -180,6 +180,9 @@ pub(crate) struct Outcome {
     /// Measurement window (after the warm-up), ns.
     pub(crate) start: u64,
     pub(crate) stop: u64,
+    /// `requests`, `before` and `after` were read at the window's edges, not around the
+    /// whole run (the counts per acquisition are then per acquisition measured).
+    pub(crate) windowed: bool,
 }
 
 /// A lock client for a benchmark worker: the defaults, except a pool that is never the
@@ -239,6 +242,7 @@ pub(crate) fn threads(
         workers,
         hold,
         time,
+        windowed: false,
     };
     threads_on(&bench_client(url), &[url.to_owned()], counter_url, &run)
 }
@@ -253,6 +257,9 @@ pub(crate) struct Run {
     pub(crate) workers: usize,
     pub(crate) hold: Duration,
     pub(crate) time: Duration,
+    /// Count commands, CPU and requests within the measurement window only (steady state:
+    /// without the start, where every thread attempts at once, and the drain at the end).
+    pub(crate) windowed: bool,
 }
 
 /// `run.workers` threads sharing `client`; `probes`: the URLs of the deployment's servers,
@@ -307,23 +314,69 @@ pub(crate) fn threads_on(
     let stop = start + nanos(run.time);
     *start_slot.lock().unwrap() = stop;
     barrier.wait();
+    let (before, requests_before, windowed) = if run.windowed {
+        sleep_until_ns(start);
+        let edge = (read_all(&mut probes), client.request_count());
+        sleep_until_ns(stop);
+        let requests = client.request_count() - edge.1;
+        (edge.0, requests, Some((read_all(&mut probes), requests)))
+    } else {
+        (before, requests_before, None)
+    };
     let mut events = Vec::new();
     for h in handles {
         events.extend(h.join().unwrap());
     }
-    let after = read_all(&mut probes);
+    let (after, requests) = windowed.unwrap_or_else(|| {
+        (
+            read_all(&mut probes),
+            client.request_count() - requests_before,
+        )
+    });
     Outcome {
         label: run.label.clone(),
         mode: run.mode,
         workers,
         events,
-        requests: client.request_count() - requests_before,
+        requests,
         counters: counter_values(counter_url, &run.key, run.keys),
         before,
         after,
         start,
         stop,
+        windowed: run.windowed,
     }
+}
+
+/// `run.workers` threads sharing a new client on `url`, and the most connections Redis saw
+/// open meanwhile beyond those open before (its own probes, the sampling one).
+pub(crate) fn shared_client(url: &str, counter_url: &str, run: &Run) -> (Outcome, u64) {
+    let mut sampler = redis::Client::open(url).unwrap().get_connection().unwrap();
+    let connected = |c: &mut redis::Connection| -> u64 {
+        let info: String = redis::cmd("INFO").arg("clients").query(c).unwrap();
+        info.lines()
+            .find_map(|l| l.strip_prefix("connected_clients:"))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    // The run's probe (one connection) is opened inside `threads_on`.
+    let baseline = connected(&mut sampler) + 1;
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let most = scope.spawn(|| {
+            let mut most = 0;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                most = most.max(connected(&mut sampler));
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            most
+        });
+        let client = bench_client(url);
+        let outcome = threads_on(&client, &[url.to_owned()], counter_url, run);
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        let most = most.join().unwrap();
+        (outcome, most.saturating_sub(baseline))
+    })
 }
 
 fn nanos(d: Duration) -> u64 {
@@ -418,6 +471,7 @@ pub(crate) fn processes(
         after,
         start,
         stop,
+        windowed: false,
     }
 }
 
@@ -470,6 +524,26 @@ pub(crate) struct Analysis {
     pub(crate) json: Json,
     pub(crate) row: Vec<String>,
 }
+
+/// The shared-client rows: the contended columns, and the connections open.
+pub(crate) const SHARED_HEADER: [&str; 16] = [
+    "shared client",
+    "acq/s",
+    "other p50 us (RT)",
+    "other p99 us (RT)",
+    "same p50 us",
+    "same %",
+    "req/acq",
+    "cmds/acq",
+    "exec us/acq",
+    "cpu us/acq",
+    "min/max",
+    "wait p99.9 ms",
+    "wait max ms",
+    "max target ms",
+    "violations",
+    "conns",
+];
 
 pub(crate) const HEADER: &[&str] = &[
     "contended (1 key)",
@@ -572,7 +646,19 @@ pub(crate) fn analyze(o: &Outcome, rtt_us: f64) -> Analysis {
     let cpu_us = (o.after.cpu_s - o.before.cpu_s) * 1e6;
     // Command execution (top-level commands only: a script's own commands are in its time).
     let exec_us = o.after.usec_since(&o.before, &[]) as f64;
-    let per_acq = |n: f64| if total > 0 { n / total as f64 } else { 0.0 };
+    // Windowed counts are per acquisition made within the window (a waiter's call may have
+    // started before it).
+    let counted = if o.windowed {
+        o.events
+            .iter()
+            .filter(|e| e.acq >= o.start && e.acq <= o.stop)
+            .count()
+    } else {
+        total
+    };
+    let per_acq = |n: f64| {
+        if counted > 0 { n / counted as f64 } else { 0.0 }
+    };
     let same_share = if same_n + other_n > 0 {
         100.0 * same_n as f64 / (same_n + other_n) as f64
     } else {

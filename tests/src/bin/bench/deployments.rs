@@ -242,6 +242,7 @@ pub(crate) fn run(s: &Settings<'_>) -> Report {
                 workers: s.workers,
                 hold: s.hold,
                 time: s.duration,
+                windowed: false,
             };
             let outcome = contended::threads_on(&d.client, &d.probes, s.counter_url, &run);
             let a = contended::analyze(&outcome, s.rtt_us);

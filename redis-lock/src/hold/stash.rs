@@ -393,7 +393,10 @@ mod tests {
     fn take(client: &LockClient, name: &str, opts: &LockOptions) -> Option<LockGuard> {
         let deadline = Deadline::after(opts.wait).unwrap();
         let stash = Kind::Stash.make(Params::DEFAULT);
-        client.take(stash, name, opts, &deadline).unwrap().acquired()
+        client
+            .take(stash, name, opts, &deadline)
+            .unwrap()
+            .acquired()
     }
 
     /// The value anyone reads from the stash `name` (`inspect` through the deployment).

@@ -293,7 +293,7 @@ impl Lease {
             release: Releasing::No,
             renew_until: start.max_hold.and_then(|m| start.acquired.checked_add(m)),
             unclaimed: start.unclaimed,
-            watch_at: Instant::now().checked_add(WATCH_AFTER),
+            watch_at: start.acquired.checked_add(WATCH_AFTER),
             check: false,
             watched: false,
             check_failures: 0,
@@ -642,7 +642,7 @@ impl Lease {
 
     /// [`release`](Self::release), keeping the lock ownerless for `cooldown` (zero: none).
     pub(crate) fn release_after(&self, cooldown: Duration) -> Result<ReleaseOutcome> {
-        {
+        let watched = {
             let mut st = self.state.lock();
             loop {
                 match st.release {
@@ -652,10 +652,13 @@ impl Lease {
                 }
             }
             st.release = Releasing::InFlight;
-        }
+            std::mem::take(&mut st.watched)
+        };
         self.detach_watchdog();
         // Before the release is sent: its own change must not come back as a loss.
-        self.stop_watching();
+        if watched {
+            self.inner.deployment.unwatch(&self.keys, self.id);
+        }
         let epoch = self.inner.deployment.epoch();
         let args = ReleaseArgs {
             keys: &self.keys,

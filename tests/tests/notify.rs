@@ -325,3 +325,25 @@ fn cluster_renewals_cost_no_check() {
         "{during} requests in 950 ms of renewals every 100 ms"
     );
 }
+
+#[test]
+fn a_dropped_client_leaves_no_notification_connection_behind() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let (guard, _, _) = watched(&locks, "n-drop");
+    drop(guard);
+    drop(locks);
+    // Only the probe's own connection is left, well within the listener's 500 ms slice.
+    let clients = || -> u64 {
+        server
+            .info_field("clients", "connected_clients")
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    assert!(
+        wait_until(Duration::from_millis(300), || clients() == 1),
+        "{} connections left",
+        clients()
+    );
+}

@@ -110,9 +110,11 @@ fn hundreds_of_threads_on_one_client_acquire_in_turn_without_polling() {
         few <= 6.0 && many <= 6.0,
         "requests per acquisition: 8 threads {few:.2}, 256 threads {many:.2}"
     );
-    // The lock pool (16) and one waiting connection, whatever the number of threads.
+    // The lock pool (16) and one waiting connection, whatever the number of threads; the
+    // holder's client's and this client's loss notification (2 each, once a lock was held
+    // 2 ms).
     assert!(
-        connections <= 16 + 4,
+        connections <= 16 + 4 + 4,
         "{connections} connections for 256 waiting threads"
     );
 }
@@ -127,9 +129,10 @@ fn a_thousand_threads_on_one_client_work_without_raising_pool_sizes() {
         per_acquisition <= 6.0,
         "{per_acquisition:.2} requests per acquisition"
     );
-    // The lock pool (16) and one waiting connection per name (16).
+    // The lock pool (16) and one waiting connection per name (16); loss notification's, as
+    // above.
     assert!(
-        connections <= 16 + 16 + 4,
+        connections <= 16 + 16 + 4 + 4,
         "{connections} connections for 1024 threads on 16 names"
     );
 }

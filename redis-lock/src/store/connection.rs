@@ -323,6 +323,14 @@ impl Conn {
         matches!(self.inner, Some(Link::Plain(_)))
     }
 
+    /// What ends this connection from another thread (a plain one only).
+    pub(crate) fn closer(&self) -> Option<super::plain::Closer> {
+        match &self.inner {
+            Some(Link::Plain(plain)) => plain.closer().ok(),
+            _ => None,
+        }
+    }
+
     /// The next message a subscribed connection is sent, waiting at most `timeout`; `None`
     /// when none came (see [`Plain::receive`]).
     pub(crate) fn receive(&mut self, timeout: Duration) -> RedisResult<Option<Value>> {

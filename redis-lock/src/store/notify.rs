@@ -36,6 +36,7 @@ use parking_lot::{Mutex, MutexGuard};
 use redis::{ConnectionLike, RedisResult, Value};
 
 use super::connection::{Conn, Manager};
+use super::plain::Closer;
 use crate::wire::tracking::{self, Message};
 
 /// How long the listener waits for a message before it looks whether its client is gone or
@@ -100,6 +101,9 @@ struct Shared {
     listener: AtomicU64,
     /// The client is gone: the listener stops.
     closed: AtomicBool,
+    /// Ends the listener's blocked read when the client is dropped, so its connections do not
+    /// outlive the client.
+    closer: Mutex<Option<Closer>>,
 }
 
 impl std::fmt::Debug for Notifier {
@@ -113,6 +117,10 @@ impl std::fmt::Debug for Notifier {
 impl Drop for Notifier {
     fn drop(&mut self) {
         self.shared.closed.store(true, Ordering::Release);
+        *self.shared.tracked.lock() = None;
+        if let Some(closer) = self.shared.closer.lock().take() {
+            closer.close();
+        }
     }
 }
 
@@ -135,6 +143,7 @@ impl Notifier {
                 tracked: Mutex::new(None),
                 listener: AtomicU64::new(0),
                 closed: AtomicBool::new(false),
+                closer: Mutex::new(None),
             }),
         }
     }
@@ -286,6 +295,11 @@ impl Shared {
             return Err(Refusal::Down(unsupported()));
         }
         let id = u64::try_from(id).map_err(|_| Refusal::Refused(unsupported()))?;
+        *self.closer.lock() = listener.closer();
+        if self.closed.load(Ordering::Acquire) {
+            // Dropped while connecting: nobody will close it.
+            return Err(Refusal::Down(unsupported()));
+        }
         self.listener.store(id, Ordering::Release);
         let tracked = self.open_tracked(id)?;
         *self.tracked.lock() = Some(tracked);
@@ -345,6 +359,7 @@ impl Shared {
             }
             self.listener.store(0, Ordering::Release);
             *self.tracked.lock() = None;
+            *self.closer.lock() = None;
         }
     }
 

@@ -43,6 +43,20 @@ impl Socket {
     }
 }
 
+/// Ends a [`Plain`] connection from another thread: a read blocked on it returns at once
+/// (the notification listener's, when its client is dropped).
+pub(crate) struct Closer(Socket);
+
+impl Closer {
+    pub(crate) fn close(&self) {
+        let _ = match &self.0 {
+            Socket::Tcp(s) => s.shutdown(std::net::Shutdown::Both),
+            #[cfg(unix)]
+            Socket::Unix(s) => s.shutdown(std::net::Shutdown::Both),
+        };
+    }
+}
+
 impl Read for &Socket {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         match self {
@@ -333,6 +347,15 @@ impl Plain {
 
 /// A subscribed connection (`notify.rs`): what the server sends unasked.
 impl Plain {
+    /// What ends this connection from another thread.
+    pub(crate) fn closer(&self) -> io::Result<Closer> {
+        Ok(Closer(match &self.socket {
+            Socket::Tcp(s) => Socket::Tcp(s.try_clone()?),
+            #[cfg(unix)]
+            Socket::Unix(s) => Socket::Unix(s.try_clone()?),
+        }))
+    }
+
     /// The next message the server sends without a request (a subscription's), waiting at
     /// most `timeout`; `None` when none came. A timeout leaves the connection usable (what
     /// part of a message was read stays in the buffer); any other failure closes it.

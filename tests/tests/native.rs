@@ -8,9 +8,16 @@ use std::time::Duration;
 
 use redis_lock::{LockOptions, ReleaseOutcome};
 use redis_lock_tests::{
-    RedisServer, client, command_counts, has_delifeq, pttl, reset_stats, stored_fence,
-    stored_token, wait_until,
+    RedisServer, command_counts, has_delifeq, pttl, reset_stats, stored_fence, stored_token,
+    wait_until,
 };
+
+/// Every test here counts the protocol's own requests and commands exactly: clients without
+/// loss notification, whose check of a lock held over 2 ms would add to them (its own costs
+/// are counted in `notify.rs`).
+fn client(server: &RedisServer) -> redis_lock::LockClient {
+    redis_lock_tests::client_without_notification(&server.url())
+}
 
 fn key_type(redis: &mut redis::Connection, key: &str) -> String {
     redis::cmd("TYPE").arg(key).query(redis).unwrap()
@@ -19,8 +26,7 @@ fn key_type(redis: &mut redis::Connection, key: &str) -> String {
 #[test]
 fn an_uncontended_cycle_is_two_requests_of_native_commands_and_one_script() {
     let server = RedisServer::start();
-    // Counts the protocol's own requests exactly: without loss notification's (notify.rs).
-    let locks = redis_lock_tests::client_without_notification(&server.url());
+    let locks = client(&server);
     let opts = LockOptions::new()
         .ttl(Duration::from_secs(10))
         .metadata("nightly");
@@ -130,9 +136,7 @@ fn a_waiter_turns_the_string_into_a_hash_and_is_handed_the_lock() {
 #[test]
 fn a_busy_native_attempt_gives_its_fencing_number_back() {
     let server = RedisServer::start();
-    // Counts the protocol's own requests exactly: without loss notification's (notify.rs).
-    let quiet = || redis_lock_tests::client_without_notification(&server.url());
-    let (a, b) = (quiet(), quiet());
+    let (a, b) = (client(&server), client(&server));
     let held = a.lock("counted").unwrap();
     let mut redis = server.connection();
     let counter = |redis: &mut redis::Connection| -> u64 {

@@ -626,12 +626,14 @@ fn a_busy_error_names_the_holder_its_attempt_saw_at_no_extra_request() {
 }
 
 /// `check_held` asks Redis: it reports a lock broken behind the guard's back (an operator's
-/// `force_release`, a `DEL`, a takeover) at once, where the local `ensure_held` still says
-/// held until the watchdog's next renewal, and marks the guard lost.
+/// `force_release`, a `DEL`, a takeover) at once, where the local `ensure_held` of a client
+/// without loss notification still says held until the watchdog's next renewal, and marks the
+/// guard lost. (With notification the local check learns it within milliseconds too:
+/// `notify.rs`.)
 #[test]
 fn check_held_asks_redis_and_reports_a_broken_lock_at_once() {
     let server = RedisServer::start();
-    let locks = client(&server);
+    let locks = redis_lock_tests::client_without_notification(&server.url());
     let operator = client(&server);
     // Force release, with the default 30 s TTL: the watchdog would renew only after 10 s.
     let guard = locks.lock("ledger").unwrap();

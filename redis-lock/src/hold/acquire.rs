@@ -262,14 +262,7 @@ impl Inner {
         opts: &LockOptions,
         deadline: &Deadline,
     ) -> Result<Taken<Arc<Lease>>> {
-        observed(
-            self,
-            name,
-            primitive.kind().word(),
-            opts,
-            deadline,
-            |report| self.acquire_in_span(primitive, name, opts, deadline, report, false),
-        )
+        self.acquire_observed(primitive, name, opts, deadline, false)
     }
 
     /// [`acquire`](Self::acquire) of one member of a multi-lock, taken alone while the set
@@ -286,13 +279,26 @@ impl Inner {
         opts: &LockOptions,
         deadline: &Deadline,
     ) -> Result<Taken<Arc<Lease>>> {
+        self.acquire_observed(primitive, name, opts, deadline, true)
+    }
+
+    /// [`acquire`](Self::acquire) or [`acquire_member`](Self::acquire_member) (`member`), in
+    /// the acquisition's span and metrics.
+    fn acquire_observed(
+        self: &Arc<Self>,
+        primitive: &Arc<dyn Lock>,
+        name: &str,
+        opts: &LockOptions,
+        deadline: &Deadline,
+        member: bool,
+    ) -> Result<Taken<Arc<Lease>>> {
         observed(
             self,
             name,
             primitive.kind().word(),
             opts,
             deadline,
-            |report| self.acquire_in_span(primitive, name, opts, deadline, report, true),
+            |report| self.acquire_in_span(primitive, name, opts, deadline, report, member),
         )
     }
 

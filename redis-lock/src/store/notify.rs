@@ -289,16 +289,15 @@ impl Shared {
         if !listener.is_plain() {
             return Err(Refusal::Refused(unsupported()));
         }
-        let id: i64 = server_answer(tracking::client_id().query(&mut listener))?;
+        let id: u64 = server_answer(tracking::client_id().query(&mut listener))?;
         let confirmed: Value = server_answer(listener.req_command(&tracking::subscribe()))?;
         if tracking::decode(&confirmed) != Message::Other {
-            return Err(Refusal::Down(unsupported()));
+            return Err(Refusal::Down(failed("an unexpected answer to SUBSCRIBE")));
         }
-        let id = u64::try_from(id).map_err(|_| Refusal::Refused(unsupported()))?;
         *self.closer.lock() = listener.closer();
         if self.closed.load(Ordering::Acquire) {
             // Dropped while connecting: nobody will close it.
-            return Err(Refusal::Down(unsupported()));
+            return Err(Refusal::Down(failed("the client was dropped")));
         }
         self.listener.store(id, Ordering::Release);
         let tracked = self.open_tracked(id)?;
@@ -313,7 +312,6 @@ impl Shared {
             .as_ref()
             .ok_or_else(|| Refusal::Refused(unsupported()))?;
         let mut conn = Conn::open_now(manager).map_err(Refusal::Down)?;
-        let id = i64::try_from(id).map_err(|_| Refusal::Refused(unsupported()))?;
         server_answer::<()>(tracking::track(id).query(&mut conn))?;
         Ok(conn)
     }
@@ -407,6 +405,10 @@ fn unsupported() -> redis::RedisError {
         redis::ErrorKind::Client,
         "loss notification needs a plain (TCP or Unix, RESP2) connection of the client's own",
     ))
+}
+
+fn failed(what: &'static str) -> redis::RedisError {
+    redis::RedisError::from((redis::ErrorKind::Client, what))
 }
 
 /// Loss notification on a Redis Cluster: a [`Notifier`] per master (the listener and the

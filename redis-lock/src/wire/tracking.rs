@@ -25,7 +25,7 @@ pub(crate) fn subscribe() -> Cmd {
 
 /// `CLIENT TRACKING ON REDIRECT <id> NOLOOP`: keys this connection reads are tracked, their
 /// invalidations go to connection `id`, and its own writes (the watchdog's renewals) send none.
-pub(crate) fn track(redirect: i64) -> Cmd {
+pub(crate) fn track(redirect: u64) -> Cmd {
     redis::cmd("CLIENT")
         .arg("TRACKING")
         .arg("ON")

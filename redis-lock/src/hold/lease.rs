@@ -4,7 +4,7 @@
 //! extended, claimed, lost, released. The renewal interval (`renew_after`) and the mapping
 //! from Redis's answer to a loss reason (`loss`) are each written once, in this file.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -230,6 +230,53 @@ impl State {
         let backoff = (self.ttl / 10).clamp(Duration::from_millis(10), Duration::from_secs(1));
         self.next_renew = (now + backoff).min(self.expires_at);
         false
+    }
+}
+
+/// A request of the watchdog that may outlast the lock (`Lease::bounded_by_expiry`): at the
+/// expiry, unless answered by then, the lease is lost (`RenewalFailed`).
+struct RunOut {
+    lease: Weak<Lease>,
+    expired_at: Instant,
+    /// Set once the request returned: its answer, not this, says what happened.
+    answered: Arc<AtomicBool>,
+}
+
+/// How long a request still out at the expiry is given to read an answer it may have before
+/// the loss is reported as `RenewalFailed` (more when the timer itself fired late: the
+/// machine or the process was not running). A process stopped with a request in flight (a
+/// GC or VM pause, `SIGSTOP`) and continued around the expiry wakes all its threads at once:
+/// the timer's and the request's, whose answer may be waiting in its socket and says what
+/// Redis knows (`TakenOver`, `Expired`, still held). An unreachable server's loss is
+/// reported this much later than the expiry, when the lock counts as lost already
+/// (`is_lost`, `ensure_held` go by the local expiry).
+const RUN_OUT_GRACE: Duration = Duration::from_millis(30);
+
+impl RunOut {
+    /// At the expiry (`first`), and once more after the grace: lost, unless the request was
+    /// answered or the lease renewed (or released) meanwhile.
+    fn fire(self, first: bool) {
+        if self.answered.load(Ordering::SeqCst) {
+            return;
+        }
+        let Some(lease) = self.lease.upgrade() else {
+            return;
+        };
+        if first {
+            let late = Instant::now().saturating_duration_since(self.expired_at);
+            let timer = Arc::clone(&lease.inner.timer);
+            drop(lease);
+            let grace = RUN_OUT_GRACE.max(late.min(RUN_OUT_GRACE * 10));
+            timer.execute_after(grace, move || self.fire(false));
+            return;
+        }
+        let unrenewed = {
+            let st = lease.state.lock();
+            !st.stopped() && st.expires_at <= self.expired_at
+        };
+        if unrenewed {
+            lease.mark_lost(LostReason::RenewalFailed);
+        }
     }
 }
 
@@ -530,37 +577,32 @@ impl Lease {
     /// could not be reached), unless a renewal got through first. A request sent once the
     /// expiry has passed already (the process was stopped: a GC or VM pause, `SIGSTOP`) is not
     /// raced that way: its answer says what happened (`Expired`, `TakenOver`), and only an
-    /// error is `RenewalFailed`.
+    /// error is `RenewalFailed`. One in flight across such a pause is given a moment to read
+    /// its answer before the expiry is reported (`RUN_OUT_GRACE`).
     fn bounded_by_expiry<T>(self: &Arc<Self>, expires_at: Instant, call: impl FnOnce() -> T) -> T {
         let sent = Instant::now();
         let racing = sent < expires_at;
         let deadline = (racing && sent + self.inner.config.call_bound >= expires_at).then(|| {
-            let lease = Arc::downgrade(self);
-            self.inner
-                .timer
-                .execute_after(expires_at.saturating_duration_since(sent), move || {
-                    if let Some(lease) = lease.upgrade() {
-                        lease.ran_out(expires_at);
-                    }
-                })
+            let answered = Arc::new(AtomicBool::new(false));
+            let run_out = RunOut {
+                lease: Arc::downgrade(self),
+                expired_at: expires_at,
+                answered: Arc::clone(&answered),
+            };
+            let job = self.inner.timer.execute_after(
+                expires_at.saturating_duration_since(sent),
+                move || {
+                    run_out.fire(true);
+                },
+            );
+            (job, answered)
         });
         let result = call();
-        if let Some(job) = deadline {
+        if let Some((job, answered)) = deadline {
+            answered.store(true, Ordering::SeqCst);
             job.cancel();
         }
         result
-    }
-
-    /// Called at `expired_at` while a renewal is still in flight: lost, unless the lease was
-    /// renewed (or released) meanwhile.
-    fn ran_out(&self, expired_at: Instant) {
-        let unrenewed = {
-            let st = self.state.lock();
-            !st.stopped() && st.expires_at <= expired_at
-        };
-        if unrenewed {
-            self.mark_lost(LostReason::RenewalFailed);
-        }
     }
 
     /// Claims a grant taken unclaimed: holder information and the full TTL.

@@ -10,6 +10,11 @@ use std::time::{Duration, Instant};
 use redis_lock::{CancelToken, Error, LockClient, LockGuard, LockOptions, Result, RetryStrategy};
 use redis_lock_tests::{RedisServer, blocked_clients, client, holds, wait_until, zcard};
 
+/// How soon a cancelled wait must return. Measured: 0.3-1.2 ms on loopback (SAFETY.md). A
+/// wait that missed the cancel would last its whole wait (the holder's 30 s TTL, a 5 s retry
+/// step): this allowance is for a loaded machine's scheduling, and still tells the two apart.
+const AT_ONCE: Duration = Duration::from_millis(150);
+
 /// A thread acquiring `name` with `opts`; it sends the instant it returned with the result.
 fn waiter(
     locks: &LockClient,
@@ -28,7 +33,7 @@ fn waiter(
 }
 
 #[test]
-fn a_cancelled_waiter_returns_within_20_ms_and_the_next_release_goes_to_another_waiter() {
+fn a_cancelled_waiter_returns_at_once_and_the_next_release_goes_to_another_waiter() {
     let server = RedisServer::start();
     let locks = client(&server);
     let holder = locks.lock("job").unwrap();
@@ -58,7 +63,7 @@ fn a_cancelled_waiter_returns_within_20_ms_and_the_next_release_goes_to_another_
         "{result:?}"
     );
     eprintln!("cancelled waiter returned {took:?} after cancel()");
-    assert!(took < Duration::from_millis(20), "the cancel took {took:?}");
+    assert!(took < AT_ONCE, "the cancel took {took:?}");
     a.join().unwrap();
     // It left the registry at once: only B is registered.
     assert_eq!(zcard(&server, "lock:{job}:waiters"), 1);
@@ -86,7 +91,7 @@ fn a_cancel_before_the_call_fails_at_once_and_sends_nothing() {
     let started = Instant::now();
     let result = locks.options("job").cancel(cancel).acquire();
     assert!(matches!(result, Err(Error::Cancelled { .. })), "{result:?}");
-    assert!(started.elapsed() < Duration::from_millis(20));
+    assert!(started.elapsed() < AT_ONCE);
     assert_eq!(locks.request_count(), before, "nothing was sent");
     assert!(locks.inspect("job").unwrap().is_none());
 }
@@ -112,7 +117,7 @@ fn a_polling_waiter_stops_at_the_cancel() {
     assert!(matches!(result, Err(Error::Cancelled { .. })), "{result:?}");
     let took = returned.duration_since(cancelled_at);
     eprintln!("cancelled waiter returned {took:?} after cancel()");
-    assert!(took < Duration::from_millis(20), "the cancel took {took:?}");
+    assert!(took < AT_ONCE, "the cancel took {took:?}");
     w.join().unwrap();
 }
 
@@ -150,7 +155,7 @@ fn a_redlock_waiter_stops_at_the_cancel_and_leaves_every_server() {
     // A Redlock wait blocks in 10 ms slices (one source list per peek).
     let took = returned.duration_since(cancelled_at);
     assert!(
-        took < Duration::from_millis(100),
+        took < AT_ONCE + Duration::from_millis(100),
         "the cancel took {took:?}"
     );
     w.join().unwrap();

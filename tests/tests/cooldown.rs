@@ -66,7 +66,8 @@ fn a_blocked_waiter_takes_the_lock_when_the_cooldown_ends() {
     let holder = client(&server);
     let waiter = client(&server);
     let mut raw = server.connection();
-    for round in 0..3 {
+    let mut taken = Vec::new();
+    for round in 0..5 {
         let guard = holder.lock("cool").unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
         let w = waiter.clone();
@@ -91,11 +92,18 @@ fn a_blocked_waiter_takes_the_lock_when_the_cooldown_ends() {
         thread.join().unwrap();
         let after = got.duration_since(sent);
         assert!(after >= 300 * MS, "round {round}: taken after {after:?}");
+        // Woken at the cool-down's end, not left waiting for the next release or the
+        // holder's TTL (seconds); the allowance is for a loaded machine's scheduling.
         assert!(
-            after < 340 * MS,
+            after < 450 * MS,
             "round {round}: taken {after:?} after the release (cool-down 300 ms)"
         );
+        taken.push(after);
     }
+    // Most rounds within a few milliseconds: a wake at the server's 100 ms tick would put
+    // the middle one 50 ms late on average.
+    taken.sort();
+    assert!(taken[2] < 340 * MS, "taken after {taken:?}");
 }
 
 /// With a minimum hold too, the lock frees at the later of the two.

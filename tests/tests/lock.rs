@@ -1154,7 +1154,8 @@ fn asking_again_for_a_lock_this_thread_holds_fails_at_once() {
     ] {
         assert!(matches!(busy, Ok(None)), "{busy:?}");
     }
-    assert!(started.elapsed() < Duration::from_millis(100));
+    // Busy at once, not after the 5 s waits.
+    assert!(started.elapsed() < Duration::from_millis(1000));
     assert_eq!(
         locks.request_count(),
         before,

@@ -555,7 +555,9 @@ fn a_waiting_multi_lock_can_be_cancelled() {
     cancel.cancel();
     let (returned, result) = waiter.join().unwrap();
     assert!(matches!(result, Err(Error::Cancelled { .. })), "{result:?}");
-    assert!(returned.duration_since(cancelled) < Duration::from_millis(100));
+    // At once (a missed cancel waits out the holder's TTL); the allowance is for a loaded
+    // machine's scheduling.
+    assert!(returned.duration_since(cancelled) < Duration::from_millis(250));
     assert!(locks.inspect("a").unwrap().is_none());
 }
 

@@ -223,6 +223,13 @@ fn fencing_tokens_increase_while_servers_come_and_go() {
             tokens.push(g.fencing_token());
             assert_eq!(g.release().unwrap(), ReleaseOutcome::Released);
         }
+        // A quorum's release returns once a majority has answered; the last live server's
+        // can land a moment later. Killed before it lands, that server would keep the lock
+        // in its append-only file, and the next step's majority would find it held.
+        assert!(wait_until(Duration::from_secs(2), || servers
+            .iter()
+            .filter(|s| s.pid().is_some())
+            .all(|s| !holds(s, "fenced"))));
     };
     take(&servers, 2);
     servers[0].kill();

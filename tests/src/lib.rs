@@ -488,3 +488,18 @@ pub fn lock_acl_without_notification() -> Vec<&'static str> {
         })
         .collect()
 }
+
+/// A newcomer (a fresh client) takes `name`, which a release has just granted to a waiter
+/// that died: it takes the grant nobody popped, well before the 1 s reservation lapses.
+pub fn a_newcomer_takes_it_at_once(server: &RedisServer, name: &str) {
+    let start = Instant::now();
+    let g = client(server)
+        .try_lock_for(name, Duration::from_secs(10))
+        .unwrap();
+    assert!(g.is_some());
+    assert!(
+        start.elapsed() < Duration::from_millis(700),
+        "{:?}",
+        start.elapsed()
+    );
+}

@@ -374,7 +374,7 @@ fn main() {
     // on one key and on 64 keys (notify), short rows; the connections Redis sees while they
     // wait.
     if run("shared") {
-        let mut t = Table::new(&contended::SHARED_HEADER);
+        let mut t = Table::new(&contended::shared_header());
         let mut runs = Vec::new();
         // A smoke test (`--quick`) stops at 64 threads.
         let sizes: &[usize] = if args.quick {

@@ -367,7 +367,13 @@ fn threads_waiting_under_redlock_peek_through_one_connection_per_server() {
         RedisServer::start(),
     ];
     let refs: Vec<&RedisServer> = servers.iter().collect();
-    let locks = redis_lock_tests::redlock_client(&refs);
+    // Reply timeouts well above what a loaded machine takes: 32 threads asking three servers
+    // at once could see a 300 ms reply time out, and an attempt answered by one server only
+    // fails with `NoQuorum` instead of waiting.
+    let locks = LockClient::redlock_builder(refs.iter().map(|s| s.url()))
+        .io_timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
     let holder = redis_lock_tests::redlock_client(&refs);
     let guard = holder.lock("peek").unwrap();
     let release = {

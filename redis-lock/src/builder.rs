@@ -4,6 +4,8 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
+use scheduled_thread_pool::{OnPoolDropBehavior, ScheduledThreadPool};
+
 use crate::client::LockClient;
 use crate::deploy::Deployment;
 use crate::deploy::quorum::Quorum;
@@ -737,9 +739,12 @@ impl Builder {
         let origin = origin(&self.source);
         // One housekeeping thread (sentinel checks, wake-ups) for the whole client.
         let housekeeping = Arc::new(
-            scheduled_thread_pool::ScheduledThreadPool::builder()
+            ScheduledThreadPool::builder()
                 .num_threads(1)
                 .thread_name_pattern("redis-lock-pool")
+                // Its jobs hold the client weakly: a dropped client's thread ends at once,
+                // not after its next scheduled job (up to the pools' 30 s reaper).
+                .on_drop_behavior(OnPoolDropBehavior::DiscardPendingScheduled)
                 .build(),
         );
         // And one for every r2d2 pool of the client instead of r2d2's three per pool, apart
@@ -747,9 +752,10 @@ impl Builder {
         // connections, at once (the caller opens them), so a checkout with room in its pool
         // never waits behind a sentinel check or a wake-up stuck on a slow server.
         let maker = Arc::new(
-            scheduled_thread_pool::ScheduledThreadPool::builder()
+            ScheduledThreadPool::builder()
                 .num_threads(1)
                 .thread_name_pattern("redis-lock-conns")
+                .on_drop_behavior(OnPoolDropBehavior::DiscardPendingScheduled)
                 .build(),
         );
         let pool_builder = |size: u32| {

@@ -487,6 +487,37 @@ impl LockClient {
         self.inner.requests()
     }
 
+    /// What this client has registered for the locks it holds and waits for, now (feature
+    /// `testing`): in a quiet client every count but the pooled connections is zero, whatever
+    /// happened before (releases, losses, hand-offs, failures, cancels). For tests that check
+    /// nothing is left behind.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redis_lock::Result<()> {
+    /// # let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+    /// drop(locks.lock("report")?);
+    /// let left = locks.registrations();
+    /// assert_eq!((left.held, left.watchers, left.waiting_threads), (0, 0, 0));
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "testing")]
+    pub fn registrations(&self) -> crate::testing::Registrations {
+        let mut counts = crate::testing::Registrations {
+            held: self.inner.registry.len(),
+            ..Default::default()
+        };
+        for store in self.inner.deployment.stores() {
+            let (watchers, groups, waiters, connections) = store.registrations();
+            counts.watchers += watchers;
+            counts.waiting_groups += groups;
+            counts.waiting_threads += waiters;
+            counts.pooled_connections += connections;
+        }
+        counts
+    }
+
     /// Sends `PING`: checks that Redis is reachable with the client's settings.
     ///
     /// # Errors

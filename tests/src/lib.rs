@@ -10,6 +10,7 @@ pub use redis_lock::testing::{RedisCluster, RedisServer, SentinelGroup, TcpProxy
 
 pub mod fenced;
 pub mod holder;
+pub mod soak;
 
 /// `CLOCK_MONOTONIC` in nanoseconds: one clock for every process on this machine, so times
 /// printed by different test processes can be compared.

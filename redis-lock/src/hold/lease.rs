@@ -4,7 +4,7 @@
 //! extended, claimed, lost, released. The renewal interval (`renew_after`) and the mapping
 //! from Redis's answer to a loss reason (`loss`) are each written once, in this file.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -236,10 +236,11 @@ impl State {
 /// A request of the watchdog that may outlast the lock (`Lease::bounded_by_expiry`): at the
 /// expiry, unless answered by then, the lease is lost (`RenewalFailed`).
 struct RunOut {
-    lease: Weak<Lease>,
+    /// The lease, until the request returned (then its answer, not this, says what
+    /// happened). Taken at the answer: a cancelled job stays in the timer's queue until its
+    /// time, and must not keep the lease's memory that long.
+    lease: Arc<Mutex<Option<Weak<Lease>>>>,
     expired_at: Instant,
-    /// Set once the request returned: its answer, not this, says what happened.
-    answered: Arc<AtomicBool>,
 }
 
 /// How long a request still out at the expiry is given to read an answer it may have before
@@ -256,10 +257,7 @@ impl RunOut {
     /// At the expiry (`first`), and once more after the grace: lost, unless the request was
     /// answered or the lease renewed (or released) meanwhile.
     fn fire(self, first: bool) {
-        if self.answered.load(Ordering::SeqCst) {
-            return;
-        }
-        let Some(lease) = self.lease.upgrade() else {
+        let Some(lease) = self.lease.lock().as_ref().and_then(Weak::upgrade) else {
             return;
         };
         if first {
@@ -519,6 +517,12 @@ impl Lease {
                 &watcher,
             )
         });
+        // Released or lost while the check was out: that unregistration may have come before
+        // this registration, and whoever stopped the lease took the `watched` flag with it,
+        // so the registration is undone here, whatever the check answered.
+        if self.unwatch_if_stopped() {
+            return self.state.lock().lost.is_some();
+        }
         let answer = match checked {
             None => {
                 // No server of this deployment notifies: the renewals are the detector.
@@ -526,14 +530,7 @@ impl Lease {
                 return false;
             }
             Some(Ok(OwnedTtl::Left(_) | OwnedTtl::NoExpiry)) => {
-                let mut st = self.state.lock();
-                st.check_failures = 0;
-                // Released or lost while the check was out: its unregistration may have come
-                // before this registration.
-                if st.stopped() {
-                    drop(st);
-                    self.stop_watching();
-                }
+                self.state.lock().check_failures = 0;
                 return false;
             }
             Some(Ok(OwnedTtl::Gone)) => Renewal::Gone,
@@ -550,15 +547,9 @@ impl Lease {
                 return false;
             }
         };
-        let expires_at = {
-            let st = self.state.lock();
-            if st.stopped() {
-                drop(st);
-                self.stop_watching();
-                return false;
-            }
-            st.expires_at
-        };
+        let expires_at = self.state.lock().expires_at;
+        // Stopped meanwhile: `mark_lost` does nothing, and the release or loss that stopped
+        // it unregistered (the registration had landed by then).
         self.mark_lost(loss(answer, Instant::now(), expires_at));
         true
     }
@@ -568,6 +559,21 @@ impl Lease {
         if std::mem::take(&mut self.state.lock().watched) {
             self.inner.deployment.unwatch(&self.keys, self.id);
         }
+    }
+
+    /// After a check's registration has landed: when the lease was stopped meanwhile,
+    /// unregisters (unconditionally: the release or loss that stopped it may have taken the
+    /// `watched` flag and unregistered before the registration arrived). `true` when stopped.
+    fn unwatch_if_stopped(&self) -> bool {
+        {
+            let mut st = self.state.lock();
+            if !st.stopped() {
+                return false;
+            }
+            st.watched = false;
+        }
+        self.inner.deployment.unwatch(&self.keys, self.id);
+        true
     }
 
     /// Runs the watchdog's request `call` (a renewal, a check). One blocked on an unreachable
@@ -583,11 +589,10 @@ impl Lease {
         let sent = Instant::now();
         let racing = sent < expires_at;
         let deadline = (racing && sent + self.inner.config.call_bound >= expires_at).then(|| {
-            let answered = Arc::new(AtomicBool::new(false));
+            let lease = Arc::new(Mutex::new(Some(Arc::downgrade(self))));
             let run_out = RunOut {
-                lease: Arc::downgrade(self),
+                lease: Arc::clone(&lease),
                 expired_at: expires_at,
-                answered: Arc::clone(&answered),
             };
             let job = self.inner.timer.execute_after(
                 expires_at.saturating_duration_since(sent),
@@ -595,11 +600,11 @@ impl Lease {
                     run_out.fire(true);
                 },
             );
-            (job, answered)
+            (job, lease)
         });
         let result = call();
-        if let Some((job, answered)) = deadline {
-            answered.store(true, Ordering::SeqCst);
+        if let Some((job, lease)) = deadline {
+            *lease.lock() = None;
             job.cancel();
         }
         result
@@ -940,6 +945,19 @@ impl Resend {
             Err(error) => {
                 tracing::warn!(target: "redis_lock", %key, %error, "sending a release again to the new master failed; the lock expires with its ttl")
             }
+        }
+    }
+}
+
+/// Whatever a lease registered goes with it, on whichever path it ended (a release that
+/// failed, a loss, a hand-off, a race between them): its registry entry, and its watch when
+/// one is still recorded. The paths unregister eagerly; this is what makes a missed one
+/// unable to pin the lease's memory for the life of the client.
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.inner.registry.forget(self);
+        if std::mem::take(&mut self.state.get_mut().watched) {
+            self.inner.deployment.unwatch(&self.keys, self.id);
         }
     }
 }

@@ -32,6 +32,12 @@ impl Registry {
         self.held.lock().remove(&lease.id);
     }
 
+    /// Entries: leases held, or given up by a failed release while a guard lives.
+    #[cfg(feature = "testing")]
+    pub(crate) fn len(&self) -> usize {
+        self.held.lock().len()
+    }
+
     pub(crate) fn leases(&self) -> Vec<Arc<Lease>> {
         self.held
             .lock()

@@ -524,6 +524,16 @@ pub(crate) fn checkout(
 }
 
 impl Pool {
+    /// Connections the pool has made (idle or checked out).
+    #[cfg(feature = "testing")]
+    pub(crate) fn connections(&self) -> usize {
+        let state = match self {
+            Pool::Managed(p) => p.state(),
+            Pool::External(p) => p.state(),
+        };
+        usize::try_from(state.connections).unwrap_or(usize::MAX)
+    }
+
     /// A connection within `timeout` (a free one, or a new one, which this thread opens within
     /// the connect timeout).
     pub(crate) fn get_timeout(

@@ -283,6 +283,16 @@ impl Store {
         vec![Arc::clone(&self.notify)]
     }
 
+    /// `(watchers, waiting groups, waiting threads, pooled connections)` of this store now.
+    #[cfg(feature = "testing")]
+    pub(crate) fn registrations(&self) -> (usize, usize, usize, usize) {
+        let watchers = self.notifiers().iter().map(|n| n.watching()).sum();
+        let (groups, members) = self.waiting.waiting();
+        let connections = self.pool.connections()
+            + usize::try_from(self.waiters.state().connections).unwrap_or(usize::MAX);
+        (watchers, groups, members, connections)
+    }
+
     /// A request on a Cluster master's tracked connection failed: the slot may have moved.
     pub(crate) fn slots_moved(&self) {
         #[cfg(feature = "cluster")]

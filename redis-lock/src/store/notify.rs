@@ -173,6 +173,12 @@ impl Notifier {
         true
     }
 
+    /// Watchers registered now (every key's).
+    #[cfg(feature = "testing")]
+    pub(crate) fn watching(&self) -> usize {
+        self.shared.watchers.lock().values().map(Vec::len).sum()
+    }
+
     /// Forgets watcher `id` of `key` (a release, before it is sent; a loss).
     pub(crate) fn unwatch(&self, key: &str, id: u64) {
         let mut watchers = self.shared.watchers.lock();
@@ -361,24 +367,40 @@ impl Shared {
         }
     }
 
+    /// Tells the watchers of the keys in `message`. A watcher whose lease is gone is dropped
+    /// from the map here (a lease unregisters itself on every path; this keeps a missed one
+    /// from pinning its memory).
     fn dispatch(&self, message: &Message) {
-        let told: Vec<Arc<dyn Watcher>> = {
-            let watchers = self.watchers.lock();
+        let mut told: Vec<Arc<dyn Watcher>> = Vec::new();
+        {
+            let mut watchers = self.watchers.lock();
+            let mut collect = |list: &mut Vec<Watching>| {
+                list.retain(|(_, w)| match w.upgrade() {
+                    Some(watcher) => {
+                        told.push(watcher);
+                        true
+                    }
+                    None => false,
+                });
+            };
             match message {
-                Message::Keys(keys) => keys
-                    .iter()
-                    .filter_map(|k| watchers.get(k))
-                    .flatten()
-                    .filter_map(|(_, w)| w.upgrade())
-                    .collect(),
-                Message::All => watchers
-                    .values()
-                    .flatten()
-                    .filter_map(|(_, w)| w.upgrade())
-                    .collect(),
-                Message::Other => Vec::new(),
+                Message::Keys(keys) => {
+                    for key in keys {
+                        if let Some(list) = watchers.get_mut(key) {
+                            collect(list);
+                            if list.is_empty() {
+                                watchers.remove(key);
+                            }
+                        }
+                    }
+                }
+                Message::All => {
+                    watchers.values_mut().for_each(&mut collect);
+                    watchers.retain(|_, list| !list.is_empty());
+                }
+                Message::Other => {}
             }
-        };
+        }
         for watcher in told {
             watcher.changed();
         }

@@ -221,6 +221,14 @@ impl Group {
 }
 
 impl Hub {
+    /// `(groups, members)`: the groups that wait now, and their waiting threads.
+    #[cfg(feature = "testing")]
+    pub(crate) fn waiting(&self) -> (usize, usize) {
+        let state = self.state.lock();
+        let members = state.groups.values().map(|g| g.members.len()).sum();
+        (state.groups.len(), members)
+    }
+
     /// Marks waiter `waiter` of lock `lock` cancelled and wakes it. `Some(group id)` when its
     /// group's blocking call must be ended with a poke (see the module's documentation).
     pub(crate) fn cancel(&self, lock: &str, waiter: &str) -> Option<String> {

@@ -34,3 +34,22 @@ pub use proxy::TcpProxy;
 pub use sentinel::SentinelGroup;
 pub use server::{RedisServer, free_port, server_binary};
 pub use tls::{TlsCerts, TlsRedisServer};
+
+/// What a client has registered for the locks it holds and waits for
+/// ([`LockClient::registrations`](crate::LockClient::registrations)).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Registrations {
+    /// Locks in the client's registry (held, or given up by a failed release while a guard
+    /// of them lives).
+    pub held: usize,
+    /// Locks registered for loss notification.
+    pub watchers: usize,
+    /// Lock names this client's threads wait on (one blocking connection each).
+    pub waiting_groups: usize,
+    /// Threads waiting.
+    pub waiting_threads: usize,
+    /// Connections in the client's pools, idle or in use (not a registration: bounded by the
+    /// pools' sizes, and closed when idle long enough).
+    pub pooled_connections: usize,
+}

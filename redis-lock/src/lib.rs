@@ -75,9 +75,12 @@
 //!   [`LockOptions::replicas_fsynced`] (`WAITAOF`) make acquisition wait for replica
 //!   acknowledgement.
 //! - **Fencing tokens live in Redis too**: a Redis that loses its data (restart without
-//!   persistence) starts the counter again, so tokens repeat. Run Redis with `appendonly yes`
-//!   and `appendfsync always` if tokens must never repeat. `SAFETY.md` in the repository lists
-//!   every guarantee and limit with the test that exercises it.
+//!   persistence) loses the counter with the locks; the next acquisition starts a new counter
+//!   from the clock in microseconds, so tokens keep increasing unless that clock is behind
+//!   the one that started the lost counter. Two holders at once remain possible after such a
+//!   loss: run Redis with `appendonly yes` and `appendfsync always` to keep locks and counter.
+//!   `SAFETY.md` in the repository lists every guarantee and limit with the test that
+//!   exercises it; the [`guide`] explains the rest.
 //! - **Beyond one Redis**: [`LockClient::sentinel_builder`] follows Sentinel failovers,
 //!   `LockClient::cluster_builder` (feature `cluster`) works on Redis Cluster, and
 //!   [`LockClient::redlock_builder`] holds a lock on a majority of independent servers.
@@ -134,6 +137,7 @@
 // quorum; the primitive seam) <- hold (acquire loop, lease, watchdog, registry, retry) <- the
 // public surface below. `error` and `options` are vocabulary every layer may use.
 mod deploy;
+pub mod guide;
 mod hold;
 mod store;
 mod wire;

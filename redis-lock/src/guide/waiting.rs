@@ -72,9 +72,9 @@
 //! them blocks in `BLPOP` for all, the others sleep on a condition variable, and each is
 //! woken by the release that frees its turn. One client serves hundreds of waiting threads
 //! without polling or a larger pool (BENCHMARKS.md, "One client, many waiting threads"). The
-//! waiting connections are separate from the lock pool, so waiters never take the
-//! connections holders need for renewal and release (`Builder::waiter_pool_size` bounds
-//! them).
+//! waiting connections are separate from the lock pool (one per lock name waited on at once,
+//! at most 4,096 per server), so waiters never take the connections holders need for
+//! renewal and release.
 //!
 //! # The same thread asking again
 //!

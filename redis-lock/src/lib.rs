@@ -5,6 +5,9 @@
 //! releases on drop, and a watchdog thread per held lock that keeps the lock alive while the
 //! guard lives and tells the holder when the lock was lost anyway.
 //!
+//! The [`guide`] module is the user's guide: holding and losing a lock, waiting, the other
+//! primitives, deployments, the attribute, the command line, observability, testing, failures.
+//!
 //! # Quick start
 //!
 //! ```no_run
@@ -80,7 +83,7 @@
 //!   the one that started the lost counter. Two holders at once remain possible after such a
 //!   loss: run Redis with `appendonly yes` and `appendfsync always` to keep locks and counter.
 //!   `SAFETY.md` in the repository lists every guarantee and limit with the test that
-//!   exercises it; the [`guide`] explains the rest.
+//!   exercises it.
 //! - **Beyond one Redis**: [`LockClient::sentinel_builder`] follows Sentinel failovers,
 //!   `LockClient::cluster_builder` (feature `cluster`) works on Redis Cluster, and
 //!   [`LockClient::redlock_builder`] holds a lock on a majority of independent servers.

@@ -88,6 +88,10 @@
 //!   holder: `status`, `list`, `watch` and `release --force` say so, and in JSON `host`,
 //!   `pid` and `acquired_at` are `null`. The JSON's `has_owner` says whether anybody owns the
 //!   lock, not whether you do.
+//! - `status` and `list` show a semaphore's permits in use of its limit, its holders and
+//!   waiters, and a read-write lock's mode, readers and writers waiting. `watch` shows
+//!   locks and semaphores (a name, or those a glob matches); `--interval` is 10ms to 365
+//!   days.
 //! - While it waits on a terminal, a status line on stderr shows for how long and who holds
 //!   the lock.
 //! - `rediss://` URLs work; `rediss://host:port/#insecure` skips certificate verification.

@@ -48,8 +48,8 @@
 //! | option | meaning |
 //! |---|---|
 //! | `--ttl DURATION` | default 30s; renewed every TTL/3 |
-//! | `--wait DURATION`, `--no-wait` | default: wait until the lock is free |
-//! | `--on-busy fail\|skip`, `--busy-exit-code N` | what a busy lock does (default: exit 75) |
+//! | `-w` / `--wait DURATION`, `-n` / `--no-wait` | default: wait until the lock is free |
+//! | `--on-busy fail\|skip`, `-E` / `--busy-exit-code N` | what a busy lock does (default: exit 75) |
 //! | `--hold-at-least DURATION`, `--cooldown DURATION` | keep the lock taken, by nobody, after the command ends; `0` means none |
 //! | `--read` / `-s` / `--shared`, `--write` / `-x` / `--exclusive` | a read share or the write lock of a read-write lock, like `flock -s` / `-x` |
 //! | `--permits N` | a permit of the semaphore KEY of N permits |

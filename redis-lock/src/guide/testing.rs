@@ -38,7 +38,7 @@
 //!         .io_timeout(Duration::from_millis(200))
 //!         .build()?;
 //!     proxy.stall(true);
-//!     assert!(slow.try_lock("job").is_err()); // a reply timeout, not a hang
+//!     assert!(slow.try_lock("job").is_err()); // an error within the timeouts, not a hang
 //!     Ok(())
 //! }
 //! ```

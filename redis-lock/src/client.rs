@@ -401,7 +401,9 @@ impl LockClient {
 
     /// Breaks `key` whoever holds it, as an operator would, and wakes a waiter. Returns the
     /// host and pid of the holder whose lock was broken, `None` when it was free. The holder
-    /// finds out at its next renewal or release ("lost").
+    /// finds out within about a round trip where loss notification is on (see
+    /// [`loss_detection`](Self::loss_detection)), else at its next renewal or release
+    /// ("lost").
     ///
     /// # Errors
     ///

@@ -414,7 +414,9 @@ impl LockGuard {
     /// guard stays the owner, and every guard resumed from the handle (it may be resumed any
     /// number of times) holds the lock under the same owner token, so each can extend and
     /// release it. Whichever releases first frees the lock for everyone; the others find it
-    /// lost at their next renewal (within a third of the TTL, through `on_lost`), `extend`,
+    /// lost within about a round trip where loss notification is on
+    /// ([`LockClient::loss_detection`](crate::LockClient::loss_detection)), else at their
+    /// next renewal (within a third of the TTL), through `on_lost`, or at their `extend`,
     /// `remaining_ttl` or release (`Late`, or `Lost` once somebody else took it), and
     /// [`ensure_held`](Self::ensure_held) says so from then on. To hand the lock over to
     /// exactly one new owner instead, use [`into_handle`](Self::into_handle). The handle

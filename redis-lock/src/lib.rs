@@ -5,6 +5,9 @@
 //! releases on drop, and a watchdog thread per held lock that keeps the lock alive while the
 //! guard lives and tells the holder when the lock was lost anyway.
 //!
+//! The [`guide`] module is the user's guide: holding and losing a lock, waiting, the other
+//! primitives, deployments, the attribute, the command line, observability, testing, failures.
+//!
 //! # Quick start
 //!
 //! ```no_run
@@ -75,9 +78,12 @@
 //!   [`LockOptions::replicas_fsynced`] (`WAITAOF`) make acquisition wait for replica
 //!   acknowledgement.
 //! - **Fencing tokens live in Redis too**: a Redis that loses its data (restart without
-//!   persistence) starts the counter again, so tokens repeat. Run Redis with `appendonly yes`
-//!   and `appendfsync always` if tokens must never repeat. `SAFETY.md` in the repository lists
-//!   every guarantee and limit with the test that exercises it.
+//!   persistence) loses the counter with the locks; the next acquisition starts a new counter
+//!   from the clock in microseconds, so tokens keep increasing unless that clock is behind
+//!   the one that started the lost counter. Two holders at once remain possible after such a
+//!   loss: run Redis with `appendonly yes` and `appendfsync always` to keep locks and counter.
+//!   `SAFETY.md` in the repository lists every guarantee and limit with the test that
+//!   exercises it.
 //! - **Beyond one Redis**: [`LockClient::sentinel_builder`] follows Sentinel failovers,
 //!   `LockClient::cluster_builder` (feature `cluster`) works on Redis Cluster, and
 //!   [`LockClient::redlock_builder`] holds a lock on a majority of independent servers.
@@ -134,6 +140,7 @@
 // quorum; the primitive seam) <- hold (acquire loop, lease, watchdog, registry, retry) <- the
 // public surface below. `error` and `options` are vocabulary every layer may use.
 mod deploy;
+pub mod guide;
 mod hold;
 mod store;
 mod wire;

@@ -422,7 +422,9 @@ impl Semaphore {
     /// Breaks every permit, as an operator would: the permits are gone, waiters that now fit
     /// are woken, the limit stays. Returns the host and pid of one holder whose permit was
     /// broken (the one that would have expired first), `None` when none was held. Each holder
-    /// finds out at its next renewal or release (lost, `Deleted`; release `Late`).
+    /// finds out within about a round trip where loss notification is on
+    /// ([`LockClient::loss_detection`]), else at its next renewal or release (lost, `Deleted`;
+    /// release `Late`).
     ///
     /// # Errors
     ///

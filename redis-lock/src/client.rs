@@ -508,6 +508,7 @@ impl LockClient {
     pub fn registrations(&self) -> crate::testing::Registrations {
         let mut counts = crate::testing::Registrations {
             held: self.inner.registry.len(),
+            giving_back: self.inner.givebacks.pending(),
             ..Default::default()
         };
         for store in self.inner.deployment.stores() {

@@ -468,6 +468,41 @@ fn a_lost_reply_of_the_one_script_leaves_none_held() {
     drop(guard);
 }
 
+/// The script's reply is lost, so is the resent script's, and so is the reply to the undo of
+/// the first member: the caller gets its connection error at once, and every member is given
+/// back once Redis answers (the first in the background), not left to its 30 s TTL.
+#[test]
+fn a_multi_lock_whose_undo_reply_is_lost_too_is_given_back_in_the_background() {
+    let server = RedisServer::start();
+    let proxy = TcpProxy::start(server.port()).unwrap();
+    let locks = client_for_proxy(&proxy);
+    drop(locks.lock_all(["m:x", "m:y"]).unwrap());
+    proxy.cut_next_replies(3);
+    let err = locks
+        .acquire_all_with(
+            ["m:x", "m:y"],
+            &LockOptions::new().ttl(Duration::from_secs(30)),
+        )
+        .unwrap_err();
+    assert!(err.is_connection_error(), "{err:?}");
+    let mut raw = server.connection();
+    let mut held = || {
+        redis::cmd("EXISTS")
+            .arg("lock:{m:x}")
+            .arg("lock:{m:y}")
+            .query::<i64>(&mut raw)
+            .unwrap()
+    };
+    assert!(
+        wait_until(Duration::from_secs(5), || held() == 0),
+        "{} member(s) held by nobody",
+        held()
+    );
+    assert!(wait_until(Duration::from_secs(2), || {
+        locks.registrations().giving_back == 0
+    }));
+}
+
 /// Without loss notification: its connections' traffic through the proxy (the listener's
 /// setup, a check 2 ms into a hold) could take a reply the proxy cuts instead of the script's.
 fn client_for_proxy(proxy: &TcpProxy) -> LockClient {

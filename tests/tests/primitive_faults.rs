@@ -357,3 +357,45 @@ fn a_waiter_blocked_when_redis_dies_comes_back_within_its_deadline() {
         assert_ne!(guard.release().unwrap(), ReleaseOutcome::Released);
     }
 }
+
+/// A release whose request never reaches Redis (the connection is stalled, then cut with the
+/// request still in it) fails for its caller, and the hold is given back in the background
+/// once Redis can be reached: the next caller gets in at once, not after the 30 s TTL.
+#[test]
+fn a_release_that_never_arrived_is_sent_again_until_redis_answers() {
+    let server = RedisServer::start();
+    let proxy = TcpProxy::start(server.port()).unwrap();
+    // Without loss notification: its connections through the proxy are not what is measured.
+    let cut = redis_lock_tests::client_without_notification(&proxy.url());
+    let other = client(&server);
+    for kind in KINDS {
+        let name = kind.name();
+        let guard = kind
+            .take(&cut, name, LockOptions::new().ttl(Duration::from_secs(30)))
+            .unwrap()
+            .unwrap_or_else(|| panic!("{kind:?}: free"));
+        proxy.stall(true);
+        let err = guard.release().unwrap_err();
+        assert!(err.is_connection_error(), "{kind:?}: {err:?}");
+        // The release is lost with the connection it waits in.
+        proxy.drop_connections();
+        assert_eq!(cut.registrations().giving_back, 1, "{kind:?}");
+        assert!(
+            kind.rival(&other, name, Duration::from_millis(100))
+                .is_none(),
+            "{kind:?}: still held while Redis cannot be reached"
+        );
+        proxy.stall(false);
+        let took = kind.rival(&other, name, Duration::from_secs(10));
+        assert!(
+            took.is_some_and(|t| t < Duration::from_secs(5)),
+            "{kind:?}: given back once Redis answered, not at the TTL: {took:?}"
+        );
+        assert!(
+            wait_until(Duration::from_secs(2), || cut.registrations().giving_back
+                == 0),
+            "{kind:?}: {:?}",
+            cut.registrations()
+        );
+    }
+}

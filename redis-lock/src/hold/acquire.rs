@@ -26,7 +26,7 @@ use super::lease::{Lease, Start};
 use super::observe::{self, Hold, Labels};
 use super::primitive::{Lock, Nested};
 use super::retry::{RetryStrategy, Step};
-use super::{Inner, registry, watchdog};
+use super::{Inner, giveback, registry, watchdog};
 use crate::deploy::Attempted;
 use crate::error::{Error, HolderInfo, Result};
 use crate::options::{LockOptions, validate};
@@ -136,81 +136,6 @@ struct Acquisition<'a> {
     /// A multi-lock's member taken alone (`Inner::acquire_member`): no native fast path, no
     /// adopted grant.
     member: bool,
-}
-
-/// Giving up an acquisition whose outcome is unknown, owned, so that it can go on after the
-/// call has returned its error.
-///
-/// Why in the background: a server that does not answer (frozen by a long command, `DEBUG
-/// SLEEP`, a paused VM) still runs the requests it queued once it wakes, the attempt among
-/// them, and then holds a lock that nobody owns for a whole TTL. A connection made before the
-/// freeze can still queue the undo behind the attempt; a client with no connection yet cannot
-/// even finish the handshake. So the undo is sent again until Redis answers it: released, or
-/// twice nothing of ours (the second answer comes after a turn of Redis's event loop in which
-/// every request queued during the freeze, the attempt's too, has run). It stops when the
-/// attempt's TTL has run out (the lock is gone by then anyway) or the client is dropped.
-struct Undo {
-    inner: std::sync::Weak<Inner>,
-    primitive: Arc<dyn Lock>,
-    keys: LockKeys,
-    token: String,
-    grant: String,
-    /// What the native fast path wrote, if it took that path.
-    value: Option<String>,
-}
-
-impl Undo {
-    /// One release under the attempt's token; `None` when the client is gone.
-    fn send(&self) -> Option<Result<crate::wire::Release>> {
-        let inner = self.inner.upgrade()?;
-        Some(inner.deployment.release(
-            &*self.primitive,
-            &ReleaseArgs {
-                keys: &self.keys,
-                token: &self.token,
-                grant: &self.grant,
-                registration: "",
-                cooldown: Duration::ZERO,
-                undo: true,
-                form: Form::of(true, self.value.as_deref()),
-                caps: None,
-            },
-        ))
-    }
-
-    /// Sends the undo again on a thread of its own (a rare event: both attempts and the undo
-    /// failed) until it is answered as described above, or `until`.
-    fn in_background(self, until: Instant) {
-        let name = self.keys.name().to_owned();
-        let spawned = std::thread::Builder::new()
-            .name("redis-lock:undo".to_owned())
-            .stack_size(64 * 1024)
-            .spawn(move || {
-                let mut pause = Duration::from_millis(20);
-                let mut nothing_ours = 0;
-                while Instant::now() < until {
-                    match self.send() {
-                        None => return,
-                        Some(Ok(crate::wire::Release::Released | crate::wire::Release::Kept)) => {
-                            tracing::info!(target: "redis_lock", key = self.keys.name(), "gave up an acquisition whose reply was lost, once Redis answered");
-                            return;
-                        }
-                        Some(Ok(_)) => {
-                            nothing_ours += 1;
-                            if nothing_ours == 2 {
-                                return;
-                            }
-                        }
-                        Some(Err(_)) => {}
-                    }
-                    std::thread::sleep(pause.min(until.saturating_duration_since(Instant::now())));
-                    pause = (pause * 2).min(Duration::from_millis(500));
-                }
-            });
-        if let Err(error) = spawned {
-            tracing::warn!(target: "redis_lock", key = name, %error, "no thread to give up an acquisition whose reply was lost; it expires with its ttl");
-        }
-    }
 }
 
 /// What a grant we popped is worth.
@@ -721,26 +646,22 @@ impl Acquisition<'_> {
 
     /// Gives up whatever an attempt whose outcome is unknown may have taken; `value`: what its
     /// native fast path wrote, if it took that path (a server with `DELIFEQ` then deletes it
-    /// with one native command, which runs even when its reply is lost too).
+    /// with one native command, which runs even when its reply is lost too). Sent at once;
+    /// when that fails too, again in the background until Redis answers (`giveback.rs`).
     fn undo(&self, value: Option<&str>) {
-        let undo = Undo {
-            inner: Arc::downgrade(self.inner),
+        let job = giveback::Job {
             primitive: Arc::clone(self.primitive),
             keys: self.keys.clone(),
             token: self.ids.token.clone(),
             grant: self.ids.grant.clone(),
+            registration: String::new(),
+            cooldown: Duration::ZERO,
+            native: true,
             value: value.map(str::to_owned),
+            kind: giveback::Kind::Undo,
+            until: Instant::now() + self.ttl,
         };
-        match undo.send() {
-            Some(Err(error)) if error.is_connection_error() => {
-                tracing::warn!(target: "redis_lock", key = self.name, %error, "could not give up an acquisition whose reply was lost; trying again in the background until its ttl has run out");
-                undo.in_background(Instant::now() + self.ttl);
-            }
-            Some(Err(error)) => {
-                tracing::warn!(target: "redis_lock", key = self.name, %error, "could not give up an acquisition whose reply was lost; it expires with its ttl");
-            }
-            _ => {}
-        }
+        self.inner.give_back_now(job);
     }
 
     /// Gives a grant we popped but will not use to the next waiter (the release's handoff),

@@ -12,7 +12,7 @@ use parking_lot::{Condvar, Mutex};
 
 use super::observe::{self, Ended, Hold};
 use super::primitive::Lock;
-use super::{Inner, Kind};
+use super::{Inner, Kind, giveback};
 use crate::error::{Error, LostReason, Result};
 use crate::options::{LockOptions, LostCallback, LostEvent};
 use crate::store::Ack;
@@ -755,11 +755,14 @@ impl Lease {
             Err(error) if self.resend_after_move(epoch, cooldown, Some(error)) => {
                 tracing::warn!(target: "redis_lock", key = %self.name, %error, "releasing lock failed; sent again if the sentinels name a new master before it expires")
             }
+            Err(error) if error.is_connection_error() && self.holds() == 0 => {
+                tracing::warn!(target: "redis_lock", key = %self.name, %error, "releasing lock failed; sent again in the background until Redis answers or it expires")
+            }
             Err(error) => {
                 tracing::warn!(target: "redis_lock", key = %self.name, %error, "releasing lock failed; it expires with its ttl")
             }
         }
-        {
+        let expires_at = {
             let mut st = self.state.lock();
             st.release = match &result {
                 Ok(outcome) => Releasing::Done(*outcome),
@@ -767,6 +770,24 @@ impl Lease {
             };
             // No guard is left to release it again: no thread holds it any more.
             st.given_up |= result.is_err() && self.holds() == 0;
+            st.expires_at
+        };
+        // Given up with no answer: nobody would own the lock until it expires. Sent again
+        // until Redis answers (a token compare: a lock taken by somebody else meanwhile is
+        // left alone).
+        if result.as_ref().is_err_and(Error::is_connection_error) && self.holds() == 0 {
+            self.inner.give_back(giveback::Job {
+                primitive: Arc::clone(&self.primitive),
+                keys: self.keys.clone(),
+                token: self.token.clone(),
+                grant: self.grant.clone(),
+                registration: self.registration.clone(),
+                cooldown,
+                native: self.native,
+                value: self.value.clone(),
+                kind: giveback::Kind::Release,
+                until: expires_at,
+            });
         }
         self.released.notify_all();
         if result.is_ok() {

@@ -13,6 +13,7 @@ pub(crate) mod primitive;
 pub(crate) mod acquire;
 pub(crate) mod busy;
 pub(crate) mod cancel;
+pub(crate) mod giveback;
 pub(crate) mod lease;
 pub(crate) mod multi;
 pub(crate) mod mutex;
@@ -85,6 +86,8 @@ pub(crate) struct Inner {
     pub(crate) timer: Arc<ScheduledThreadPool>,
     /// Locks found busy lately: their attempts go straight to the script.
     pub(crate) busy: busy::BusyHints,
+    /// Releases and undos not answered, sent again in the background (`giveback.rs`).
+    pub(crate) givebacks: giveback::Givebacks,
 }
 
 impl std::fmt::Debug for Config {
@@ -113,6 +116,7 @@ impl Inner {
             holder: wire::holder_prefix(host, std::process::id()),
             timer,
             busy: busy::BusyHints::default(),
+            givebacks: giveback::Givebacks::default(),
             config,
         }
     }

@@ -27,12 +27,12 @@ use super::cancel::CancelToken;
 use super::lease::{Lease, Start};
 use super::primitive::{Lock, Params};
 use super::retry::{RetryStrategy, Step};
-use super::{Inner, Kind, registry};
+use super::{Inner, Kind, giveback, registry};
 use crate::error::{Error, Result};
 use crate::options::{LockOptions, validate};
 use crate::wire::multi::{AllArgs, AllAttempt};
 use crate::wire::token::{Ids, new_ids};
-use crate::wire::{Attempt, AttemptArgs, Form, LockKeys, ReleaseArgs};
+use crate::wire::{Attempt, AttemptArgs, LockKeys};
 
 /// Most locks one multi-lock takes.
 pub const MAX_LOCK_ALL: usize = 64;
@@ -349,25 +349,24 @@ impl AllAcquisition<'_> {
         Ok(AllAttempt::Acquired { fences })
     }
 
-    /// Gives up members `which` taken (or maybe taken) under this acquisition's token.
+    /// Gives up members `which` taken (or maybe taken) under this acquisition's token: each
+    /// sent at once, and again in the background until Redis answers when it is not
+    /// (`giveback.rs`), as a single lock's undo is.
     fn undo(&self, which: impl IntoIterator<Item = usize>) {
         for k in which {
-            let undone = self.inner.deployment.release(
-                &*self.mutex,
-                &ReleaseArgs {
-                    keys: &self.keys[k],
-                    token: &self.ids.token,
-                    grant: &self.ids.grant,
-                    registration: "",
-                    cooldown: Duration::ZERO,
-                    undo: true,
-                    form: Form::String,
-                    caps: None,
-                },
-            );
-            if let Err(error) = undone {
-                tracing::warn!(target: "redis_lock", key = %self.names[k], %error, "could not give back a lock of a failed multi-lock acquisition; it expires with its ttl");
-            }
+            self.inner.give_back_now(giveback::Job {
+                primitive: Arc::clone(&self.mutex),
+                keys: self.keys[k].clone(),
+                token: self.ids.token.clone(),
+                grant: self.ids.grant.clone(),
+                registration: String::new(),
+                cooldown: Duration::ZERO,
+                // A member is a string lock whose value we do not know.
+                native: true,
+                value: None,
+                kind: giveback::Kind::Undo,
+                until: Instant::now() + self.ttl,
+            });
         }
     }
 

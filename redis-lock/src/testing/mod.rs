@@ -49,6 +49,9 @@ pub struct Registrations {
     pub waiting_groups: usize,
     /// Threads waiting.
     pub waiting_threads: usize,
+    /// Releases (and undos of acquisitions) Redis did not answer, being sent again in the
+    /// background until it does.
+    pub giving_back: usize,
     /// Connections in the client's pools, idle or in use (not a registration: bounded by the
     /// pools' sizes, and closed when idle long enough).
     pub pooled_connections: usize,

@@ -347,3 +347,139 @@ fn a_dropped_client_leaves_no_notification_connection_behind() {
         clients()
     );
 }
+
+/// The id of the connection with tracking on (`flags=t` in `CLIENT LIST`), if any.
+fn tracked_connection(redis: &mut redis::Connection) -> Option<u64> {
+    let list: String = redis::cmd("CLIENT").arg("LIST").query(redis).unwrap();
+    list.lines().find_map(|line| {
+        let field = |name: &str| {
+            line.split(' ')
+                .find_map(|f| f.strip_prefix(name))
+                .map(str::to_owned)
+        };
+        field("flags=")
+            .is_some_and(|flags| flags.contains('t'))
+            .then(|| field("id=")?.parse().ok())
+            .flatten()
+    })
+}
+
+/// How long 20 holders each took to learn that their lock was deleted, sorted; with
+/// `kill_first`, the tracked connection is killed (`CLIENT KILL`, as a server or proxy
+/// `timeout` closing idle connections does) 500 ms before each deletion. While the client is
+/// blind, `loss_detection()` never says `Notified`: whenever it does, a connection of the
+/// client's is tracked.
+fn notice_times(server: &RedisServer, kill_first: bool) -> Vec<Duration> {
+    let locks = client(server);
+    let mut redis = server.connection();
+    let mut took = Vec::new();
+    for round in 0..20 {
+        let name = format!("n-kill-{kill_first}-{round}");
+        let (guard, called, epoch) = watched(&locks, &name);
+        assert!(wait_until(NOTICED, || locks.registrations().watchers == 1));
+        let killed = Instant::now();
+        let mut before = None;
+        if kill_first {
+            let id = tracked_connection(&mut redis).expect("a tracked connection");
+            admin(server, &["CLIENT", "KILL", "ID", &id.to_string()]);
+            before = Some(id);
+        }
+        // Until the deletion: once the client has seen the kill (it says so, or tracks on a
+        // new connection), detection and tracking agree at every sample.
+        let mut seen = before.is_none();
+        while killed.elapsed() < Duration::from_millis(500) {
+            let detection = locks.loss_detection();
+            let tracked = tracked_connection(&mut redis);
+            seen |=
+                detection != LossDetection::Notified || tracked.is_some_and(|t| before != Some(t));
+            if seen && detection == LossDetection::Notified {
+                assert!(
+                    tracked.is_some(),
+                    "round {round}: Notified {:?} after the kill, with nothing tracked",
+                    killed.elapsed()
+                );
+            }
+            if !seen {
+                assert!(
+                    killed.elapsed() < Duration::from_millis(100),
+                    "round {round}: the kill not seen after 100 ms"
+                );
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(
+            locks.loss_detection(),
+            LossDetection::Notified,
+            "round {round}"
+        );
+        let changed = Instant::now();
+        admin(server, &["DEL", &format!("lock:{{{name}}}")]);
+        noticed(&guard, changed);
+        assert_eq!(reason(&guard), LostReason::Deleted);
+        // When `on_lost` was called: the moment the client knew.
+        assert!(wait_until(NOTICED, || called.load(Ordering::SeqCst) > 0));
+        let at = epoch + Duration::from_micros(called.load(Ordering::SeqCst));
+        took.push(at.saturating_duration_since(changed));
+    }
+    took.sort();
+    took
+}
+
+/// A killed tracked connection is noticed at once, not at the next request on it: the keys
+/// are tracked again within milliseconds and a loss 500 ms later is announced as any other,
+/// not found at the next renewal (10 s away). The bound is the same run's notice time with
+/// nothing killed.
+#[test]
+fn a_killed_tracked_connection_is_reopened_at_once_and_a_later_loss_is_notified() {
+    let server = RedisServer::start();
+    let reference = notice_times(&server, false);
+    let killed = notice_times(&server, true);
+    let (p50, p99) = (killed[killed.len() / 2], killed[killed.len() - 1]);
+    let reference_p99 = reference[reference.len() - 1];
+    eprintln!(
+        "after a killed tracked connection: p50 {p50:?}, p99 {p99:?}; nothing killed: p50 {:?}, \
+         p99 {reference_p99:?}",
+        reference[reference.len() / 2]
+    );
+    assert!(
+        p99 <= (reference_p99 * 4).max(Duration::from_millis(5)),
+        "{killed:?} against {reference:?}"
+    );
+}
+
+/// Requests one lock held for `hold` with `ttl` costs `locks` (a fresh server's client), from
+/// its acquisition to its release.
+fn lock_cycle_requests(locks: &LockClient, ttl: Duration, hold: Duration) -> u64 {
+    let before = locks.request_count();
+    let guard = locks
+        .acquire_with("n-short", &LockOptions::new().ttl(ttl))
+        .unwrap();
+    std::thread::sleep(hold);
+    assert!(!guard.is_lost());
+    guard.release().unwrap();
+    locks.request_count() - before
+}
+
+/// At any TTL a lock's own renewals and release cost notification nothing: held for two TTLs
+/// or more by a new client, a lock sends as many requests with loss notification as without,
+/// plus the one check when it becomes watched (not a check more while the listener connects,
+/// nor one per renewal). The server has the scripts already (a first client's cycle).
+#[test]
+fn a_short_lock_costs_notification_one_check_and_nothing_per_renewal() {
+    let server = RedisServer::start();
+    for (ttl, hold) in [(1000, 2000), (300, 1000)] {
+        let (ttl, hold) = (Duration::from_millis(ttl), Duration::from_millis(hold));
+        lock_cycle_requests(&client(&server), ttl, hold);
+        let on = lock_cycle_requests(&client(&server), ttl, hold);
+        let off = lock_cycle_requests(
+            &redis_lock_tests::client_without_notification(&server.url()),
+            ttl,
+            hold,
+        );
+        assert_eq!(
+            on,
+            off + 1,
+            "ttl {ttl:?}: {on} requests with notification, {off} without"
+        );
+    }
+}

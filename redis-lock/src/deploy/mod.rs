@@ -39,6 +39,18 @@ pub(crate) struct Attempted {
     pub(crate) wait_on: Option<usize>,
 }
 
+/// What watching a held lock came to ([`Deployment::watch`]).
+#[derive(Debug)]
+pub(crate) enum Watched {
+    /// No store notifies: nothing was registered or sent.
+    Off,
+    /// Registered, not checked: the listener is still connecting, and tells the watcher to
+    /// check once it listens (the key could not be tracked before).
+    Pending,
+    /// Registered and checked.
+    Checked(Result<OwnedTtl>),
+}
+
 impl Deployment {
     /// How long a lock taken or renewed with `ttl` is safe to rely on, measured from just
     /// before the request was sent. One store: the TTL. A quorum: the TTL minus the clock
@@ -177,7 +189,7 @@ impl Deployment {
     /// Watches a held lock for changes by anybody else (`store/notify.rs`): registers
     /// `watcher` (id `id`) for the lock's key on every store and checks, on the connection
     /// that keeps the key tracked, that `token` still owns it. Called again after each
-    /// notification. `None` when no store notifies (nothing was sent).
+    /// notification.
     pub(crate) fn watch(
         &self,
         p: &dyn Primitive,
@@ -185,18 +197,19 @@ impl Deployment {
         token: &str,
         id: u64,
         watcher: &Weak<dyn Watcher>,
-    ) -> Option<Result<OwnedTtl>> {
+    ) -> Watched {
         match self {
             Deployment::Single(store) => {
                 let watching = store
                     .notifier(&keys.lock)
-                    .is_some_and(|n| n.watch(&keys.lock, id, Weak::clone(watcher)));
-                if !watching {
-                    return None;
+                    .and_then(|n| n.watch(&keys.lock, id, Weak::clone(watcher)));
+                match watching {
+                    None => Watched::Off,
+                    Some(false) => Watched::Pending,
+                    Some(true) => Watched::Checked(again_after_failover(store, || {
+                        check_once(store, p, keys, token)
+                    })),
                 }
-                Some(again_after_failover(store, || {
-                    check_once(store, p, keys, token)
-                }))
             }
             Deployment::Quorum(q) => q.watch(p, keys, token, id, watcher),
         }
@@ -221,6 +234,8 @@ impl Deployment {
             .collect();
         if all.contains(&LossDetection::Renewal) {
             LossDetection::Renewal
+        } else if all.contains(&LossDetection::Reconnecting) {
+            LossDetection::Reconnecting
         } else if all.is_empty() || all.contains(&LossDetection::NotStarted) {
             LossDetection::NotStarted
         } else {
@@ -577,9 +592,15 @@ fn combined_on<T>(store: &Store, key: &str, call: &dyn Fn(&mut Con<'_>) -> Resul
                     None => reply,
                 };
                 if direct::is_no_script(&reply) {
-                    // Loaded by the typed call on a pooled connection; then sent combined once
-                    // more, so the request still reaches the connection that keeps its key
-                    // tracked (`store/notify.rs`; renewals and checks are safe to repeat).
+                    // Loaded by the typed call on the connection that keeps its key tracked,
+                    // where loss notification is on (`store/notify.rs`): its own write sends
+                    // no invalidation, which a pooled connection's would (a check more).
+                    if let Some(answer) = store.notify.on_tracked(1, |c| call(c)) {
+                        return answer;
+                    }
+                    // Else on a pooled connection; then sent combined once more, so the
+                    // request still reaches the tracked connection if there is one by now
+                    // (renewals and checks are safe to repeat).
                     let mut conn = store.conn()?;
                     let first = call(&mut conn)?;
                     drop(conn);

@@ -13,6 +13,7 @@ use parking_lot::{Condvar, Mutex};
 use super::observe::{self, Ended, Hold};
 use super::primitive::Lock;
 use super::{Inner, Kind, giveback};
+use crate::deploy::Watched;
 use crate::error::{Error, LostReason, Result};
 use crate::options::{LockOptions, LostCallback, LostEvent};
 use crate::store::Ack;
@@ -524,18 +525,20 @@ impl Lease {
             return self.state.lock().lost.is_some();
         }
         let answer = match checked {
-            None => {
+            Watched::Off => {
                 // No server of this deployment notifies: the renewals are the detector.
                 self.state.lock().watched = false;
                 return false;
             }
-            Some(Ok(OwnedTtl::Left(_) | OwnedTtl::NoExpiry)) => {
+            // Checked once the listener listens (it tells every watcher).
+            Watched::Pending => return false,
+            Watched::Checked(Ok(OwnedTtl::Left(_) | OwnedTtl::NoExpiry)) => {
                 self.state.lock().check_failures = 0;
                 return false;
             }
-            Some(Ok(OwnedTtl::Gone)) => Renewal::Gone,
-            Some(Ok(OwnedTtl::NotOurs)) => Renewal::NotOurs,
-            Some(Err(error)) => {
+            Watched::Checked(Ok(OwnedTtl::Gone)) => Renewal::Gone,
+            Watched::Checked(Ok(OwnedTtl::NotOurs)) => Renewal::NotOurs,
+            Watched::Checked(Err(error)) => {
                 // Asked again a little later (a pooled connection that broke with a restart
                 // fails once, the next is new), a few times; then the renewals find out.
                 let mut st = self.state.lock();

@@ -331,6 +331,23 @@ impl Conn {
         }
     }
 
+    /// Waits at most `timeout` for a message on this subscribed connection, or for the
+    /// server to hang up `other` (see [`Plain::wait`]).
+    pub(crate) fn wait(
+        &mut self,
+        other: Option<&super::plain::Closer>,
+        timeout: Duration,
+    ) -> RedisResult<super::plain::Seen> {
+        let r = match self.link()? {
+            Link::Plain(plain) => plain.wait(other, timeout).map_err(RedisError::from),
+            _ => Err(RedisError::from((
+                ErrorKind::Client,
+                "only a plain connection receives messages here",
+            ))),
+        };
+        self.note(r)
+    }
+
     /// The next message a subscribed connection is sent, waiting at most `timeout`; `None`
     /// when none came (see [`Plain::receive`]).
     pub(crate) fn receive(&mut self, timeout: Duration) -> RedisResult<Option<Value>> {

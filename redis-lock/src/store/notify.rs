@@ -66,6 +66,11 @@ pub enum LossDetection {
     /// an application's pool): a loss is found at the lock's next renewal (a third of its TTL)
     /// or by [`check_held`](crate::LockGuard::check_held).
     Renewal,
+    /// Notification was interrupted (a notification connection closed: a restart, a
+    /// failover, a server or proxy `timeout`, an operator's `CLIENT KILL`) and is being set up
+    /// again; once it is, every held lock is checked, which finds a loss that happened
+    /// meanwhile. Until then a loss is found by that check, or at the next renewal.
+    Reconnecting,
 }
 
 /// One watcher of a key: its id (the lease's) and itself.
@@ -77,8 +82,11 @@ enum Phase {
     NotStarted,
     /// The thread is connecting for the first time.
     Starting,
-    /// Listening (or reconnecting after a break: still the intent).
+    /// Listening, the held keys tracked.
     On,
+    /// A connection closed (the listener, or the tracked one): the keys are not tracked until
+    /// both are open again and every watcher has read its key.
+    Blind,
     Off,
 }
 
@@ -97,6 +105,10 @@ struct Shared {
     watchers: Mutex<HashMap<String, Vec<Watching>>>,
     /// The tracked connection, while the listener it redirects to is subscribed.
     tracked: Mutex<Option<Conn>>,
+    /// The tracked connection's socket as the listener watches it for a hang-up: the server
+    /// drops a connection's tracking with it, and nothing would be announced until the next
+    /// request on it. Replaced with the connection (`put_tracked`).
+    hangup: Mutex<Option<Closer>>,
     /// The listener's id, which a reopened tracked connection redirects to (0: none).
     listener: AtomicU64,
     /// The client is gone: the listener stops.
@@ -117,7 +129,8 @@ impl std::fmt::Debug for Notifier {
 impl Drop for Notifier {
     fn drop(&mut self) {
         self.shared.closed.store(true, Ordering::Release);
-        *self.shared.tracked.lock() = None;
+        self.shared
+            .put_tracked(&mut self.shared.tracked.lock(), None);
         if let Some(closer) = self.shared.closer.lock().take() {
             closer.close();
         }
@@ -141,6 +154,7 @@ impl Notifier {
                 phase: Mutex::new(phase),
                 watchers: Mutex::new(HashMap::new()),
                 tracked: Mutex::new(None),
+                hangup: Mutex::new(None),
                 listener: AtomicU64::new(0),
                 closed: AtomicBool::new(false),
                 closer: Mutex::new(None),
@@ -155,22 +169,25 @@ impl Notifier {
                 LossDetection::NotStarted
             }
             Phase::On => LossDetection::Notified,
+            Phase::Blind => LossDetection::Reconnecting,
             _ => LossDetection::Renewal,
         }
     }
 
-    /// Registers `watcher` (id `id`) for `key`, starting the listener on first use. `false`
-    /// when notification is off for this store (nothing registered).
-    pub(crate) fn watch(&self, key: &str, id: u64, watcher: Weak<dyn Watcher>) -> bool {
-        if !self.start() {
-            return false;
-        }
+    /// Registers `watcher` (id `id`) for `key`, starting the listener on first use. `None`
+    /// when notification is off for this store (nothing registered); `Some(false)` while the
+    /// listener is still connecting: the watcher is told to check once it listens (its key
+    /// could not be tracked before), so a check now would be one request for nothing.
+    pub(crate) fn watch(&self, key: &str, id: u64, watcher: Weak<dyn Watcher>) -> Option<bool> {
+        // Under the phase's lock: a listener that starts listening meanwhile tells every
+        // watcher registered before it did, this one among them.
+        let phase = self.start()?;
         let mut watchers = self.shared.watchers.lock();
         let list = watchers.entry(key.to_owned()).or_default();
         if !list.iter().any(|(i, _)| *i == id) {
             list.push((id, watcher));
         }
-        true
+        Some(*phase != Phase::Starting)
     }
 
     /// Watchers registered now (every key's).
@@ -190,33 +207,27 @@ impl Notifier {
         }
     }
 
+    /// Whether the server notifies (or did until a connection closed, and will again once
+    /// it is open): a lock's own renewals go out on the tracked connection.
+    pub(crate) fn notifies(&self) -> bool {
+        matches!(*self.shared.phase.lock(), Phase::On | Phase::Blind)
+    }
+
     /// The tracked connection, if notification is on and it is open (opened again here after
     /// a break, when the listener is up); `None` sends on a pooled connection instead.
     pub(crate) fn tracked(&self) -> Option<MutexGuard<'_, Option<Conn>>> {
-        if *self.shared.phase.lock() != Phase::On {
+        if !self.notifies() {
             return None;
         }
         let mut tracked = self.shared.tracked.lock();
         if tracked.as_ref().is_some_and(|c| !c.is_open()) {
-            *tracked = None;
+            self.shared.put_tracked(&mut tracked, None);
         }
         if tracked.is_none() {
-            let listener = self.shared.listener.load(Ordering::Acquire);
-            if listener == 0 {
-                return None;
-            }
-            match self.shared.open_tracked(listener) {
-                Ok(conn) => {
-                    *tracked = Some(conn);
-                    // Keys read on the connection that broke are no longer tracked: every
-                    // watcher reads its key again. (Not under `tracked`: they send on it.)
-                    drop(tracked);
-                    self.shared.tell_all();
-                    tracked = self.shared.tracked.lock();
-                    tracked.as_ref()?;
-                }
-                Err(_) => return None,
-            }
+            drop(tracked);
+            self.shared.reopen_tracked();
+            tracked = self.shared.tracked.lock();
+            tracked.as_ref()?;
         }
         Some(tracked)
     }
@@ -233,7 +244,7 @@ impl Notifier {
         self.count(n);
         let answer = f(conn);
         if !conn.is_open() {
-            *tracked = None;
+            self.shared.put_tracked(&mut tracked, None);
         }
         Some(answer)
     }
@@ -245,15 +256,15 @@ impl Notifier {
             .fetch_add(u64::try_from(n).unwrap_or(u64::MAX), Ordering::Relaxed);
     }
 
-    /// Starts the listener's thread on first use; `false` when notification is off. The
-    /// thread connects: nobody waits for it (a server that does not answer would hold the
-    /// watchdog that asked for its connect timeout), and the watchers registered meanwhile
-    /// are told to check once it listens.
-    fn start(&self) -> bool {
+    /// Starts the listener's thread on first use; `None` when notification is off, else the
+    /// phase, locked. The thread connects: nobody waits for it (a server that does not answer
+    /// would hold the watchdog that asked for its connect timeout), and the watchers
+    /// registered meanwhile are told to check once it listens.
+    fn start(&self) -> Option<MutexGuard<'_, Phase>> {
         let mut phase = self.shared.phase.lock();
         match *phase {
-            Phase::On | Phase::Starting => return true,
-            Phase::Off => return false,
+            Phase::On | Phase::Blind | Phase::Starting => return Some(phase),
+            Phase::Off => return None,
             Phase::NotStarted => {}
         }
         let shared = Arc::clone(&self.shared);
@@ -264,11 +275,11 @@ impl Notifier {
         match spawned {
             Ok(_) => {
                 *phase = Phase::Starting;
-                true
+                Some(phase)
             }
             Err(error) => {
                 tracing::warn!(target: "redis_lock", %error, "starting the notification thread failed");
-                false
+                None
             }
         }
     }
@@ -307,8 +318,63 @@ impl Shared {
         }
         self.listener.store(id, Ordering::Release);
         let tracked = self.open_tracked(id)?;
-        *self.tracked.lock() = Some(tracked);
+        self.put_tracked(&mut self.tracked.lock(), Some(tracked));
         Ok(listener)
+    }
+
+    /// Sets (or clears) the tracked connection and the socket the listener watches for its
+    /// hang-up; cleared, the keys are no longer tracked: blind until it is open again.
+    fn put_tracked(&self, slot: &mut Option<Conn>, conn: Option<Conn>) {
+        *self.hangup.lock() = conn.as_ref().and_then(Conn::closer);
+        if conn.is_none() && slot.is_some() {
+            let mut phase = self.phase.lock();
+            if *phase == Phase::On {
+                *phase = Phase::Blind;
+            }
+        }
+        *slot = conn;
+    }
+
+    /// Opens the tracked connection again (it closed), if the listener is up and it is not
+    /// open yet; then every watcher reads its key again, which tracks it again and finds a
+    /// change made meanwhile. Notified again from then on.
+    fn reopen_tracked(&self) {
+        let listener = self.listener.load(Ordering::Acquire);
+        if listener == 0 || self.closed.load(Ordering::Acquire) {
+            return;
+        }
+        {
+            let mut tracked = self.tracked.lock();
+            if tracked.is_some() {
+                return;
+            }
+            match self.open_tracked(listener) {
+                Ok(conn) => self.put_tracked(&mut tracked, Some(conn)),
+                Err(_) => return,
+            }
+            let mut phase = self.phase.lock();
+            if *phase == Phase::Blind {
+                *phase = Phase::On;
+            }
+        }
+        // Not under `tracked`: the watchers send on it.
+        self.tell_all();
+    }
+
+    /// The listener saw the tracked connection hung up: if it really is (its socket's end
+    /// reached, no reply due: a request in flight holds `tracked`), it is dropped and opened
+    /// again at once.
+    fn tracked_hung_up(&self) {
+        {
+            let mut tracked = self.tracked.lock();
+            let gone = self.hangup.lock().as_ref().is_some_and(Closer::peer_closed);
+            if !gone {
+                return;
+            }
+            tracing::debug!(target: "redis_lock", server = %self.label, "the tracked connection was closed; opening it again");
+            self.put_tracked(&mut tracked, None);
+        }
+        self.reopen_tracked();
     }
 
     /// A tracked connection redirecting to listener `id`.
@@ -354,15 +420,40 @@ impl Shared {
             tracing::debug!(target: "redis_lock", server = %self.label, "loss notification listening");
             self.tell_all();
             while !self.closed.load(Ordering::Acquire) {
-                match listener.receive(LISTEN_SLICE) {
-                    Ok(Some(message)) => self.dispatch(&tracking::decode(&message)),
+                let seen = {
+                    let hangup = self.hangup.lock();
+                    // The watched socket stays open while `hangup` holds it; a replaced one
+                    // is looked at again (`tracked_hung_up`) before anything is dropped.
+                    let other = hangup.as_ref().map(Closer::try_clone_for_poll);
+                    drop(hangup);
+                    listener.wait(other.as_ref().and_then(|o| o.as_ref()), LISTEN_SLICE)
+                };
+                let seen = match seen {
+                    Ok(seen) => seen,
+                    Err(_) => break,
+                };
+                if seen.hung_up {
+                    self.tracked_hung_up();
+                }
+                if seen.message {
+                    match listener.receive(LISTEN_SLICE) {
+                        Ok(Some(message)) => self.dispatch(&tracking::decode(&message)),
+                        Ok(None) if listener.is_open() => {}
+                        Ok(None) | Err(_) => break,
+                    }
+                } else if !listener.is_open() {
                     // A master that moved (a former epoch) counts as a break.
-                    Ok(None) if listener.is_open() => {}
-                    Ok(None) | Err(_) => break,
+                    break;
                 }
             }
             self.listener.store(0, Ordering::Release);
-            *self.tracked.lock() = None;
+            {
+                let mut phase = self.phase.lock();
+                if *phase == Phase::On {
+                    *phase = Phase::Blind;
+                }
+            }
+            self.put_tracked(&mut self.tracked.lock(), None);
             *self.closer.lock() = None;
         }
     }

@@ -55,6 +55,57 @@ impl Closer {
             Socket::Unix(s) => s.shutdown(std::net::Shutdown::Both),
         };
     }
+
+    /// Another handle on the same socket, for a wait on it while the connection may be
+    /// dropped by another thread (the socket stays open until both are gone).
+    pub(crate) fn try_clone_for_poll(&self) -> Option<Closer> {
+        Some(Closer(match &self.0 {
+            Socket::Tcp(s) => Socket::Tcp(s.try_clone().ok()?),
+            #[cfg(unix)]
+            Socket::Unix(s) => Socket::Unix(s.try_clone().ok()?),
+        }))
+    }
+
+    #[cfg(unix)]
+    fn fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsRawFd;
+        match &self.0 {
+            Socket::Tcp(s) => s.as_raw_fd(),
+            Socket::Unix(s) => s.as_raw_fd(),
+        }
+    }
+
+    /// Whether the server closed the connection (a peek that finds its end, or an error).
+    /// Only meaningful while no reply is due on it: a reply waiting to be read is "open".
+    #[cfg(unix)]
+    pub(crate) fn peer_closed(&self) -> bool {
+        let mut byte = 0u8;
+        // SAFETY: `byte` is a valid one-byte buffer for the call; the fd is open while `self`
+        // lives.
+        let n = unsafe {
+            libc::recv(
+                self.fd(),
+                (&raw mut byte).cast(),
+                1,
+                libc::MSG_PEEK | libc::MSG_DONTWAIT,
+            )
+        };
+        n == 0 || (n < 0 && std::io::Error::last_os_error().kind() != io::ErrorKind::WouldBlock)
+    }
+
+    #[cfg(not(unix))]
+    pub(crate) fn peer_closed(&self) -> bool {
+        false
+    }
+}
+
+/// What [`Plain::wait`] saw.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Seen {
+    /// The subscribed connection has something to read (or is closed: the read says).
+    pub(crate) message: bool,
+    /// The other connection watched was hung up by the server.
+    pub(crate) hung_up: bool,
 }
 
 impl Read for &Socket {
@@ -354,6 +405,59 @@ impl Plain {
             #[cfg(unix)]
             Socket::Unix(s) => Socket::Unix(s.try_clone()?),
         }))
+    }
+
+    /// Waits at most `timeout` until this subscribed connection has a message to read, or
+    /// the server hangs up `other` (a connection of ours that only ever has replies to the
+    /// requests sent on it: readable with the peer's end of the stream is closed). A message
+    /// already in the buffer counts at once.
+    #[cfg(unix)]
+    pub(crate) fn wait(&self, other: Option<&Closer>, timeout: Duration) -> io::Result<Seen> {
+        if self.filled > 0 {
+            return Ok(Seen {
+                message: true,
+                hung_up: false,
+            });
+        }
+        let mut fds = [
+            libc::pollfd {
+                fd: self.fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                // A negative fd is skipped by poll(2).
+                fd: other.map_or(-1, Closer::fd),
+                events: libc::POLLRDHUP,
+                revents: 0,
+            },
+        ];
+        let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
+        // SAFETY: `fds` is a valid array of two pollfd structures for the whole call.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            return if e.kind() == io::ErrorKind::Interrupted {
+                Ok(Seen::default())
+            } else {
+                Err(e)
+            };
+        }
+        let gone = libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR;
+        Ok(Seen {
+            message: fds[0].revents != 0,
+            hung_up: fds[1].revents & gone != 0,
+        })
+    }
+
+    /// Without poll(2): a message is looked for at once; a hang-up is found by the next
+    /// request on that connection.
+    #[cfg(not(unix))]
+    pub(crate) fn wait(&self, _: Option<&Closer>, _: Duration) -> io::Result<Seen> {
+        Ok(Seen {
+            message: true,
+            hung_up: false,
+        })
     }
 
     /// The next message the server sends without a request (a subscription's), waiting at

@@ -66,9 +66,9 @@ use parking_lot::Mutex;
 
 use super::lanes::Lane;
 use super::seam::Primitive;
-use super::{check_once, leave_on, renew_once};
+use super::{Watched, check_once, leave_on, renew_once};
 use crate::error::{Error, Result};
-use crate::store::notify::{LossDetection, Watcher};
+use crate::store::notify::Watcher;
 use crate::store::waiting::WaitFor;
 use crate::store::{Store, Wake};
 use crate::wire::token::new_token;
@@ -272,10 +272,7 @@ impl Quorum {
             let (p, k, token) = (p.shared(), keys.clone(), token.to_owned());
             // Where a server notifies losses, renewals go out on its tracked connection (on
             // the server's lane): a renewal must not come back as somebody else's change.
-            let ask = if self
-                .stores()
-                .any(|s| s.notify.detection() == LossDetection::Notified)
-            {
+            let ask = if self.stores().any(|s| s.notify.notifies()) {
                 Ask::lane(move |s| renew_once(s, &*p, &k, &token, ttl))
             } else {
                 Ask::request(move |c| p.renew(c, &k, &token, ttl))
@@ -367,22 +364,29 @@ impl Quorum {
         token: &str,
         id: u64,
         watcher: &Weak<dyn Watcher>,
-    ) -> Option<Result<OwnedTtl>> {
-        let mut any = false;
+    ) -> Watched {
+        let (mut any, mut listening) = (false, false);
         for store in self.stores() {
-            any |= store
+            if let Some(now) = store
                 .notifier(&keys.lock)
-                .is_some_and(|n| n.watch(&keys.lock, id, Weak::clone(watcher)));
+                .and_then(|n| n.watch(&keys.lock, id, Weak::clone(watcher)))
+            {
+                any = true;
+                listening |= now;
+            }
         }
         if !any {
-            return None;
+            return Watched::Off;
+        }
+        if !listening {
+            return Watched::Pending;
         }
         let answers = {
             let (p, k, token) = (p.shared(), keys.clone(), token.to_owned());
             self.each(move |s| check_once(s, &*p, &k, &token))
         };
         let verdict = combine_owned_ttl(self.total(), &answers);
-        Some(self.resolve(keys.name(), verdict, answers))
+        Watched::Checked(self.resolve(keys.name(), verdict, answers))
     }
 
     /// Moves the lock to `fresh` on every server that holds it under `token`: held under

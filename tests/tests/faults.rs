@@ -50,6 +50,50 @@ fn a_holder_that_wakes_past_its_expiry_reports_what_redis_says() {
     }
 }
 
+/// A holder paused past its TTL while another process took the lock, that releases as soon as
+/// it runs again (its release already waiting in its input), learns the loss with the right
+/// reason however the race between its release and its renewal thread falls: `on_lost` is
+/// called once with `TakenOver`, and the release says `Lost`.
+#[test]
+fn a_paused_holder_that_releases_at_once_is_told_it_was_taken_over() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    for round in 0..5 {
+        let name = format!("paused-release-{round}");
+        let mut holder = Holder::spawn(HOLDER, &["hold-watch", &server.url(), &name, "300"]);
+        holder.expect("ACQUIRED", LINE).unwrap();
+        holder.signal(libc::SIGSTOP);
+        assert!(wait_until(Duration::from_secs(5), || locks
+            .inspect(&name)
+            .unwrap()
+            .is_none()));
+        let other = locks.try_lock(&name).unwrap().expect("expired");
+        holder.send("release");
+        holder.signal(libc::SIGCONT);
+        let mut lines = holder.lines_until("RELEASED", LINE).unwrap();
+        assert_eq!(
+            lines.last().map(String::as_str),
+            Some("RELEASED Lost"),
+            "round {round}"
+        );
+        // The renewal thread, if it learnt first, may print after the release returned.
+        if !lines.iter().any(|l| l.starts_with("ONLOST")) {
+            lines.push(holder.expect("ONLOST", LINE).unwrap());
+        }
+        // Nothing more is reported: the next answer comes with no second ONLOST before it.
+        holder.send("check");
+        lines.extend(holder.lines_until("RELEASED already", LINE).unwrap());
+        let lost: Vec<&String> = lines.iter().filter(|l| l.starts_with("ONLOST")).collect();
+        assert_eq!(lost, ["ONLOST TakenOver"], "round {round}: {lines:?}");
+        assert_eq!(
+            other.release().unwrap(),
+            ReleaseOutcome::Released,
+            "untouched"
+        );
+        holder.kill();
+    }
+}
+
 /// A thread whose release failed (its reply cut, or timed out behind a latency spike) has
 /// given the lock up as far as it is concerned: its next waiting `lock` of the name takes the
 /// lock (or waits for it) instead of failing with `AlreadyHeld` as if it still held it.

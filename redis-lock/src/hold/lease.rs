@@ -381,6 +381,11 @@ impl Lease {
         }
         self.stop_watching();
         self.hold.lock().end(Ended::from_loss(reason), Some(reason));
+        self.report_lost(reason);
+    }
+
+    /// The event and the user's callback for a loss just recorded (once per lease).
+    fn report_lost(&self, reason: LostReason) {
         tracing::warn!(target: "redis_lock", key = %self.name, %reason, "lock lost");
         if let Some(cb) = &self.on_lost {
             cb(&LostEvent {
@@ -401,14 +406,23 @@ impl Lease {
         }
     }
 
-    /// Why a release found the lock gone (`Late`), kept as the lease's loss: what the
-    /// watchdog saw, if it saw it first; else, as the watchdog would judge it, `Deleted` when
-    /// the local expiry (never later than Redis's) had not passed yet, `Expired` when it had.
-    /// No `on_lost` and no "lock lost" event: the release reports it to its caller.
-    fn found_gone(&self) -> LostReason {
+    /// Why a release found the lock no longer ours (`answer`: gone, or somebody else's), kept
+    /// as the lease's loss: what the watchdog saw, if it saw it first; else as the watchdog
+    /// would judge it (gone: `Deleted` before the local expiry, which is never later than
+    /// Redis's, `Expired` after it; somebody else's: `TakenOver`). `true` when this is how
+    /// the loss became known: the caller reports it as the watchdog would have (the event and
+    /// `on_lost`), since a holder paused past its TTL that releases as soon as it runs again
+    /// beats its watchdog to the news.
+    fn found_lost(&self, answer: Renewal) -> (LostReason, bool) {
         let mut st = self.state.lock();
-        let judged = loss(Renewal::Gone, Instant::now(), st.expires_at);
-        *st.lost.get_or_insert(judged)
+        match st.lost {
+            Some(seen) => (seen, false),
+            None => {
+                let judged = loss(answer, Instant::now(), st.expires_at);
+                st.lost = Some(judged);
+                (judged, true)
+            }
+        }
     }
 
     /// Why the lock is no longer held, if it is not: a loss seen by the watchdog, or the local
@@ -736,17 +750,29 @@ impl Lease {
         }
         .map(ReleaseOutcome::from);
         let held_for = self.acquired_at.elapsed();
+        let mut newly_lost = None;
         if let Ok(outcome) = &result {
             let (ended, reason) = match outcome {
                 ReleaseOutcome::Released
                 | ReleaseOutcome::StillHeld
                 | ReleaseOutcome::HandedOff => (Ended::Released, None),
-                ReleaseOutcome::Late => (Ended::Late, Some(self.found_gone())),
-                ReleaseOutcome::Lost => (Ended::Lost, Some(LostReason::TakenOver)),
+                ReleaseOutcome::Late | ReleaseOutcome::Lost => {
+                    let (ended, answer) = if *outcome == ReleaseOutcome::Late {
+                        (Ended::Late, Renewal::Gone)
+                    } else {
+                        (Ended::Lost, Renewal::NotOurs)
+                    };
+                    let (reason, newly) = self.found_lost(answer);
+                    newly_lost = newly.then_some(reason);
+                    (ended, Some(reason))
+                }
             };
             let mut hold = self.hold.lock();
             hold.end(ended, reason);
             hold.close();
+        }
+        if let Some(reason) = newly_lost {
+            self.report_lost(reason);
         }
         match &result {
             Ok(ReleaseOutcome::Released) => {

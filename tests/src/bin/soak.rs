@@ -59,9 +59,11 @@ fn main() {
     println!(
         "soak: {threads} threads on one client, TTL 800 ms, holds of 2 ms, 40 names; {version}"
     );
+    // Live heap growth per 1,000 operations after the warm-up: over all four rounds, and over
+    // the rounds that started no thread and opened no connection (how many of the four).
     println!(
-        "{:<32} {:>10} {:>22} {:>14} {:>14}",
-        "operation", "ops", "live heap B/1000 ops", "allocs/op", "stale watches"
+        "{:<32} {:>10} {:>14} {:>16} {:>10} {:>8}",
+        "operation", "ops", "heap B/1k ops", "steady B/1k ops", "allocs/op", "stale"
     );
     let world = Arc::new(World::new(
         client(&server),
@@ -80,11 +82,13 @@ fn main() {
             (2, 4),
             Duration::from_secs_f64(seconds),
         );
+        let (steady, rounds) = m.steady_growth_per_1000();
         println!(
-            "{:<32} {:>10} {:>+22.1} {:>14.1} {:>14}",
+            "{:<32} {:>10} {:>+14.1} {:>+16} {:>10.1} {:>8}",
             kind.name(),
             m.ops(),
             m.growth_per_1000(),
+            format!("{steady:+.1} ({rounds}/4)"),
             m.allocs_per_op,
             m.left().watchers.saturating_sub(world.watches())
         );

@@ -747,6 +747,8 @@ impl Builder {
                 .on_drop_behavior(OnPoolDropBehavior::DiscardPendingScheduled)
                 .build(),
         );
+        // Its jobs at an instant, which can be taken back (`store/timer.rs`).
+        let timer = crate::store::timer::Timer::new(Arc::clone(&housekeeping));
         // And one for every r2d2 pool of the client instead of r2d2's three per pool, apart
         // from the housekeeping, which talks to Redis: its jobs only make unopened
         // connections, at once (the caller opens them), so a checkout with room in its pool
@@ -829,7 +831,7 @@ impl Builder {
                     pool: self.pool_timeout,
                 },
                 Arc::clone(&requests),
-                Arc::clone(&housekeeping),
+                timer.clone(),
             )
             .cluster(cluster);
             let store = match notifying {
@@ -878,11 +880,7 @@ impl Builder {
         // Units and descriptions for the recorder installed now (nothing without `metrics`).
         crate::hold::observe::describe();
         Ok(LockClient::from_inner(Inner::new(
-            deployment,
-            config,
-            requests,
-            &host,
-            housekeeping,
+            deployment, config, requests, &host, timer,
         )))
     }
 }

@@ -21,6 +21,61 @@ use redis_lock::{CancelToken, Error, LockClient, LockGuard, LossDetection, Semap
 static LIVE: AtomicI64 = AtomicI64::new(0);
 static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
 
+/// Where live allocations were made, while [`trace`] runs (a diagnosis: slow).
+static TRACING: AtomicBool = AtomicBool::new(false);
+type Sites = std::collections::HashMap<usize, (usize, std::backtrace::Backtrace)>;
+static SITES: std::sync::Mutex<Option<Sites>> = std::sync::Mutex::new(None);
+
+thread_local! {
+    /// Set while this thread records a site: what recording allocates is not recorded.
+    static RECORDING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+fn record(ptr: *mut u8, size: Option<usize>) {
+    if !TRACING.load(Ordering::Relaxed) || RECORDING.with(|r| r.replace(true)) {
+        return;
+    }
+    if let Ok(mut sites) = SITES.lock()
+        && let Some(sites) = sites.as_mut()
+    {
+        match size {
+            Some(size) => {
+                sites.insert(
+                    ptr as usize,
+                    (size, std::backtrace::Backtrace::force_capture()),
+                );
+            }
+            None => {
+                sites.remove(&(ptr as usize));
+            }
+        }
+    }
+    RECORDING.with(|r| r.set(false));
+}
+
+/// Runs `f` recording where every allocation it makes is made, then returns those still live
+/// after `settle`, grouped by where they were made: (bytes, allocations, backtrace), most bytes
+/// first. What a leak leaves behind, after a round that should leave nothing.
+pub fn trace(f: impl FnOnce(), settle: impl FnOnce()) -> Vec<(usize, usize, String)> {
+    *SITES.lock().unwrap() = Some(Sites::new());
+    TRACING.store(true, Ordering::SeqCst);
+    f();
+    // Frees during the settling count too.
+    settle();
+    TRACING.store(false, Ordering::SeqCst);
+    let sites = SITES.lock().unwrap().take().unwrap_or_default();
+    let mut grouped: std::collections::HashMap<String, (usize, usize)> = Default::default();
+    for (_, (size, trace)) in sites {
+        let text = trace.to_string();
+        let e = grouped.entry(text).or_default();
+        e.0 += size;
+        e.1 += 1;
+    }
+    let mut out: Vec<_> = grouped.into_iter().map(|(t, (b, n))| (b, n, t)).collect();
+    out.sort_by_key(|site| std::cmp::Reverse(site.0));
+    out
+}
+
 /// The system allocator, counting live bytes and allocations.
 #[derive(Debug)]
 pub struct Counting;
@@ -33,6 +88,7 @@ unsafe impl GlobalAlloc for Counting {
         if !p.is_null() {
             LIVE.fetch_add(layout.size() as i64, Ordering::Relaxed);
             ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+            record(p, Some(layout.size()));
         }
         p
     }
@@ -43,6 +99,7 @@ unsafe impl GlobalAlloc for Counting {
         if !p.is_null() {
             LIVE.fetch_add(layout.size() as i64, Ordering::Relaxed);
             ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+            record(p, Some(layout.size()));
         }
         p
     }
@@ -51,6 +108,7 @@ unsafe impl GlobalAlloc for Counting {
         // SAFETY: forwarded as given.
         unsafe { System.dealloc(ptr, layout) };
         LIVE.fetch_sub(layout.size() as i64, Ordering::Relaxed);
+        record(ptr, None);
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
@@ -59,6 +117,8 @@ unsafe impl GlobalAlloc for Counting {
         if !p.is_null() {
             LIVE.fetch_add(new_size as i64 - layout.size() as i64, Ordering::Relaxed);
             ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+            record(ptr, None);
+            record(p, Some(new_size));
         }
         p
     }

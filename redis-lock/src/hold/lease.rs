@@ -169,6 +169,8 @@ struct State {
     /// The last guard's release failed: given up as far as this process's threads are
     /// concerned (not held here any more), though a later release may still be sent.
     given_up: bool,
+    /// Releases waiting for the one in flight: when it fails, one of them sends again.
+    waiting: u32,
 }
 
 /// What the watchdog does next with a lease.
@@ -238,8 +240,8 @@ impl State {
 /// expiry, unless answered by then, the lease is lost (`RenewalFailed`).
 struct RunOut {
     /// The lease, until the request returned (then its answer, not this, says what
-    /// happened). Taken at the answer: a cancelled job stays in the timer's queue until its
-    /// time, and must not keep the lease's memory that long.
+    /// happened). Taken at the answer, as the job is cancelled: the grace's job, which is not,
+    /// must not keep the lease's memory.
     lease: Arc<Mutex<Option<Weak<Lease>>>>,
     expired_at: Instant,
 }
@@ -263,10 +265,11 @@ impl RunOut {
         };
         if first {
             let late = Instant::now().saturating_duration_since(self.expired_at);
-            let timer = Arc::clone(&lease.inner.timer);
+            let timer = lease.inner.timer.clone();
             drop(lease);
             let grace = RUN_OUT_GRACE.max(late.min(RUN_OUT_GRACE * 10));
-            timer.execute_after(grace, move || self.fire(false));
+            // Not cancelled: it lets go of the lease once the request is answered.
+            let _ = timer.after(grace, move || self.fire(false));
             return;
         }
         let unrenewed = {
@@ -344,6 +347,7 @@ impl Lease {
             watched: false,
             check_failures: 0,
             given_up: false,
+            waiting: 0,
         };
         state.set(start.sent, start.set_ttl, valid);
         Lease {
@@ -611,12 +615,12 @@ impl Lease {
                 lease: Arc::clone(&lease),
                 expired_at: expires_at,
             };
-            let job = self.inner.timer.execute_after(
-                expires_at.saturating_duration_since(sent),
-                move || {
-                    run_out.fire(true);
-                },
-            );
+            let job =
+                self.inner
+                    .timer
+                    .after(expires_at.saturating_duration_since(sent), move || {
+                        run_out.fire(true);
+                    });
             (job, lease)
         });
         let result = call();
@@ -711,7 +715,11 @@ impl Lease {
             loop {
                 match st.release {
                     Releasing::Done(outcome) => return Ok(outcome),
-                    Releasing::InFlight => self.released.wait(&mut st),
+                    Releasing::InFlight => {
+                        st.waiting += 1;
+                        self.released.wait(&mut st);
+                        st.waiting -= 1;
+                    }
                     Releasing::No => break,
                 }
             }
@@ -784,14 +792,11 @@ impl Lease {
             Err(error) if self.resend_after_move(epoch, cooldown, Some(error)) => {
                 tracing::warn!(target: "redis_lock", key = %self.name, %error, "releasing lock failed; sent again if the sentinels name a new master before it expires")
             }
-            Err(error) if error.is_connection_error() && self.holds() == 0 => {
-                tracing::warn!(target: "redis_lock", key = %self.name, %error, "releasing lock failed; sent again in the background until Redis answers or it expires")
-            }
             Err(error) => {
                 tracing::warn!(target: "redis_lock", key = %self.name, %error, "releasing lock failed; it expires with its ttl")
             }
         }
-        let expires_at = {
+        let (expires_at, give_back) = {
             let mut st = self.state.lock();
             st.release = match &result {
                 Ok(outcome) => Releasing::Done(*outcome),
@@ -799,12 +804,17 @@ impl Lease {
             };
             // No guard is left to release it again: no thread holds it any more.
             st.given_up |= result.is_err() && self.holds() == 0;
-            st.expires_at
+            // Given up with no answer, and no release waiting to try itself: nobody would own
+            // the lock until it expires.
+            let give_back = st.given_up
+                && st.waiting == 0
+                && result.as_ref().is_err_and(Error::is_connection_error);
+            (st.expires_at, give_back)
         };
-        // Given up with no answer: nobody would own the lock until it expires. Sent again
-        // until Redis answers (a token compare: a lock taken by somebody else meanwhile is
-        // left alone).
-        if result.as_ref().is_err_and(Error::is_connection_error) && self.holds() == 0 {
+        // Sent again until Redis answers (a token compare: a lock taken by somebody else
+        // meanwhile is left alone).
+        if give_back {
+            tracing::debug!(target: "redis_lock", key = %self.name, "release sent again in the background until Redis answers or the lock expires");
             self.inner.give_back(giveback::Job {
                 primitive: Arc::clone(&self.primitive),
                 keys: self.keys.clone(),
@@ -1050,6 +1060,7 @@ mod tests {
             watched: false,
             check_failures: 0,
             given_up: false,
+            waiting: 0,
         };
         st.set(now, 300 * MS, now + 300 * MS);
         st

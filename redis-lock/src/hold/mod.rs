@@ -41,7 +41,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use scheduled_thread_pool::ScheduledThreadPool;
+use crate::store::timer::Timer;
 
 use crate::deploy::Deployment;
 use crate::error::{Error, Result};
@@ -83,7 +83,7 @@ pub(crate) struct Inner {
     pub(crate) holder: String,
     /// The client's housekeeping thread: reports a lease lost on time when a renewal is
     /// stuck (see `Lease::renew_now`).
-    pub(crate) timer: Arc<ScheduledThreadPool>,
+    pub(crate) timer: Timer,
     /// Locks found busy lately: their attempts go straight to the script.
     pub(crate) busy: busy::BusyHints,
     /// Releases and undos not answered, sent again in the background (`giveback.rs`).
@@ -107,7 +107,7 @@ impl Inner {
         config: Config,
         requests: Arc<AtomicU64>,
         host: &str,
-        timer: Arc<ScheduledThreadPool>,
+        timer: Timer,
     ) -> Inner {
         Inner {
             deployment,

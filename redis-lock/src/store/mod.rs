@@ -10,13 +10,12 @@ pub(crate) mod direct;
 pub(crate) mod notify;
 pub(crate) mod plain;
 pub(crate) mod sentinel;
+pub(crate) mod timer;
 pub(crate) mod waiting;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
-
-use scheduled_thread_pool::{JobHandle, ScheduledThreadPool};
 
 use crate::error::{Error, Result};
 use crate::wire::{self, Grant, commands};
@@ -78,7 +77,7 @@ pub(crate) struct Store {
     sentinel: Option<(Arc<SentinelTarget>, Duration)>,
     /// The client's housekeeping thread, which also wakes the server when a blocking wait
     /// should end (see `wake_at`).
-    timer: Arc<ScheduledThreadPool>,
+    timer: timer::Timer,
     /// The watchdogs' renewals, sent together (see `combine.rs`).
     combiner: combine::Combiner,
     /// Loss notification (see `notify.rs`); the combiner sends on its tracked connection.
@@ -127,7 +126,7 @@ impl Store {
         label: String,
         timeouts: Timeouts,
         requests: Arc<AtomicU64>,
-        timer: Arc<ScheduledThreadPool>,
+        timer: timer::Timer,
     ) -> Store {
         Store {
             cluster: false,
@@ -214,12 +213,11 @@ impl Store {
     /// request wakes the loop: a `PING` sent at `at`, the wait's end (from the housekeeping thread,
     /// on a connection of the lock pool) ends it within a round trip. Cancelled when the wait
     /// ends earlier (a release woke it), so a handoff costs nothing extra.
-    fn wake_at(&self, at: Duration) -> JobHandle {
-        // Weak: a cancelled job stays queued until its time, and must not keep a dropped
-        // client's connections open until then.
+    fn wake_at(&self, at: Duration) -> timer::TimerHandle {
+        // Weak: a job not run yet must not keep a dropped client's connections open.
         let pool = Arc::downgrade(&self.pool);
         let requests = Arc::clone(&self.requests);
-        self.timer.execute_after(at, move || {
+        self.timer.after(at, move || {
             // A busy pool means traffic, and traffic keeps the server's loop turning.
             if let Some(pool) = pool.upgrade()
                 && let Ok(mut conn) = pool.get_timeout(WAKE_CHECKOUT, &requests)

@@ -28,9 +28,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
-use scheduled_thread_pool::JobHandle;
 
 use super::connection::{self, CheckoutError, PooledConn};
+use super::timer::TimerHandle;
 use super::{Store, WAKE_AFTER, Wake};
 use crate::wire::{self, LockKeys, commands};
 
@@ -479,7 +479,7 @@ impl Store {
         timeout: Duration,
         pop: bool,
     ) -> Blocked {
-        let wake: [JobHandle; 2] = WAKE_AFTER.map(|after| self.wake_at(timeout + after));
+        let wake: [TimerHandle; 2] = WAKE_AFTER.map(|after| self.wake_at(timeout + after));
         let end = Instant::now() + timeout;
         let (slice, epoch) = match self.sentinel_every() {
             Some((every, epoch)) if pop => (every, Some(epoch)),
@@ -512,7 +512,7 @@ impl Store {
                 Ok(blocked) => break blocked,
             }
         };
-        wake.iter().for_each(JobHandle::cancel);
+        wake.iter().for_each(TimerHandle::cancel);
         blocked
     }
 }

@@ -92,6 +92,20 @@ fn main() {
             m.allocs_per_op,
             m.left().watchers.saturating_sub(world.watches())
         );
+        if std::env::var_os("SOAK_TRACE").is_some() {
+            // One more round, recording where what it leaves behind was allocated.
+            let left = soak::trace(
+                || {
+                    soak::round(&world, *kind, threads, Duration::from_secs_f64(seconds));
+                },
+                || {
+                    soak::settle(&world, Duration::from_secs(5));
+                },
+            );
+            for (bytes, count, site) in left.iter().take(6) {
+                println!("  {bytes} B in {count} allocations from:\n{site}");
+            }
+        }
         if std::env::var_os("SOAK_DEBUG").is_some() {
             println!("  settled after warm-up {}, then {:?}", m.base, m.rounds);
         }

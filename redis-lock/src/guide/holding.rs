@@ -83,6 +83,13 @@
 //! checked again whenever another holder of its name enters or leaves, since they change the
 //! same key.
 //!
+//! When a notification connection closes (a restart, a failover, a server or proxy
+//! `timeout`, `CLIENT KILL`), Redis forgets what it tracked for it: the client notices at once,
+//! opens it again and checks every held lock, which finds a loss that happened meanwhile;
+//! until then `loss_detection()` says `Reconnecting`. A release that finds its lock gone or
+//! somebody else's tells `on_lost` too, if nothing had (a holder paused past its TTL that
+//! releases as soon as it runs again).
+//!
 //! Where the server or an ACL refuses tracking, or the connection cannot receive it (TLS,
 //! RESP3, an application's pool), a loss is found at the next renewal, a third of the TTL
 //! later at most; [`LockClient::loss_detection`](crate::LockClient::loss_detection) says

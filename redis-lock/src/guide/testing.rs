@@ -43,6 +43,20 @@
 //! }
 //! ```
 //!
+//! `LockClient::registrations` (with the feature) tells what a client has registered for the
+//! locks it holds and waits for: after your code ran, a quiet client holds nothing, watches
+//! nothing and waits for nothing, whatever failed on the way.
+//!
+//! ```no_run
+//! # fn main() -> redis_lock::Result<()> {
+//! # let server = redis_lock::testing::RedisServer::start();
+//! let locks = redis_lock::LockClient::open(&server.url())?;
+//! // ... the code under test takes and releases locks ...
+//! let left = locks.registrations();
+//! assert_eq!((left.held, left.watchers, left.waiting_threads), (0, 0, 0));
+//! # Ok(()) }
+//! ```
+//!
 //! The repository's own suite (`scripts/test`) is built on the same types; its end-to-end
 //! tests in `tests/tests/` are examples of killing, pausing and failing over servers under a
 //! held lock.

@@ -1,0 +1,284 @@
+//! Giving a lease back: the release (exactly one round trip however many callers), the loss
+//! it may discover, the hand-off to a lease handle, and the resends: after a Sentinel
+//! failover (`Resend`), or in the background when Redis did not answer (`giveback.rs`).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::observe::Ended;
+use super::{Lease, ReleaseOutcome, Releasing};
+use crate::error::{Error, Result};
+use crate::hold::primitive::Lock;
+use crate::hold::{Inner, giveback};
+use crate::wire::{Form, LockKeys, ReleaseArgs, Renewal};
+
+impl Lease {
+    /// Gives the lock back. Exactly one call does the round trip; a concurrent call waits for
+    /// it and reports its outcome, and later calls return that outcome. A release that failed
+    /// is not recorded, so a later one tries again (and a concurrent one tries itself). The
+    /// watchdog is neither woken nor waited for: a renewal still in flight compares the
+    /// token, so it cannot bring back a deleted lock or touch a new holder's.
+    pub(crate) fn release(&self) -> Result<ReleaseOutcome> {
+        self.release_after(self.cooldown)
+    }
+
+    /// [`release`](Self::release), keeping the lock ownerless for `cooldown` (zero: none).
+    pub(crate) fn release_after(&self, cooldown: Duration) -> Result<ReleaseOutcome> {
+        let watched = {
+            let mut st = self.state.lock();
+            loop {
+                match st.release {
+                    Releasing::Done(outcome) => return Ok(outcome),
+                    Releasing::InFlight => {
+                        st.waiting += 1;
+                        self.released.wait(&mut st);
+                        st.waiting -= 1;
+                    }
+                    Releasing::No => break,
+                }
+            }
+            st.release = Releasing::InFlight;
+            std::mem::take(&mut st.watched)
+        };
+        self.detach_watchdog();
+        // Before the release is sent: its own change must not come back as a loss.
+        if watched {
+            self.inner.deployment.unwatch(&self.keys, self.id);
+        }
+        let epoch = self.inner.deployment.epoch();
+        let args = ReleaseArgs {
+            keys: &self.keys,
+            token: &self.token,
+            grant: &self.grant,
+            registration: &self.registration,
+            cooldown,
+            undo: false,
+            form: Form::of(self.native, self.value.as_deref()),
+            caps: None,
+        };
+        let deployment = &self.inner.deployment;
+        let result = match self.ack {
+            // Acknowledged like the acquisition, or sent again if the master moves: a release
+            // the old master took after the failover would not reach the new one.
+            Some(ack) => deployment
+                .release_acked(&*self.primitive, &args, ack)
+                .map(|(answer, acked)| {
+                    if !acked && self.resend_after_move(epoch, cooldown, None) {
+                        tracing::debug!(target: "redis_lock", key = %self.name, "release not acknowledged by the replicas; sent again if the sentinels name a new master before it expires");
+                    }
+                    answer
+                }),
+            None => deployment.release(&*self.primitive, &args),
+        }
+        .map(ReleaseOutcome::from);
+        let held_for = self.acquired_at.elapsed();
+        let mut newly_lost = None;
+        if let Ok(outcome) = &result {
+            let (ended, reason) = match outcome {
+                ReleaseOutcome::Released
+                | ReleaseOutcome::StillHeld
+                | ReleaseOutcome::HandedOff => (Ended::Released, None),
+                ReleaseOutcome::Late | ReleaseOutcome::Lost => {
+                    let (ended, answer) = if *outcome == ReleaseOutcome::Late {
+                        (Ended::Late, Renewal::Gone)
+                    } else {
+                        (Ended::Lost, Renewal::NotOurs)
+                    };
+                    let (reason, newly) = self.found_lost(answer);
+                    newly_lost = newly.then_some(reason);
+                    (ended, Some(reason))
+                }
+            };
+            let mut hold = self.hold.lock();
+            hold.end(ended, reason);
+            hold.close();
+        }
+        if let Some(reason) = newly_lost {
+            self.report_lost(reason);
+        }
+        match &result {
+            Ok(ReleaseOutcome::Released) => {
+                tracing::debug!(target: "redis_lock", key = %self.name, ?held_for, "lock released")
+            }
+            Ok(outcome) => {
+                tracing::warn!(target: "redis_lock", key = %self.name, ?outcome, ?held_for, "lock released late")
+            }
+            Err(error) if self.resend_after_move(epoch, cooldown, Some(error)) => {
+                tracing::warn!(target: "redis_lock", key = %self.name, %error, "releasing lock failed; sent again if the sentinels name a new master before it expires")
+            }
+            Err(error) => {
+                tracing::warn!(target: "redis_lock", key = %self.name, %error, "releasing lock failed; it expires with its ttl")
+            }
+        }
+        let (expires_at, give_back) = {
+            let mut st = self.state.lock();
+            st.release = match &result {
+                Ok(outcome) => Releasing::Done(*outcome),
+                Err(_) => Releasing::No,
+            };
+            // No guard is left to release it again: no thread holds it any more.
+            st.given_up |= result.is_err() && self.holds() == 0;
+            // Given up with no answer, and no release waiting to try itself: nobody would own
+            // the lock until it expires.
+            let give_back = st.given_up
+                && st.waiting == 0
+                && result.as_ref().is_err_and(Error::is_connection_error);
+            (st.expires_at, give_back)
+        };
+        // Sent again until Redis answers (a token compare: a lock taken by somebody else
+        // meanwhile is left alone).
+        if give_back {
+            tracing::debug!(target: "redis_lock", key = %self.name, "release sent again in the background until Redis answers or the lock expires");
+            self.inner.give_back(giveback::Job {
+                primitive: Arc::clone(&self.primitive),
+                keys: self.keys.clone(),
+                token: self.token.clone(),
+                grant: self.grant.clone(),
+                registration: self.registration.clone(),
+                cooldown,
+                native: self.native,
+                value: self.value.clone(),
+                kind: giveback::Kind::Release,
+                until: expires_at,
+            });
+        }
+        self.released.notify_all();
+        if result.is_ok() {
+            self.inner.registry.forget(self);
+        }
+        result
+    }
+
+    /// A release that failed as a failover makes it fail (`error`: the master died or was
+    /// demoted, and the sentinels may not name the new one yet), or that the replicas did not
+    /// acknowledge (`None`: the master that took it may have been failed over already), made
+    /// while the sentinels named the master of `epoch`: the release is sent again, from
+    /// another thread, once they name another master, unless the lock has expired by then.
+    /// The new master may hold the lock (it was replicated there) and would otherwise keep it
+    /// for its whole TTL. Safe to resend: the script compares the owner token, so a lock
+    /// taken by somebody else since is left alone. `true` when it is scheduled (a sentinel
+    /// master, a failover's error or no acknowledgement, time left).
+    fn resend_after_move(
+        &self,
+        epoch: Option<u64>,
+        cooldown: Duration,
+        error: Option<&Error>,
+    ) -> bool {
+        let until = self.state.lock().expires_at;
+        if epoch.is_none()
+            || error.is_some_and(|e| !crate::deploy::is_failover_error(e))
+            || Instant::now() >= until
+        {
+            return false;
+        }
+        Resend {
+            inner: Arc::downgrade(&self.inner),
+            primitive: Arc::clone(&self.primitive),
+            keys: self.keys.clone(),
+            token: self.token.clone(),
+            grant: self.grant.clone(),
+            registration: self.registration.clone(),
+            native: self.native,
+            cooldown,
+            until,
+        }
+        .schedule(&self.inner, epoch)
+    }
+
+    /// Gives ownership away without releasing (a lease handle now owns the lock): the
+    /// watchdog stops, nothing is sent, and a later release of this lease reports
+    /// `HandedOff`. `false` when it was already released or handed off.
+    pub(crate) fn hand_off(&self) -> bool {
+        {
+            let mut st = self.state.lock();
+            if st.release != Releasing::No {
+                return false;
+            }
+            st.release = Releasing::Done(ReleaseOutcome::HandedOff);
+        }
+        self.detach_watchdog();
+        self.stop_watching();
+        {
+            let mut hold = self.hold.lock();
+            hold.end(Ended::HandedOff, None);
+            hold.close();
+        }
+        self.released.notify_all();
+        self.inner.registry.forget(self);
+        tracing::debug!(target: "redis_lock", key = %self.name, "lock handed off through a lease handle");
+        true
+    }
+}
+
+/// A release to send again to the master the sentinels name next (see
+/// `Lease::resend_after_move`). Holds the client weakly: a dropped client sends nothing.
+/// `Debug` shows the lock's name, never the owner token or grant.
+struct Resend {
+    inner: std::sync::Weak<Inner>,
+    primitive: Arc<dyn Lock>,
+    keys: LockKeys,
+    token: String,
+    grant: String,
+    registration: String,
+    native: bool,
+    cooldown: Duration,
+    /// The lease's local expiry: after it the lock is gone on every master.
+    until: Instant,
+}
+
+impl std::fmt::Debug for Resend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Resend")
+            .field("name", &self.keys.name())
+            .field("until", &self.until)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Resend {
+    fn schedule(self, inner: &Inner, epoch: Option<u64>) -> bool {
+        let until = self.until;
+        inner
+            .deployment
+            .after_move(epoch, until, Box::new(move || self.run()))
+    }
+
+    /// Sends the release to the current master; when that fails too (the new master is not
+    /// reachable yet), waits for the next move, until the lock would have expired.
+    fn run(self) {
+        let Some(inner) = self.inner.upgrade() else {
+            return;
+        };
+        if Instant::now() >= self.until {
+            return;
+        }
+        let epoch = inner.deployment.epoch();
+        let result = inner.deployment.release(
+            &*self.primitive,
+            &ReleaseArgs {
+                keys: &self.keys,
+                token: &self.token,
+                grant: &self.grant,
+                registration: &self.registration,
+                cooldown: self.cooldown,
+                undo: false,
+                // Sent again after a failover: the script, which reads either form.
+                form: Form::of(self.native, None),
+                caps: None,
+            },
+        );
+        let key = self.keys.name().to_owned();
+        match result {
+            Ok(answer) => {
+                tracing::info!(target: "redis_lock", %key, ?answer, "release sent again to the new master")
+            }
+            Err(error) if crate::deploy::is_failover_error(&error) => {
+                tracing::debug!(target: "redis_lock", %key, %error, "the new master did not take the release either; waiting for the next move");
+                self.schedule(&inner, epoch);
+            }
+            Err(error) => {
+                tracing::warn!(target: "redis_lock", %key, %error, "sending a release again to the new master failed; the lock expires with its ttl")
+            }
+        }
+    }
+}

@@ -85,6 +85,40 @@ fn a_refused_connection_fails_at_once() {
     }
 }
 
+/// The first `io::Error` in `err`'s source chain, and its kind.
+fn io_kind(err: &Error) -> Option<std::io::ErrorKind> {
+    let mut next = std::error::Error::source(err);
+    while let Some(cause) = next {
+        if let Some(io) = cause.downcast_ref::<std::io::Error>() {
+            return Some(io.kind());
+        }
+        next = cause.source();
+    }
+    None
+}
+
+/// `Error::Connect`'s source keeps the operating system's kind: a refused connect is
+/// `ConnectionRefused`, a server that accepts and never answers `TimedOut`.
+#[test]
+fn a_connect_error_keeps_the_kind_of_its_cause() {
+    let url = format!("redis://127.0.0.1:{}/", refused_port());
+    let (_, err) = timed("try_lock", || {
+        client(&url, Duration::from_secs(5)).try_lock("refused")
+    });
+    assert!(matches!(err, Error::Connect { .. }), "{err:?}");
+    assert_eq!(
+        io_kind(&err),
+        Some(std::io::ErrorKind::ConnectionRefused),
+        "{err:?}"
+    );
+    let silent = Silent::start();
+    let (_, err) = timed("try_lock", || {
+        client(&silent.url(), CONNECT).try_lock("silent")
+    });
+    assert!(matches!(err, Error::Connect { .. }), "{err:?}");
+    assert_eq!(io_kind(&err), Some(std::io::ErrorKind::TimedOut), "{err:?}");
+}
+
 #[test]
 fn a_server_that_never_answers_fails_within_the_connect_timeout() {
     let silent = Silent::start();

@@ -93,9 +93,10 @@ fn a_blocked_waiter_takes_the_lock_when_the_cooldown_ends() {
         let after = got.duration_since(sent);
         assert!(after >= 300 * MS, "round {round}: taken after {after:?}");
         // Woken at the cool-down's end, not left waiting for the next release or the
-        // holder's TTL (seconds); the allowance is for a loaded machine's scheduling.
+        // holder's TTL (30 s); the allowance is for a loaded machine's scheduling (the
+        // median below is what tells a wake at the end from one at the server's tick).
         assert!(
-            after < 450 * MS,
+            after < 2000 * MS,
             "round {round}: taken {after:?} after the release (cool-down 300 ms)"
         );
         taken.push(after);

@@ -845,8 +845,11 @@ fn on_lost_fires_at_the_expiry_when_the_server_cannot_be_reached() {
     let (at, reason) = rx.recv_timeout(Duration::from_secs(10)).unwrap();
     assert_eq!(reason, LostReason::RenewalFailed);
     let after = at.duration_since(sent);
+    // The stuck renewal (sent a third of the TTL in) gives up after the 3 s reply timeout: a
+    // report that waited for it would come 3.3 s in at the earliest. The bound is the TTL
+    // plus half of the reply timeout; the rest is left to a loaded machine.
     assert!(
-        after >= Duration::from_millis(900) && after < Duration::from_millis(900 + 200),
+        after >= Duration::from_millis(900) && after < Duration::from_millis(900 + 1500),
         "on_lost {after:?} after acquiring a 900 ms lock"
     );
     assert!(guard.is_lost());

@@ -213,6 +213,12 @@ fn sh(script: &str) -> [&str; 3] {
     ["sh", "-c", script]
 }
 
+/// The pid a command wrote to `path`, once it is all there: the shell creates the file
+/// before it writes the number, so a file that exists may still be empty.
+fn pid_in(path: &Path) -> Option<libc::pid_t> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
 fn held(locks: &LockClient, key: &str) -> bool {
     locks.inspect(key).unwrap().is_some()
 }
@@ -711,12 +717,9 @@ fn kill_on_loss_terminates_the_command_with_the_documented_code() {
             .args(["run", "guarded", "--ttl", "1s", "--kill-on-loss", "--"])
             .args(sh(&script)),
     );
-    assert!(wait_until(QUICK, || pid_file.exists() && held(&locks, "guarded")));
-    let pid: libc::pid_t = std::fs::read_to_string(&pid_file)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    assert!(wait_until(QUICK, || pid_in(&pid_file).is_some()
+        && held(&locks, "guarded")));
+    let pid = pid_in(&pid_file).unwrap();
     // Behind its back: an operator breaks the lock.
     assert!(locks.force_release("guarded").unwrap().is_some());
     let done = running.finish(QUICK);
@@ -739,12 +742,9 @@ fn kill_on_loss_stops_the_command_at_once_when_the_lock_is_broken() {
             .args(["run", "guarded", "--kill-on-loss", "--"])
             .args(sh(&script)),
     );
-    assert!(wait_until(QUICK, || pid_file.exists() && held(&locks, "guarded")));
-    let pid: libc::pid_t = std::fs::read_to_string(&pid_file)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    assert!(wait_until(QUICK, || pid_in(&pid_file).is_some()
+        && held(&locks, "guarded")));
+    let pid = pid_in(&pid_file).unwrap();
     // Held long enough to be watched.
     std::thread::sleep(Duration::from_millis(200));
     let broken = std::time::Instant::now();
@@ -784,12 +784,9 @@ fn kill_on_loss_escalates_to_sigkill_after_the_grace_period() {
             .arg("--")
             .args(sh(&script)),
     );
-    assert!(wait_until(QUICK, || pid_file.exists() && held(&locks, "stubborn")));
-    let pid: libc::pid_t = std::fs::read_to_string(&pid_file)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    assert!(wait_until(QUICK, || pid_in(&pid_file).is_some()
+        && held(&locks, "stubborn")));
+    let pid = pid_in(&pid_file).unwrap();
     let mut redis = server.connection();
     let deleted: i64 = redis::cmd("DEL")
         .arg("lock:{stubborn}")
@@ -1952,12 +1949,11 @@ fn kill_grace_and_watch_interval_past_their_bounds_are_usage_errors_not_panics()
             .arg("--")
             .args(sh(&script)),
     );
-    assert!(wait_until(QUICK, || pid_file.exists() && held(&locks, "big")));
-    let pid: libc::pid_t = std::fs::read_to_string(&pid_file)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    // Until the file holds the pid: the shell creates it before it writes to it.
+    let read_pid =
+        || -> Option<libc::pid_t> { std::fs::read_to_string(&pid_file).ok()?.trim().parse().ok() };
+    assert!(wait_until(QUICK, || read_pid().is_some() && held(&locks, "big")));
+    let pid = read_pid().unwrap();
     assert!(locks.force_release("big").unwrap().is_some());
     let done = running.finish(QUICK);
     assert_eq!(done.code, LOST, "{done:?}");

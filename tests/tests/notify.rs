@@ -178,9 +178,12 @@ fn a_lock_given_back_within_two_milliseconds_sends_nothing_for_notification() {
     for _ in 0..100 {
         let locks = client(&server);
         // The first cycle opens a connection and learns what the server has: not counted,
-        // and the client not kept if its lock was held long enough to start notification.
+        // and the client not kept if it took long enough to start notification (which
+        // comes up in the background, so its state right after the release would not say).
+        let start = Instant::now();
         locks.lock("n-short").unwrap().release().unwrap();
-        if locks.loss_detection() != LossDetection::NotStarted {
+        if start.elapsed() >= Duration::from_millis(2) {
+            slowest.push(start.elapsed());
             continue;
         }
         let before = locks.request_count();

@@ -168,7 +168,8 @@ fn a_crashed_holder_is_noticed_when_its_ttl_runs_out() {
 /// lock expires, also on a server whose event loop turns once a second (`hz 1`): Redis ends a
 /// blocked `BLPOP` only at its loop's next turn, up to 1/`hz` late, so the client wakes the
 /// loop when the wait should end (`Store::wake_at`). Without that, each round would be late
-/// by 0-1000 ms (all three under 250 ms by chance: 3 %).
+/// by 0-1000 ms. Seven rounds, at least five of them under 250 ms: by chance, without the
+/// wake, 1.3 %; and a loaded machine may stall two rounds.
 #[test]
 fn a_waiter_takes_an_expired_lock_on_time_whatever_the_servers_hz() {
     const TTL: Duration = Duration::from_millis(300);
@@ -176,7 +177,7 @@ fn a_waiter_takes_an_expired_lock_on_time_whatever_the_servers_hz() {
     let holders = client(&server);
     let waiters = client(&server);
     let mut late = Vec::new();
-    for round in 0..3 {
+    for round in 0..7 {
         let name = format!("expired-{round}");
         let sent = Instant::now();
         let guard = holders
@@ -197,7 +198,10 @@ fn a_waiter_takes_an_expired_lock_on_time_whatever_the_servers_hz() {
         drop(got);
     }
     assert!(
-        late.iter().all(|l| *l < Duration::from_millis(250)),
+        late.iter()
+            .filter(|l| **l < Duration::from_millis(250))
+            .count()
+            >= 5,
         "taken this long after the expiry: {late:?}"
     );
 }

@@ -93,9 +93,10 @@ fn a_blocked_waiter_takes_the_lock_when_the_cooldown_ends() {
         let after = got.duration_since(sent);
         assert!(after >= 300 * MS, "round {round}: taken after {after:?}");
         // Woken at the cool-down's end, not left waiting for the next release or the
-        // holder's TTL (seconds); the allowance is for a loaded machine's scheduling.
+        // holder's TTL (30 s); the allowance is for a loaded machine's scheduling (the
+        // median below is what tells a wake at the end from one at the server's tick).
         assert!(
-            after < 450 * MS,
+            after < 2000 * MS,
             "round {round}: taken {after:?} after the release (cool-down 300 ms)"
         );
         taken.push(after);
@@ -112,11 +113,12 @@ fn cooldown_and_minimum_hold_free_at_the_later_of_the_two() {
     let server = RedisServer::start();
     let locks = client(&server);
     let other = client(&server);
-    // The minimum hold ends later: it decides.
+    // The minimum hold ends later: it decides. (Durations a loaded machine's stalls between
+    // two steps here do not outlast.)
     let guard = locks
         .options("both")
-        .hold_at_least(600 * MS)
-        .cooldown(100 * MS)
+        .hold_at_least(2000 * MS)
+        .cooldown(300 * MS)
         .acquire()
         .unwrap();
     let acquired = Instant::now();
@@ -127,14 +129,14 @@ fn cooldown_and_minimum_hold_free_at_the_later_of_the_two() {
     assert!(info.remaining_ttl.unwrap() > 300 * MS, "{info:?}");
     let got = other.try_lock_for("both", Duration::from_secs(3)).unwrap();
     let after = acquired.elapsed();
-    assert!(got.is_some() && after >= 600 * MS, "{after:?}");
+    assert!(got.is_some() && after >= 2000 * MS, "{after:?}");
     drop(got);
 
     // The cool-down ends later: it decides.
     let guard = locks
         .options("both")
         .hold_at_least(100 * MS)
-        .cooldown(500 * MS)
+        .cooldown(2000 * MS)
         .acquire()
         .unwrap();
     std::thread::sleep(150 * MS); // past the minimum hold: the behaviour under test
@@ -142,9 +144,9 @@ fn cooldown_and_minimum_hold_free_at_the_later_of_the_two() {
     assert_eq!(guard.release().unwrap(), ReleaseOutcome::Released);
     let (pttl, token) = raw_key_state(&server, "lock:{both}");
     assert_eq!(token.as_deref(), Some(""), "ownerless while it cools down");
-    assert!(pttl > 400 && pttl <= 500, "{pttl}");
-    let got = other.try_lock_for("both", Duration::from_secs(3)).unwrap();
-    assert!(got.is_some() && released.elapsed() >= 500 * MS);
+    assert!(pttl > 1000 && pttl <= 2000, "{pttl}");
+    let got = other.try_lock_for("both", Duration::from_secs(5)).unwrap();
+    assert!(got.is_some() && released.elapsed() >= 2000 * MS);
 }
 
 /// A lost lock is not cooled down, fencing tokens are untouched, and nobody can renew or

@@ -226,14 +226,16 @@ fn a_resumed_guard_has_its_own_watchdog() {
     let locks = client(&server);
     let handle = locks
         .options("renewed")
-        .ttl(Duration::from_millis(300))
+        // Long enough that a loaded machine's stall of a few hundred milliseconds does not
+        // let it run out between two renewals (a third of it apart).
+        .ttl(Duration::from_millis(1000))
         .acquire()
         .unwrap()
         .into_handle();
     let other = client(&server);
     let resumed = other.resume(&handle).unwrap();
     // Three TTLs later it is still held: renewed by the resumed guard's watchdog.
-    std::thread::sleep(Duration::from_millis(900));
+    std::thread::sleep(Duration::from_millis(3000));
     resumed.ensure_held().unwrap();
     assert!(other.inspect("renewed").unwrap().is_some());
     assert_eq!(resumed.release().unwrap(), ReleaseOutcome::Released);

@@ -1099,7 +1099,9 @@ fn a_client_wide_on_lost_callback_hears_about_plain_locks() {
     let server = RedisServer::start();
     let (tx, rx) = std::sync::mpsc::channel();
     let locks = redis_lock::LockClient::builder(&server.url())
-        .default_ttl(Duration::from_millis(300))
+        // Short enough that even a renewal (a third of it) finds the deletion within the 2 s
+        // waited below; long enough not to expire first on a loaded machine.
+        .default_ttl(Duration::from_millis(1500))
         .on_lost(move |e| {
             let _ = tx.send((e.key.clone(), e.reason));
         })

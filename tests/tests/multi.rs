@@ -590,9 +590,10 @@ fn a_waiting_multi_lock_can_be_cancelled() {
     cancel.cancel();
     let (returned, result) = waiter.join().unwrap();
     assert!(matches!(result, Err(Error::Cancelled { .. })), "{result:?}");
-    // At once (a missed cancel waits out the holder's TTL); the allowance is for a loaded
-    // machine's scheduling.
-    assert!(returned.duration_since(cancelled) < Duration::from_millis(250));
+    // At once (a missed cancel waits out the holder's TTL, 30 s); the allowance is for a
+    // loaded machine's scheduling, which can stall a thread for hundreds of milliseconds.
+    let took = returned.duration_since(cancelled);
+    assert!(took < Duration::from_millis(1000), "{took:?}");
     assert!(locks.inspect("a").unwrap().is_none());
 }
 

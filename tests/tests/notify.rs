@@ -167,18 +167,41 @@ fn own_renewals_and_release_cost_no_check() {
     assert_eq!(locks.request_count() - before, 1);
 }
 
+/// Locks held less than 2 ms send nothing for loss notification: no check, no tracking. A
+/// cycle that took 2 ms or more here (a loaded machine can stall one between its lock and
+/// its release) proves nothing, so each attempt is a fresh client and five cycles, and the
+/// first attempt whose cycles all ended within 2 ms of their start is the one checked.
 #[test]
 fn a_lock_given_back_within_two_milliseconds_sends_nothing_for_notification() {
     let server = RedisServer::start();
-    let locks = client(&server);
-    // The first cycle opens a connection and learns what the server has.
-    locks.lock("n-short").unwrap().release().unwrap();
-    let before = locks.request_count();
-    for _ in 0..20 {
+    let mut slowest = Vec::new();
+    for _ in 0..100 {
+        let locks = client(&server);
+        // The first cycle opens a connection and learns what the server has: not counted,
+        // and the client not kept if it took long enough to start notification (which
+        // comes up in the background, so its state right after the release would not say).
+        let start = Instant::now();
         locks.lock("n-short").unwrap().release().unwrap();
+        if start.elapsed() >= Duration::from_millis(2) {
+            slowest.push(start.elapsed());
+            continue;
+        }
+        let before = locks.request_count();
+        let mut longest = Duration::ZERO;
+        for _ in 0..5 {
+            let start = Instant::now();
+            locks.lock("n-short").unwrap().release().unwrap();
+            longest = longest.max(start.elapsed());
+        }
+        if longest >= Duration::from_millis(2) {
+            slowest.push(longest);
+            continue;
+        }
+        assert_eq!(locks.request_count() - before, 10);
+        assert_eq!(locks.loss_detection(), LossDetection::NotStarted);
+        return;
     }
-    assert_eq!(locks.request_count() - before, 40);
-    assert_eq!(locks.loss_detection(), LossDetection::NotStarted);
+    panic!("no attempt had five cycles within 2 ms each: their slowest cycles {slowest:?}");
 }
 
 #[test]

@@ -150,8 +150,10 @@ fn a_killed_holders_permit_comes_back_within_its_ttl() {
         .unwrap()
         .expect("the dead holder's permit comes back");
     let waited = killed.elapsed();
+    // Within its TTL, plus what a loaded machine adds: not after a second TTL, nor at the
+    // end of the 5 s wait.
     assert!(
-        waited <= Duration::from_millis(1000 + 200),
+        waited <= Duration::from_millis(1000 + 800),
         "back within its 1 s TTL (+ a little): {waited:?}"
     );
     assert!(permit.ensure_held().is_ok());

@@ -44,7 +44,9 @@ fn the_heap_reaches_a_plateau_and_a_dropped_client_leaves_nothing_behind() {
     let server = RedisServer::start();
     assert_eq!(client_threads(), 0, "{:?}", thread_names());
     let client = LockClient::builder(&server.url())
-        .default_ttl(Duration::from_millis(800))
+        // Long enough that a loaded machine's stall between two renewals (a third of it
+        // apart) does not let the blocker's lock run out and the blocked lock be taken.
+        .default_ttl(Duration::from_millis(3000))
         .connect_timeout(Duration::from_secs(1))
         .build()
         .unwrap();

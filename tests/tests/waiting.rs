@@ -370,11 +370,16 @@ fn threads_waiting_under_redlock_peek_through_one_connection_per_server() {
     // Reply timeouts well above what a loaded machine takes: 32 threads asking three servers
     // at once could see a 300 ms reply time out, and an attempt answered by one server only
     // fails with `NoQuorum` instead of waiting.
-    let locks = LockClient::redlock_builder(refs.iter().map(|s| s.url()))
-        .io_timeout(Duration::from_secs(5))
-        .build()
-        .unwrap();
-    let holder = redis_lock_tests::redlock_client(&refs);
+    let build = || {
+        LockClient::redlock_builder(refs.iter().map(|s| s.url()))
+            .io_timeout(Duration::from_secs(5))
+            .build()
+            .unwrap()
+    };
+    let locks = build();
+    // The holder too: with a 300 ms reply timeout its renewals can fail on a loaded machine,
+    // the lock is lost, and a waiter takes it before all of them have registered.
+    let holder = build();
     let guard = holder.lock("peek").unwrap();
     let release = {
         let guard = std::sync::Mutex::new(Some(guard));

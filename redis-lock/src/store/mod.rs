@@ -102,10 +102,29 @@ impl std::fmt::Debug for Store {
 /// `RedisError` that wraps an I/O error shows it twice in an error chain, as itself and as its
 /// source.
 fn io_cause(e: &redis::RedisError) -> std::io::Error {
-    let kind = std::error::Error::source(e)
-        .and_then(|source| source.downcast_ref::<std::io::Error>())
-        .map_or(std::io::ErrorKind::Other, std::io::Error::kind);
-    std::io::Error::new(kind, e.to_string())
+    std::io::Error::new(io_kind(e), e.to_string())
+}
+
+/// The kind of the first I/O error in `e`'s source chain, `Other` when there is none. The
+/// `redis` crate keeps a wrapped error as an `Arc<dyn Error + Send + Sync>` and gives that
+/// `Arc` as the source, so a downcast of the source alone to `io::Error` never matches: the
+/// `Arc`'s content is looked at too.
+fn io_kind(e: &redis::RedisError) -> std::io::ErrorKind {
+    type Shared = std::sync::Arc<dyn std::error::Error + Send + Sync>;
+    let mut next = std::error::Error::source(e);
+    while let Some(cause) = next {
+        if let Some(io) = cause.downcast_ref::<std::io::Error>() {
+            return io.kind();
+        }
+        if let Some(io) = cause
+            .downcast_ref::<Shared>()
+            .and_then(|shared| shared.downcast_ref::<std::io::Error>())
+        {
+            return io.kind();
+        }
+        next = cause.source();
+    }
+    std::io::ErrorKind::Other
 }
 
 /// How a wait on a wake-up list ended.

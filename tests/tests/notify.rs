@@ -424,8 +424,8 @@ fn notice_times(server: &RedisServer, kill_first: bool) -> Vec<Duration> {
             }
             if !seen {
                 assert!(
-                    killed.elapsed() < Duration::from_millis(100),
-                    "round {round}: the kill not seen after 100 ms"
+                    killed.elapsed() < NOTICED,
+                    "round {round}: the kill not seen after {NOTICED:?}"
                 );
             }
             std::thread::sleep(Duration::from_millis(1));
@@ -464,15 +464,26 @@ fn a_killed_tracked_connection_is_reopened_at_once_and_a_later_loss_is_notified(
          p99 {reference_p99:?}",
         reference[reference.len() / 2]
     );
+    // The renewal that would find it otherwise is 10 s away; a loaded machine's scheduling
+    // can delay one round by tens of milliseconds.
     assert!(
-        p99 <= (reference_p99 * 4).max(Duration::from_millis(5)),
+        p99 <= (reference_p99 * 4).max(Duration::from_millis(100)),
         "{killed:?} against {reference:?}"
     );
 }
 
-/// Requests one lock held for `hold` with `ttl` costs `locks` (a fresh server's client), from
-/// its acquisition to its release.
-fn lock_cycle_requests(locks: &LockClient, ttl: Duration, hold: Duration) -> u64 {
+/// Requests one lock held for `hold` with `ttl` costs `locks`, from its acquisition to its
+/// release, less the `PEXPIRE`s `server` ran meanwhile: each renewal runs one (so does the
+/// acquisition, for its fencing counter, in either mode alike), so a renewal more or less on a
+/// loaded machine does not count.
+fn requests_beside_renewals(
+    locks: &LockClient,
+    server: &RedisServer,
+    ttl: Duration,
+    hold: Duration,
+) -> i64 {
+    let mut redis = server.connection();
+    redis_lock_tests::reset_stats(&mut redis);
     let before = locks.request_count();
     let guard = locks
         .acquire_with("n-short", &LockOptions::new().ttl(ttl))
@@ -480,30 +491,37 @@ fn lock_cycle_requests(locks: &LockClient, ttl: Duration, hold: Duration) -> u64
     std::thread::sleep(hold);
     assert!(!guard.is_lost());
     guard.release().unwrap();
-    locks.request_count() - before
+    let requests = i64::try_from(locks.request_count() - before).unwrap();
+    let pexpires = redis_lock_tests::command_counts(&mut redis)
+        .get("pexpire")
+        .copied()
+        .unwrap_or(0);
+    assert!(pexpires >= 2, "ttl {ttl:?}: {pexpires} renewals");
+    requests - i64::try_from(pexpires).unwrap()
 }
 
 /// At any TTL a lock's own renewals and release cost notification nothing: held for about two
-/// TTLs by a new client, a lock sends as many requests with loss notification as without,
-/// plus the one check when it becomes watched (not a check more while the listener connects,
-/// nor one per renewal). The server has the scripts already (a first client's cycle).
+/// TTLs by a new client, a lock sends as many requests besides its renewals with loss
+/// notification as without, plus the one check when it becomes watched (not a check more
+/// while the listener connects, nor one per renewal). The server has the scripts already (a
+/// first client's cycle).
 #[test]
 fn a_short_lock_costs_notification_one_check_and_nothing_per_renewal() {
     let server = RedisServer::start();
-    // Each hold ends half a renewal interval away from a renewal, so both runs renew as often.
-    for (ttl, hold) in [(1000, 2167), (600, 1100)] {
+    for (ttl, hold) in [(1000, 2167), (300, 1050)] {
         let (ttl, hold) = (Duration::from_millis(ttl), Duration::from_millis(hold));
-        lock_cycle_requests(&client(&server), ttl, hold);
-        let on = lock_cycle_requests(&client(&server), ttl, hold);
-        let off = lock_cycle_requests(
+        requests_beside_renewals(&client(&server), &server, ttl, hold);
+        let on = requests_beside_renewals(&client(&server), &server, ttl, hold);
+        let off = requests_beside_renewals(
             &redis_lock_tests::client_without_notification(&server.url()),
+            &server,
             ttl,
             hold,
         );
         assert_eq!(
             on,
             off + 1,
-            "ttl {ttl:?}: {on} requests with notification, {off} without"
+            "ttl {ttl:?}: {on} requests besides renewals with notification, {off} without"
         );
     }
 }

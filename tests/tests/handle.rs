@@ -176,6 +176,10 @@ fn a_handle_is_resumed_only_on_the_deployment_it_was_made_on() {
     let elsewhere = client(&servers[1]);
     let quorum_handle = redlock.lock("q").unwrap().into_handle();
     let single_handle = single.lock("s").unwrap().into_handle();
+    // A quorum's acquisition returns once a majority answered; the last server's lands after.
+    assert!(wait_until(Duration::from_secs(5), || servers
+        .iter()
+        .all(|s| !dump(s, "q").0.is_empty())));
     let before: Vec<_> = servers
         .iter()
         .map(|s| (dump(s, "q"), dump(s, "s")))

@@ -407,7 +407,7 @@ impl World {
     }
 }
 
-/// Waits until the client is quiet ([`quiet`]) and the live heap no longer shrinks (a renewal
+/// Waits until the client is quiet ([`World::quiet`]) and the live heap no longer shrinks (a renewal
 /// thread lets go of a released lease when it next looks, up to a third of the TTL later),
 /// for at most `within`. The live heap then, and what was registered.
 pub fn settle(world: &World, within: Duration) -> (i64, Registrations) {

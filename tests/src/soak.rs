@@ -467,6 +467,20 @@ impl Measured {
         (last - self.base) as f64 * 1000.0 / self.ops().max(1) as f64
     }
 
+    /// Live heap growth per 1,000 operations from the lowest settled heap of the first half
+    /// (the warm-up's included) to the lowest of the second: a leak raises every settled heap
+    /// in proportion to the operations, while what a loaded machine leaves in flight at a
+    /// settling (a connection's larger buffer, a renewal out) moves single readings either way.
+    pub fn low_growth_per_1000(&self) -> f64 {
+        let heaps: Vec<i64> = std::iter::once(self.base)
+            .chain(self.rounds.iter().map(|r| r.1))
+            .collect();
+        let half = heaps.len() / 2;
+        let first = heaps[..half].iter().min().copied().unwrap_or(self.base);
+        let last = heaps[half..].iter().min().copied().unwrap_or(self.base);
+        (last - first) as f64 * 1000.0 / self.ops().max(1) as f64
+    }
+
     /// Live heap growth per 1,000 operations over the rounds that opened no connection and
     /// started no thread, and how many such rounds there were. A leak grows in every round, in
     /// proportion to its operations; a pooled connection more, or a renewal thread more for a

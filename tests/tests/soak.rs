@@ -54,11 +54,10 @@ fn the_heap_reaches_a_plateau_and_a_dropped_client_leaves_nothing_behind() {
 
     // Every primitive in turn: two warm-up rounds, then five measured.
     let measured = soak::measure(&world, Kind::Mix, 16, (2, 5), Duration::from_secs(3));
-    let (steady, rounds) = measured.steady_growth_per_1000();
+    let low = measured.low_growth_per_1000();
     println!(
-        "{} ops after the warm-up: {:+.1} B per 1,000 ops ({steady:+.1} over the {rounds} rounds \
-         that added no connection or thread), {:.1} allocations per op; settled heap {} then \
-         {:?}",
+        "{} ops after the warm-up: {:+.1} B per 1,000 ops ({low:+.1} between the lows of each \
+         half), {:.1} allocations per op; settled heap {} then {:?}",
         measured.ops(),
         measured.growth_per_1000(),
         measured.allocs_per_op,
@@ -72,14 +71,14 @@ fn the_heap_reaches_a_plateau_and_a_dropped_client_leaves_nothing_behind() {
         measured.base_registrations,
         measured.rounds
     );
-    // The leaks this guards against grew 3,500 to 5,900 B per 1,000 operations of this mix
-    // in every round; what a short warm-up still adds on a loaded machine (a map's larger table
-    // for a new peak of locks held at once) measured up to 46. The long soak (`scripts/soak`)
-    // measures to the byte.
+    // The leaks this guards against grew 3,500 to 5,900 B per 1,000 operations of this mix,
+    // in every round; under a loaded test run single settled heaps move by a few KB either way
+    // (measured up to 71 B per 1,000 operations between the lows). The long soak
+    // (`scripts/soak`) measures to the byte.
     assert!(
-        rounds >= 1 && steady <= 200.0,
-        "the live heap grew {steady:+.1} B per 1,000 operations over {rounds} rounds \
-         (base, then per round: operations, settled heap, threads, registrations): {} {:?}",
+        low <= 500.0,
+        "the live heap grew {low:+.1} B per 1,000 operations (base, then per round: \
+         operations, settled heap, threads, registrations): {} {:?}",
         measured.base,
         measured.rounds
     );

@@ -89,7 +89,7 @@ fn verdict(kind: Kind, answer: Option<Release>, nothing_ours: u32) -> Verdict {
 
 impl Job {
     /// One try.
-    fn send(&self, inner: &Inner) -> Result<Release> {
+    pub(crate) fn send(&self, inner: &Inner) -> Result<Release> {
         let form = match self.kind {
             Kind::Release => Form::of(self.native, self.value.as_deref()),
             // An acquisition's attempt took the native path if it was allowed to; a script

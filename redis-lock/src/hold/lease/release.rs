@@ -8,9 +8,8 @@ use std::time::{Duration, Instant};
 use super::observe::Ended;
 use super::{Lease, ReleaseOutcome, Releasing};
 use crate::error::{Error, Result};
-use crate::hold::primitive::Lock;
 use crate::hold::{Inner, giveback};
-use crate::wire::{Form, LockKeys, ReleaseArgs, Renewal};
+use crate::wire::{Form, ReleaseArgs, Renewal};
 
 impl Lease {
     /// Gives the lock back. Exactly one call does the round trip; a concurrent call waits for
@@ -129,18 +128,8 @@ impl Lease {
         // meanwhile is left alone).
         if give_back {
             tracing::debug!(target: "redis_lock", key = %self.name, "release sent again in the background until Redis answers or the lock expires");
-            self.inner.give_back(giveback::Job {
-                primitive: Arc::clone(&self.primitive),
-                keys: self.keys.clone(),
-                token: self.token.clone(),
-                grant: self.grant.clone(),
-                registration: self.registration.clone(),
-                cooldown,
-                native: self.native,
-                value: self.value.clone(),
-                kind: giveback::Kind::Release,
-                until: expires_at,
-            });
+            self.inner
+                .give_back(self.give_back_job(cooldown, expires_at, self.value.clone()));
         }
         self.released.notify_all();
         if result.is_ok() {
@@ -173,16 +162,32 @@ impl Lease {
         }
         Resend {
             inner: Arc::downgrade(&self.inner),
+            // Sent again after a failover: the script, which reads either form.
+            job: self.give_back_job(cooldown, until, None),
+        }
+        .schedule(&self.inner, epoch)
+    }
+
+    /// This lease's release as a job to send again (`giveback.rs`), until `until`; `value`:
+    /// what the native fast path wrote, if the release may delete it natively.
+    fn give_back_job(
+        &self,
+        cooldown: Duration,
+        until: Instant,
+        value: Option<String>,
+    ) -> giveback::Job {
+        giveback::Job {
             primitive: Arc::clone(&self.primitive),
             keys: self.keys.clone(),
             token: self.token.clone(),
             grant: self.grant.clone(),
             registration: self.registration.clone(),
-            native: self.native,
             cooldown,
+            native: self.native,
+            value,
+            kind: giveback::Kind::Release,
             until,
         }
-        .schedule(&self.inner, epoch)
     }
 
     /// Gives ownership away without releasing (a lease handle now owns the lock): the
@@ -215,29 +220,20 @@ impl Lease {
 /// `Debug` shows the lock's name, never the owner token or grant.
 struct Resend {
     inner: std::sync::Weak<Inner>,
-    primitive: Arc<dyn Lock>,
-    keys: LockKeys,
-    token: String,
-    grant: String,
-    registration: String,
-    native: bool,
-    cooldown: Duration,
-    /// The lease's local expiry: after it the lock is gone on every master.
-    until: Instant,
+    /// The release; its `until` is the lease's local expiry: after it the lock is gone on
+    /// every master.
+    job: giveback::Job,
 }
 
 impl std::fmt::Debug for Resend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Resend")
-            .field("name", &self.keys.name())
-            .field("until", &self.until)
-            .finish_non_exhaustive()
+        f.debug_struct("Resend").field("job", &self.job).finish()
     }
 }
 
 impl Resend {
     fn schedule(self, inner: &Inner, epoch: Option<u64>) -> bool {
-        let until = self.until;
+        let until = self.job.until;
         inner
             .deployment
             .after_move(epoch, until, Box::new(move || self.run()))
@@ -249,25 +245,12 @@ impl Resend {
         let Some(inner) = self.inner.upgrade() else {
             return;
         };
-        if Instant::now() >= self.until {
+        if Instant::now() >= self.job.until {
             return;
         }
         let epoch = inner.deployment.epoch();
-        let result = inner.deployment.release(
-            &*self.primitive,
-            &ReleaseArgs {
-                keys: &self.keys,
-                token: &self.token,
-                grant: &self.grant,
-                registration: &self.registration,
-                cooldown: self.cooldown,
-                undo: false,
-                // Sent again after a failover: the script, which reads either form.
-                form: Form::of(self.native, None),
-                caps: None,
-            },
-        );
-        let key = self.keys.name().to_owned();
+        let result = self.job.send(&inner);
+        let key = self.job.keys.name().to_owned();
         match result {
             Ok(answer) => {
                 tracing::info!(target: "redis_lock", %key, ?answer, "release sent again to the new master")

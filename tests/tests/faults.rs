@@ -19,6 +19,19 @@ fn token_of(line: &str) -> u64 {
     line.rsplit(' ').next().unwrap().parse().unwrap()
 }
 
+/// A `lock-holder` that took `name` with a 300 ms TTL (reporting `on_lost` as `ONLOST`) and
+/// was then stopped (SIGSTOP, standing for a GC or VM pause) until the lock expired in Redis.
+fn paused_past_its_ttl(server: &RedisServer, locks: &LockClient, name: &str) -> Holder {
+    let mut holder = Holder::spawn(HOLDER, &["hold-watch", &server.url(), name, "300"]);
+    holder.expect("ACQUIRED", LINE).unwrap();
+    holder.signal(libc::SIGSTOP);
+    assert!(wait_until(Duration::from_secs(5), || locks
+        .inspect(name)
+        .unwrap()
+        .is_none()));
+    holder
+}
+
 /// A holder stopped past its TTL (SIGSTOP, standing for a GC or VM pause) asks Redis when it
 /// wakes before it reports the loss: `TakenOver` when another client holds the lock by then,
 /// `Expired` when nobody does; not `RenewalFailed`, since Redis could be reached all along.
@@ -28,14 +41,7 @@ fn a_holder_that_wakes_past_its_expiry_reports_what_redis_says() {
     let locks = client(&server);
     for (round, take_over) in [(0, true), (1, false), (2, true), (3, false)] {
         let name = format!("paused-{round}");
-        let mut holder = Holder::spawn(HOLDER, &["hold-watch", &server.url(), &name, "300"]);
-        holder.expect("ACQUIRED", LINE).unwrap();
-        holder.signal(libc::SIGSTOP);
-        // Stopped past its TTL: the lock expires in Redis.
-        assert!(wait_until(Duration::from_secs(5), || locks
-            .inspect(&name)
-            .unwrap()
-            .is_none()));
+        let mut holder = paused_past_its_ttl(&server, &locks, &name);
         let other = take_over.then(|| locks.try_lock(&name).unwrap().expect("expired"));
         holder.signal(libc::SIGCONT);
         let line = holder.expect("ONLOST", LINE).unwrap();
@@ -60,13 +66,7 @@ fn a_paused_holder_that_releases_at_once_is_told_it_was_taken_over() {
     let locks = client(&server);
     for round in 0..5 {
         let name = format!("paused-release-{round}");
-        let mut holder = Holder::spawn(HOLDER, &["hold-watch", &server.url(), &name, "300"]);
-        holder.expect("ACQUIRED", LINE).unwrap();
-        holder.signal(libc::SIGSTOP);
-        assert!(wait_until(Duration::from_secs(5), || locks
-            .inspect(&name)
-            .unwrap()
-            .is_none()));
+        let mut holder = paused_past_its_ttl(&server, &locks, &name);
         let other = locks.try_lock(&name).unwrap().expect("expired");
         holder.send("release");
         holder.signal(libc::SIGCONT);

@@ -361,9 +361,8 @@ impl Shared {
         self.tell_all();
     }
 
-    /// The listener saw the tracked connection hung up: if it really is (its socket's end
-    /// reached, no reply due: a request in flight holds `tracked`), it is dropped and opened
-    /// again at once.
+    /// The listener saw a tracked connection hung up: if it is the current one (the poll may
+    /// have watched one replaced meanwhile), it is dropped and opened again at once.
     fn tracked_hung_up(&self) {
         {
             let mut tracked = self.tracked.lock();

@@ -75,22 +75,19 @@ impl Closer {
         }
     }
 
-    /// Whether the server closed the connection (a peek that finds its end, or an error).
-    /// Only meaningful while no reply is due on it: a reply waiting to be read is "open".
+    /// Whether the server closed the connection: its end of the stream is reached (or the
+    /// socket failed), whether or not bytes are still unread before it. Asked without
+    /// waiting.
     #[cfg(unix)]
     pub(crate) fn peer_closed(&self) -> bool {
-        let mut byte = 0u8;
-        // SAFETY: `byte` is a valid one-byte buffer for the call; the fd is open while `self`
-        // lives.
-        let n = unsafe {
-            libc::recv(
-                self.fd(),
-                (&raw mut byte).cast(),
-                1,
-                libc::MSG_PEEK | libc::MSG_DONTWAIT,
-            )
+        let mut fd = libc::pollfd {
+            fd: self.fd(),
+            events: libc::POLLRDHUP,
+            revents: 0,
         };
-        n == 0 || (n < 0 && std::io::Error::last_os_error().kind() != io::ErrorKind::WouldBlock)
+        // SAFETY: `fd` is one valid pollfd for the call; the fd is open while `self` lives.
+        let n = unsafe { libc::poll(&raw mut fd, 1, 0) };
+        n > 0 && fd.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0
     }
 
     #[cfg(not(unix))]

@@ -155,7 +155,10 @@ mod tests {
             1,
             "what it captured is dropped at the cancel"
         );
-        std::thread::sleep(Duration::from_millis(60));
+        // A later job has run: the cancelled one's time has passed.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let _ = timer.after(Duration::from_millis(40), move || tx.send(()).unwrap());
+        rx.recv_timeout(Duration::from_secs(2)).unwrap();
         assert_eq!(ran.load(Ordering::SeqCst), 0);
     }
 

@@ -737,18 +737,9 @@ impl Builder {
         }
         let (targets, redacted_url) = self.targets()?;
         let origin = origin(&self.source);
-        // One housekeeping thread (sentinel checks, wake-ups) for the whole client.
-        let housekeeping = Arc::new(
-            ScheduledThreadPool::builder()
-                .num_threads(1)
-                .thread_name_pattern("redis-lock-pool")
-                // Its jobs hold the client weakly: a dropped client's thread ends at once,
-                // not after its next scheduled job (up to the pools' 30 s reaper).
-                .on_drop_behavior(OnPoolDropBehavior::DiscardPendingScheduled)
-                .build(),
-        );
-        // Its jobs at an instant, which can be taken back (`store/timer.rs`).
-        let timer = crate::store::timer::Timer::new(Arc::clone(&housekeeping));
+        // One housekeeping thread (sentinel checks, wake-ups, expiry alarms) for the whole
+        // client, running jobs that can be taken back (`store/timer.rs`).
+        let timer = crate::store::timer::Timer::start().map_err(Error::System)?;
         // And one for every r2d2 pool of the client instead of r2d2's three per pool, apart
         // from the housekeeping, which talks to Redis: its jobs only make unopened
         // connections, at once (the caller opens them), so a checkout with room in its pool
@@ -796,8 +787,8 @@ impl Builder {
             };
             if let Some(sentinel) = &sentinel {
                 let sentinel = Arc::downgrade(sentinel);
-                // The job ends with the thread pool, which ends with the client's pools.
-                let _job = housekeeping.execute_at_fixed_rate(every, every, move || {
+                // The job ends with the housekeeping thread, which ends with the client.
+                timer.every(every, move || {
                     if let Some(sentinel) = sentinel.upgrade() {
                         sentinel.check();
                     }

@@ -505,6 +505,13 @@ impl Measured {
 }
 
 /// `warmups` rounds, then `rounds` rounds, each of `length`, the client settled after each.
+///
+/// The warm-up rounds run twice as many threads as the measured ones. What a client keeps for
+/// its peak load is bounded by the threads sharing it, not by the operations: a renewal thread
+/// per lock held at once, a pooled connection per request in flight, the capacity of its maps
+/// of waiters, watches and timers. Twice the threads take each of those past any peak the
+/// measured rounds reach (by chance, late, with a short warm-up of the same load), so what
+/// grows after the warm-up grows with the operations: a leak.
 pub fn measure(
     world: &Arc<World>,
     kind: Kind,
@@ -516,15 +523,17 @@ pub fn measure(
     /// release in flight): far more than it needs, far less than a stale entry's lifetime.
     const SETTLE: Duration = Duration::from_secs(5);
     for _ in 0..warmups {
-        round(world, kind, threads, length);
+        round(world, kind, threads * 2, length);
     }
+    // Allocated before the first reading: the measurement's own memory is not measured.
+    let readings = Vec::with_capacity(rounds);
     let (base, base_registrations) = settle(world, SETTLE);
     let allocs = allocations();
     let mut measured = Measured {
         kind,
         base,
         base_registrations,
-        rounds: Vec::new(),
+        rounds: readings,
         allocs_per_op: 0.0,
     };
     for _ in 0..rounds {

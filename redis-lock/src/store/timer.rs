@@ -1,49 +1,75 @@
-//! One-shot jobs at an instant that can be taken back, on the client's housekeeping thread.
+//! One-shot jobs at an instant that can be taken back, and the client's periodic jobs, run on
+//! the client's one housekeeping thread (`redis-lock-pool`).
 //!
-//! The thread pool's own delayed jobs cannot be removed: a cancelled one stays queued, with
-//! whatever it captured, until its time. Most of ours are cancelled (a blocking wait's
-//! wake-up, ended early by a release or a cancel; a request's expiry alarm, answered in
-//! time), so at a thousand waits a second with a minute's timeout that queue would hold sixty
-//! thousand dead jobs. Here a job lives in an ordered map until it runs or is cancelled, and
-//! the pool holds one wake-up for the earliest (plus one per time a new job came earlier than
-//! every other, each of which finds nothing to do).
+//! Most jobs are cancelled (a blocking wait's wake-up, ended early by a release or a cancel; a
+//! request's expiry alarm, answered in time), so a cancelled job must be gone at once, with
+//! what it captured: at a thousand waits a second with a minute's timeout, a queue that kept
+//! them until their time would hold sixty thousand. A job lives in an ordered map until it runs
+//! or is cancelled, and the thread sleeps until the earliest; a job that comes earlier than
+//! every other wakes it to sleep less. Nothing else is queued anywhere, so what a quiet client
+//! keeps does not depend on how many jobs it once had.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
-use scheduled_thread_pool::ScheduledThreadPool;
+use parking_lot::{Condvar, Mutex, MutexGuard};
 
 type Job = Box<dyn FnOnce() + Send>;
 
-/// The client's jobs at an instant (see the module's documentation). Cheap to clone.
+/// The client's jobs at an instant (see the module's documentation). Cheap to clone; the
+/// thread ends when the last clone is dropped.
 #[derive(Clone)]
 pub(crate) struct Timer {
-    pool: Arc<ScheduledThreadPool>,
-    shared: Arc<Mutex<State>>,
+    shared: Arc<Shared>,
+    /// Stops the thread when the last clone goes. Jobs hold the shared state, never this, so
+    /// a pending job does not keep the thread.
+    _owner: Arc<Owner>,
 }
 
 impl std::fmt::Debug for Timer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Timer")
-            .field("jobs", &self.shared.lock().jobs.len())
+            .field("jobs", &self.shared.state.lock().jobs.len())
             .finish()
     }
+}
+
+struct Shared {
+    state: Mutex<State>,
+    /// Wakes the thread: a job earlier than every other, or the stop.
+    wake: Condvar,
 }
 
 #[derive(Default)]
 struct State {
     jobs: BTreeMap<(Instant, u64), Job>,
     next_id: u64,
-    /// The earliest wake-up the pool holds for us.
-    armed: Option<Instant>,
+    stop: bool,
+}
+
+impl State {
+    fn insert(&mut self, at: Instant, job: Job) -> (Instant, u64) {
+        let key = (at, self.next_id);
+        self.next_id += 1;
+        self.jobs.insert(key, job);
+        key
+    }
+}
+
+struct Owner(Arc<Shared>);
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        self.0.state.lock().stop = true;
+        self.0.wake.notify_one();
+    }
 }
 
 /// A job not run yet; [`cancel`](Self::cancel) takes it back. Dropping it leaves the job.
 #[derive(Debug)]
 pub(crate) struct TimerHandle {
-    shared: Weak<Mutex<State>>,
+    shared: Weak<Shared>,
     key: (Instant, u64),
 }
 
@@ -51,18 +77,27 @@ impl TimerHandle {
     /// Removes the job if it has not run (what it captured is dropped now).
     pub(crate) fn cancel(&self) {
         if let Some(shared) = self.shared.upgrade() {
-            let job = shared.lock().jobs.remove(&self.key);
+            let job = shared.state.lock().jobs.remove(&self.key);
             drop(job);
         }
     }
 }
 
 impl Timer {
-    pub(crate) fn new(pool: Arc<ScheduledThreadPool>) -> Timer {
-        Timer {
-            pool,
-            shared: Arc::default(),
-        }
+    /// Starts the housekeeping thread.
+    pub(crate) fn start() -> std::io::Result<Timer> {
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State::default()),
+            wake: Condvar::new(),
+        });
+        let thread = Arc::clone(&shared);
+        std::thread::Builder::new()
+            .name("redis-lock-pool".into())
+            .spawn(move || run(&thread))?;
+        Ok(Timer {
+            _owner: Arc::new(Owner(Arc::clone(&shared))),
+            shared,
+        })
     }
 
     /// Runs `job` on the housekeeping thread `after` from now, unless cancelled first.
@@ -71,59 +106,76 @@ impl Timer {
         after: Duration,
         job: impl FnOnce() + Send + 'static,
     ) -> TimerHandle {
-        let at = Instant::now() + after;
-        let mut state = self.shared.lock();
-        let key = (at, state.next_id);
-        state.next_id += 1;
-        state.jobs.insert(key, Box::new(job));
-        if state.armed.is_none_or(|armed| at < armed) {
-            state.armed = Some(at);
-            arm(&self.pool, &self.shared, at);
-        }
+        let key = schedule(&self.shared, Instant::now() + after, Box::new(job));
         TimerHandle {
             shared: Arc::downgrade(&self.shared),
             key,
         }
     }
 
+    /// Runs `job` every `period` (the first time one period from now) until the client is
+    /// dropped. A run that takes longer than a period delays the next, never doubles it.
+    pub(crate) fn every(&self, period: Duration, job: impl Fn() + Send + Sync + 'static) {
+        repeat(
+            Arc::downgrade(&self.shared),
+            Instant::now() + period,
+            period,
+            Arc::new(job),
+        );
+    }
+
     /// Jobs waiting to run.
     #[cfg(test)]
     fn pending(&self) -> usize {
-        self.shared.lock().jobs.len()
+        self.shared.state.lock().jobs.len()
     }
 }
 
-/// Has the pool wake us at `at`. Weak both ways: a dropped client's queue does not keep it.
-fn arm(pool: &Arc<ScheduledThreadPool>, shared: &Arc<Mutex<State>>, at: Instant) {
-    let (weak_pool, weak_shared) = (Arc::downgrade(pool), Arc::downgrade(shared));
-    pool.execute_after(at.saturating_duration_since(Instant::now()), move || {
-        if let (Some(pool), Some(shared)) = (weak_pool.upgrade(), weak_shared.upgrade()) {
-            tick(&pool, &shared, at);
-        }
-    });
+/// Adds a job, waking the thread if it is now the earliest.
+fn schedule(shared: &Shared, at: Instant, job: Job) -> (Instant, u64) {
+    let mut state = shared.state.lock();
+    let key = state.insert(at, job);
+    if state.jobs.keys().next() == Some(&key) {
+        shared.wake.notify_one();
+    }
+    key
 }
 
-/// A wake-up set for `at`: runs every job due, and sets the next wake-up.
-fn tick(pool: &Arc<ScheduledThreadPool>, shared: &Arc<Mutex<State>>, at: Instant) {
-    let due: Vec<Job> = {
-        let mut state = shared.lock();
-        if state.armed == Some(at) {
-            state.armed = None;
-        }
-        let now = Instant::now();
-        let later = state.jobs.split_off(&(now, u64::MAX));
-        let due = std::mem::replace(&mut state.jobs, later);
-        if let Some(&(next, _)) = state.jobs.keys().next()
-            && state.armed.is_none_or(|armed| next < armed)
-        {
-            state.armed = Some(next);
-            arm(pool, shared, next);
-        }
-        due.into_values().collect()
+/// One run of a periodic job at `at`, which schedules the next.
+fn repeat(shared: Weak<Shared>, at: Instant, period: Duration, job: Arc<dyn Fn() + Send + Sync>) {
+    let Some(strong) = shared.upgrade() else {
+        return;
     };
-    for job in due {
-        job();
+    schedule(
+        &strong,
+        at,
+        Box::new(move || {
+            job();
+            repeat(shared, Instant::now() + period, period, job);
+        }),
+    );
+}
+
+/// The housekeeping thread: runs each job at its time, without the lock, until stopped.
+fn run(shared: &Shared) {
+    let mut state = shared.state.lock();
+    while !state.stop {
+        let Some((&(at, _), _)) = state.jobs.first_key_value() else {
+            shared.wake.wait(&mut state);
+            continue;
+        };
+        if at > Instant::now() {
+            shared.wake.wait_until(&mut state, at);
+            continue;
+        }
+        if let Some((_, job)) = state.jobs.pop_first() {
+            MutexGuard::unlocked(&mut state, job);
+        }
     }
+    // What the jobs not run captured goes now, not when the last handle does.
+    let jobs = std::mem::take(&mut state.jobs);
+    drop(state);
+    drop(jobs);
 }
 
 #[cfg(test)]
@@ -132,7 +184,7 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     fn timer() -> Timer {
-        Timer::new(Arc::new(ScheduledThreadPool::new(1)))
+        Timer::start().unwrap()
     }
 
     #[test]
@@ -175,5 +227,44 @@ mod tests {
             .collect();
         assert_eq!(got, [1, 2, 3]);
         assert_eq!(timer.pending(), 0);
+    }
+
+    #[test]
+    fn a_periodic_job_runs_again_and_again() {
+        let timer = timer();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let tx = std::sync::Mutex::new(tx);
+        timer.every(Duration::from_millis(5), move || {
+            let _ = tx.lock().unwrap().send(());
+        });
+        for _ in 0..3 {
+            rx.recv_timeout(Duration::from_secs(2)).unwrap();
+        }
+        assert_eq!(timer.pending(), 1, "only its next run is queued");
+    }
+
+    #[test]
+    fn the_thread_ends_with_the_last_clone_and_drops_what_the_jobs_held() {
+        let timer = timer();
+        let shared = Arc::downgrade(&timer.shared);
+        let kept = Arc::new(());
+        {
+            let kept = Arc::clone(&kept);
+            let _ = timer.after(Duration::from_secs(3600), move || drop(kept));
+        }
+        timer.every(Duration::from_secs(3600), || {});
+        let clone = timer.clone();
+        drop(timer);
+        assert_eq!(Arc::strong_count(&kept), 2, "a clone keeps the jobs");
+        drop(clone);
+        // The thread lets go of the shared state as it ends, and the jobs with it.
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while (shared.strong_count() > 0 || Arc::strong_count(&kept) > 1)
+            && Instant::now() < deadline
+        {
+            std::thread::yield_now();
+        }
+        assert_eq!(shared.strong_count(), 0, "the thread ended");
+        assert_eq!(Arc::strong_count(&kept), 1, "the pending job was dropped");
     }
 }

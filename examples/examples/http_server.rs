@@ -71,8 +71,10 @@ fn deposit(store: &redis::Client, account: u32, amount: i64) -> Result<(i64, u64
     let balance: Option<i64> = redis.get(balance_key(account))?;
     std::thread::sleep(Duration::from_millis(5)); // the race window, made visible
     let balance = balance.unwrap_or(0) + amount;
-    lock.check_held()?; // asks Redis: still ours? then commit
-    redis.set::<_, _, ()>(balance_key(account), balance)?;
+    // Written only if the lock is still ours at that instant, atomically with the check
+    // (the balances live in the same Redis as the locks): a deposit whose lock was lost
+    // meanwhile writes nothing and fails with `Lost`.
+    lock.commit::<()>(redis::pipe().set(balance_key(account), balance).ignore())?;
     Ok((balance, lock.fencing_token()))
 }
 

@@ -164,19 +164,20 @@ use proc_macro::TokenStream;
 ///   `Result<(), E>` to be told, or check `guard.check_held()` in the body.
 ///
 /// Finding out at the end costs no round trip: the check is the outcome of the release that
-/// ends every call anyway. To commit only while the lock is held, check inside the body just
-/// before committing (`ensure_held`, the local state, milliseconds behind Redis where the
-/// server notifies; `check_held`, one round trip, where it does not or to be sure now), and
-/// fence the write with the token, which also covers a pause between the check and the
-/// write:
+/// ends every call anyway. To write only while the lock is held, commit through the guard:
+/// where the data lives in the same Redis, `commit` applies a pipeline only if the lock is
+/// still this call's, atomically with that check (a pause before it cannot let a write land
+/// after a loss). For a write elsewhere, check just before it (`check_held`, one round trip)
+/// and fence it with the token, which also covers a pause between the check and the write:
 ///
 /// ```no_run
 /// # use redis_lock::distributed_lock;
 /// #[distributed_lock(key = "ledger:{account}", ttl = 5, guard = lock)]
-/// fn post(account: u64, amount: i64) -> Result<u64, redis_lock::Error> {
+/// fn post(account: u64, amount: i64) -> Result<i64, redis_lock::Error> {
 ///     // ... compute ...
-///     lock.check_held()?; // Redis says it is still ours: commit, fenced by the token
-///     Ok(lock.fencing_token())
+///     let (balance,): (i64,) =
+///         lock.commit(redis_lock::redis::pipe().incr(format!("balance:{account}"), amount))?;
+///     Ok(balance) // Err(Lost) and nothing written if the lock was lost meanwhile
 /// }
 /// ```
 ///

@@ -220,6 +220,60 @@ impl LockGuard {
         self.lease.remaining_ttl()
     }
 
+    /// Applies `pipeline`'s commands only if this guard still holds its lock at that instant,
+    /// atomically with the check, in one round trip: the commit of work done under a lock
+    /// whose data lives in the same Redis. The replies come back as
+    /// [`Pipeline::query`](redis::Pipeline::query) gives them (`.ignore()`d commands left out).
+    ///
+    /// What it promises: **no write after a loss**. Redis runs the check and the commands as
+    /// one script, so nothing else (an expiry, another holder's acquisition) comes between
+    /// them; a lock that is no longer this guard's runs none of them, and the guard is marked
+    /// lost. What it does not: a command that fails inside it (a wrong type, a bad argument)
+    /// stops it there, and the commands before it stay applied (Redis has no rollback),
+    /// as in a `MULTI`/`EXEC`; and a commit whose reply was lost (a connection cut) may or may
+    /// not have run, as any write. Keys must be strings of bytes the commands name directly;
+    /// commands that scripts may not run (`MULTI`, `WATCH`, blocking and subscribing ones)
+    /// fail as such.
+    ///
+    /// For a lock, a read share, the write lock and a permit; on one server, on Sentinel (the
+    /// replica acknowledgement the lock was taken with is waited for after the commit), and
+    /// on a Redis Cluster when every key of the commands is in the lock's slot (the lock name
+    /// as their hash tag: `{acct:7}:balance` beside the lock `acct:7`, whose key is
+    /// `lock:{acct:7}`; checked before anything is sent).
+    /// A Redlock quorum cannot apply writes atomically together with its lock: there it is
+    /// refused, and the [fencing token](Self::fencing_token) is the protection.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Lost`] when the lock is not this guard's any more (nothing was written);
+    /// [`Error::InvalidInput`] before anything is sent under Redlock, on a Cluster key of
+    /// another slot, or for a cursor argument; [`Error::ReplicaAck`] when fewer replicas than
+    /// the lock was taken with acknowledged the writes in time (they are applied on the
+    /// master); a Redis error when a command failed (those before it are applied) or the
+    /// reply is not `T`; a connection error when Redis cannot be asked (the commit may have
+    /// run).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redis_lock::Result<()> {
+    /// # let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+    /// let guard = locks.lock("account:7")?;
+    /// // ... read the balance, decide ...
+    /// let (balance,): (i64,) = guard.commit(
+    ///     redis::pipe()
+    ///         .cmd("DECRBY").arg("balance:7").arg(60)
+    ///         .cmd("RPUSH").arg("history:7").arg("-60").ignore(),
+    /// )?; // Err(Error::Lost { .. }) and nothing written if the lock was lost meanwhile
+    /// # Ok(()) }
+    /// ```
+    pub fn commit<T: redis::FromRedisValue>(&self, pipeline: &redis::Pipeline) -> Result<T> {
+        self.ensure_held()?;
+        let commands = commands_of(pipeline)?;
+        let replies = self.lease.commit(&commands)?;
+        Ok(pipeline.query(&mut Replies(Some(replies)))?)
+    }
+
     /// Asks Redis how long the lock has left; `None` if it has no expiry. The same round trip
     /// as [`check_held`](Self::check_held).
     ///
@@ -363,5 +417,67 @@ impl Drop for LockGuard {
             // Errors are logged by `Lease::release`; there is nobody to return them to.
             let _ = self.lease.release();
         }
+    }
+}
+
+/// The arguments of each command of `pipeline`, as the commit sends them.
+fn commands_of(pipeline: &redis::Pipeline) -> Result<Vec<Vec<&[u8]>>> {
+    pipeline
+        .cmd_iter()
+        .map(|cmd| {
+            cmd.args_iter()
+                .map(|arg| match arg {
+                    redis::Arg::Simple(bytes) => Ok(bytes),
+                    _ => Err(Error::invalid(
+                        "commit",
+                        "a cursor argument (an iterator's SCAN) cannot be committed",
+                    )),
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// The replies of a commit, handed to the user's pipeline so that it shapes them as its
+/// `query` does: which commands were `.ignore()`d is private to `redis::Pipeline`, and its
+/// `query` (the only public way to apply it) takes a connection. Nothing is sent through it:
+/// the commit was one request, already answered; this gives the answer back once.
+struct Replies(Option<Vec<redis::Value>>);
+
+impl redis::ConnectionLike for Replies {
+    fn req_packed_command(&mut self, _: &[u8]) -> redis::RedisResult<redis::Value> {
+        Err(redis::RedisError::from((
+            redis::ErrorKind::Client,
+            "a commit's replies are read as a pipeline's",
+        )))
+    }
+
+    fn req_packed_commands(
+        &mut self,
+        _: &[u8],
+        offset: usize,
+        _: usize,
+    ) -> redis::RedisResult<Vec<redis::Value>> {
+        let replies = self.0.take().ok_or_else(|| {
+            redis::RedisError::from((redis::ErrorKind::Client, "a commit's replies are read once"))
+        })?;
+        // An atomic pipeline (`MULTI` ... `EXEC`) expects `EXEC`'s one array.
+        Ok(if offset > 0 {
+            vec![redis::Value::Array(replies)]
+        } else {
+            replies
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        0
+    }
+
+    fn check_connection(&mut self) -> bool {
+        false
+    }
+
+    fn is_open(&self) -> bool {
+        false
     }
 }

@@ -15,6 +15,7 @@ use crate::store::connection::PooledConn;
 use crate::store::notify::{LossDetection, Watcher};
 use crate::store::waiting::WaitFor;
 use crate::store::{Ack, Store, Wake, combine, direct};
+use crate::wire::commit::{self, Committed};
 use crate::wire::multi::{AllArgs, AllAttempt};
 use crate::wire::token::new_token;
 use crate::wire::{
@@ -184,6 +185,48 @@ impl Deployment {
             }
             Deployment::Quorum(q) => q.owned_ttl(p, keys, token),
         }
+    }
+
+    /// Runs `commands` under the lock `token` holds, atomically with the ownership check, in
+    /// one request (`wire/commit.rs`), then waits for `ack` (the replica acknowledgement the
+    /// lock was taken with): the replies, or why the lock was not ours (nothing ran). Never
+    /// sent again after a failure: a commit whose reply was lost may have run. On a Redis
+    /// Cluster every key of the commands must be in the lock's slot, which the server's
+    /// `COMMAND GETKEYS` tells before the commit is sent; a quorum refuses it before anything
+    /// is sent (its servers cannot apply writes atomically together).
+    pub(crate) fn commit(
+        &self,
+        p: &dyn Primitive,
+        keys: &LockKeys,
+        token: &str,
+        commands: &[Vec<&[u8]>],
+        ack: Option<Ack>,
+    ) -> Result<(Committed, Option<u32>)> {
+        let store = match self {
+            Deployment::Single(store) => store,
+            Deployment::Quorum(_) => {
+                return Err(Error::invalid(
+                    "commit",
+                    "a Redlock quorum cannot apply writes atomically with its lock on every \
+                     server; protect the resource with the guard's fencing token instead",
+                ));
+            }
+        };
+        let check = p.commit_check(keys);
+        let mut conn = store.conn()?;
+        let data_keys = if store.cluster {
+            let found = commit::keys_of(&mut conn, commands)?;
+            cluster_slot_check(keys, &found)?;
+            found
+        } else {
+            Vec::new()
+        };
+        let committed = commit::commit(&mut conn, &check, token, &data_keys, commands)?;
+        let acked = match (&committed, ack) {
+            (Committed::Applied(_), Some(ack)) => Some(store.await_replicas(&mut conn, ack)?),
+            _ => None,
+        };
+        Ok((committed, acked))
     }
 
     /// Watches a held lock for changes by anybody else (`store/notify.rs`): registers
@@ -498,6 +541,28 @@ pub(crate) fn is_failover_error(e: &Error) -> bool {
 /// new master. Only for token-checked operations (renew, release), which are safe to resend:
 /// the first may have been done by the old master, and the second finds the lock in the state
 /// the new one has.
+/// A Cluster commit names only keys of the lock's slot (a hash tag shared with the lock
+/// name): the script runs on the lock's node, atomically there only.
+fn cluster_slot_check(keys: &LockKeys, found: &[Vec<u8>]) -> Result<()> {
+    #[cfg(feature = "cluster")]
+    {
+        let slot = crate::wire::keys::slot_of(&keys.lock);
+        if let Some(key) = found.iter().find(|k| crate::wire::keys::slot_of(k) != slot) {
+            return Err(Error::invalid(
+                "commit",
+                format!(
+                    "key {:?} is in another Cluster slot than the lock: give it the lock's hash \
+                     tag ({{...}} in both names) so that the commit can run where the lock is",
+                    String::from_utf8_lossy(key)
+                ),
+            ));
+        }
+    }
+    #[cfg(not(feature = "cluster"))]
+    let _ = (keys, found);
+    Ok(())
+}
+
 fn on_master<T>(store: &Store, mut op: impl FnMut(&mut PooledConn) -> Result<T>) -> Result<T> {
     again_after_failover(store, || store.conn().and_then(|mut conn| op(&mut conn)))
 }

@@ -28,6 +28,7 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::wire::Con;
+use crate::wire::commit::Check;
 use crate::wire::multi::{AllArgs, AllAttempt};
 use crate::wire::{
     Attempt, AttemptArgs, Broken, Claim, ClaimArgs, Holder, LockKeys, OwnedTtl, Release,
@@ -57,6 +58,10 @@ pub(crate) trait Primitive: Shared + Send + Sync + std::fmt::Debug {
 
     /// The remaining TTL of a lock we hold.
     fn owned_ttl(&self, con: &mut Con<'_>, keys: &LockKeys, token: &str) -> Result<OwnedTtl>;
+
+    /// The ownership check a commit under a lock we hold runs before its commands, as a value
+    /// (its script and keys): the deployment sends it with the commands (`wire/commit.rs`).
+    fn commit_check(&self, keys: &LockKeys) -> Check;
 
     /// Move a lock we hold from owner token `token` to `fresh` (a lease handle resumed once):
     /// its fencing token, TTL and holder information stay. The remaining TTL under `fresh`,

@@ -11,6 +11,7 @@ use crate::deploy::seam::{AllAtOnce, Grants, Native, Primitive, Redlock};
 use crate::error::Result;
 use crate::options::LockOptions;
 use crate::wire::Con;
+use crate::wire::commit::Check;
 use crate::wire::multi::{self, AllArgs, AllAttempt};
 use crate::wire::mutex as script;
 use crate::wire::{
@@ -52,6 +53,10 @@ impl Primitive for Mutex {
 
     fn owned_ttl(&self, con: &mut Con<'_>, keys: &LockKeys, token: &str) -> Result<OwnedTtl> {
         script::owned_ttl(con, keys, token)
+    }
+
+    fn commit_check(&self, keys: &LockKeys) -> Check {
+        script::commit_check(keys)
     }
 
     fn transfer(

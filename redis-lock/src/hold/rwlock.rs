@@ -13,6 +13,7 @@ use crate::deploy::seam::Primitive;
 use crate::error::{Error, Result};
 use crate::options::LockOptions;
 use crate::wire::Con;
+use crate::wire::commit::Check;
 use crate::wire::rwlock::{self as script, Side};
 use crate::wire::{
     Attempt, AttemptArgs, Broken, Holder, LockKeys, OwnedTtl, Release, ReleaseArgs, Renewal,
@@ -76,6 +77,10 @@ impl Primitive for RwLock {
 
     fn owned_ttl(&self, con: &mut Con<'_>, keys: &LockKeys, token: &str) -> Result<OwnedTtl> {
         script::owned_ttl(con, self.side, keys, token)
+    }
+
+    fn commit_check(&self, keys: &LockKeys) -> Check {
+        script::commit_check(self.side, keys)
     }
 
     fn transfer(

@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 use crate::options::LockOptions;
 use crate::store::Store;
 use crate::wire::Con;
+use crate::wire::commit::Check;
 use crate::wire::semaphore::{self as script, MAX_PERMITS, Permits};
 use crate::wire::{
     Attempt, AttemptArgs, Broken, Claim, ClaimArgs, Holder, LockKeys, OwnedTtl, Release,
@@ -56,6 +57,10 @@ impl Primitive for Semaphore {
 
     fn owned_ttl(&self, con: &mut Con<'_>, keys: &LockKeys, token: &str) -> Result<OwnedTtl> {
         script::owned_ttl(con, keys, token)
+    }
+
+    fn commit_check(&self, keys: &LockKeys) -> Check {
+        script::commit_check(keys)
     }
 
     fn transfer(

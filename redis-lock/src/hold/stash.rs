@@ -28,6 +28,7 @@ use super::primitive::{Lock, Params};
 use crate::deploy::seam::{Primitive, Redlock};
 use crate::error::{Error, Result};
 use crate::options::LockOptions;
+use crate::wire::commit::{self, Check};
 use crate::wire::resp::Decimal;
 use crate::wire::script::run;
 use crate::wire::{
@@ -110,17 +111,18 @@ return 1
 });
 
 /// KEYS: lock. ARGV: token. The ms left, `-1` no expiry, `-2` gone, `-3` not ours.
-static OWNED_TTL: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
+const OWNED_TTL_LUA: &str = r"
 local t = redis.pcall('HGET', KEYS[1], 'token')
 if type(t) == 'table' then return -3 end
 if t == ARGV[1] then return redis.call('PTTL', KEYS[1]) end
 if t == false and redis.call('EXISTS', KEYS[1]) == 0 then return -2 end
 return -3
-",
-    )
-});
+";
+
+static OWNED_TTL: LazyLock<Script> = LazyLock::new(|| Script::new(OWNED_TTL_LUA));
+
+/// A commit's commands, after the same check (`wire/commit.rs`).
+static COMMIT: LazyLock<Script> = LazyLock::new(|| commit::script(OWNED_TTL_LUA));
 
 /// KEYS: lock. ARGV: token, fresh token. Moves the lock to the fresh token: the ms left, `-1`
 /// no expiry, `-2` gone, `-3` not ours.
@@ -261,6 +263,13 @@ impl Primitive for Stash {
     fn owned_ttl(&self, con: &mut Con<'_>, k: &LockKeys, token: &str) -> Result<OwnedTtl> {
         let r: i64 = run(con, &OWNED_TTL, &[k.lock.as_bytes()], &[token.as_bytes()])?;
         Ok(decode_owned_ttl(r))
+    }
+
+    fn commit_check(&self, k: &LockKeys) -> Check {
+        Check {
+            script: &COMMIT,
+            keys: vec![k.lock.clone()],
+        }
     }
 
     fn transfer(

@@ -172,8 +172,8 @@ fn join(base: &str, parts: &[&str]) -> String {
 /// first `{` and the next `}`, when not empty), else of the whole key, modulo 16384. Every key
 /// of one lock has the lock's tag, so one slot.
 #[cfg(any(feature = "cluster", test))]
-pub(crate) fn slot_of(key: &str) -> u16 {
-    let bytes = key.as_bytes();
+pub(crate) fn slot_of(key: impl AsRef<[u8]>) -> u16 {
+    let bytes = key.as_ref();
     let tagged = bytes.iter().position(|&b| b == b'{').and_then(|open| {
         let rest = &bytes[open + 1..];
         let close = rest.iter().position(|&b| b == b'}')?;

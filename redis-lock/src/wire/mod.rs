@@ -21,6 +21,7 @@ mod lua;
 
 // After `lua`: these use its macros.
 pub(crate) mod cancel;
+pub(crate) mod commit;
 pub(crate) mod multi;
 pub(crate) mod mutex;
 mod reply;

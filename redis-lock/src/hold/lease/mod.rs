@@ -23,7 +23,8 @@ use super::{Inner, Kind};
 use crate::error::{Error, LostReason, Result};
 use crate::options::{LockOptions, LostCallback, LostEvent};
 use crate::store::Ack;
-use crate::wire::{LockKeys, Release, Renewal};
+use crate::wire::commit::Committed;
+use crate::wire::{LockKeys, OwnedTtl, Release, Renewal};
 
 /// The thread that renews a lease, as the lease sees it. The watchdog (`watchdog.rs`)
 /// implements it and talks only to the lease; the lease knows no more of it than this.
@@ -354,6 +355,33 @@ impl Lease {
     }
 
     /// Marks the lease lost for `answer` and returns the error to report.
+    /// Runs `commands` under this lock, atomically with the ownership check
+    /// (`Deployment::commit`): their replies; or [`Error::Lost`] with nothing run and the lease
+    /// marked lost; or [`Error::ReplicaAck`] when the lock was taken with a replica
+    /// acknowledgement that the commit's writes did not get in time (they were applied on the
+    /// master).
+    pub(crate) fn commit(&self, commands: &[Vec<&[u8]>]) -> Result<Vec<redis::Value>> {
+        let (committed, acked) = self.inner.deployment.commit(
+            &*self.primitive,
+            &self.keys,
+            &self.token,
+            commands,
+            self.ack,
+        )?;
+        match committed {
+            Committed::Applied(replies) => match (self.ack, acked) {
+                (Some(ack), Some(acked)) if acked < ack.count => Err(Error::ReplicaAck {
+                    key: self.name.clone(),
+                    required: ack.count,
+                    acked,
+                }),
+                _ => Ok(replies),
+            },
+            Committed::Lost(OwnedTtl::Gone) => Err(self.lost(Renewal::Gone)),
+            Committed::Lost(_) => Err(self.lost(Renewal::NotOurs)),
+        }
+    }
+
     fn lost(&self, answer: Renewal) -> Error {
         let expires_at = self.state.lock().expires_at;
         let reason = loss(answer, Instant::now(), expires_at);

@@ -77,7 +77,7 @@ pub(crate) use claim::claim;
 pub(crate) use force_release::force_release;
 pub(crate) use inspect::inspect;
 pub(crate) use leave::leave;
-pub(crate) use owned_ttl::owned_ttl;
+pub(crate) use owned_ttl::{commit_check, owned_ttl};
 pub(crate) use raise_fence::raise_fence;
 pub(crate) use release::release;
 pub(crate) use renew::renew;

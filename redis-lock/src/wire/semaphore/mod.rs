@@ -153,7 +153,7 @@ pub(crate) use claim::claim;
 pub(crate) use force_release::force_release;
 pub(crate) use inspect::inspect;
 pub(crate) use leave::leave;
-pub(crate) use owned_ttl::owned_ttl;
+pub(crate) use owned_ttl::{commit_check, owned_ttl};
 pub(crate) use release::release;
 pub(crate) use renew::renew;
 pub(crate) use set_limit::set_limit;

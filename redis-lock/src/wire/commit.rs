@@ -1,0 +1,156 @@
+//! A commit under the lock: the user's commands, sent with the holder's ownership check as one
+//! script, so that Redis runs them only while the lock is still this holder's, atomically with
+//! the check. Every primitive brings its check (the body of its `OWNED_TTL` script, with its
+//! keys first in `KEYS`); the commands are the same for all.
+//!
+//! KEYS: the check's keys, then the commands' keys where they are known (a Cluster's, which
+//! must be declared: see [`keys_of`]). ARGV: the owner token, then each command as its
+//! argument count followed by its arguments. Returns `{-2}` (gone) or `{-3}` (not ours) with
+//! nothing run, or `{1, replies}` with one reply per command. A command that fails stops the
+//! script there: the ones before it are not undone (Redis has no rollback), and the error is
+//! the reply.
+
+use redis::{Script, Value};
+
+use super::Con;
+use super::script::run;
+use super::{OwnedTtl, decode_owned_ttl};
+use crate::error::{Error, Result};
+
+/// What runs after the check: each command in turn, `redis.call` so that an error stops it.
+/// `unpack` takes at most about 8,000 values: a larger command fails (see the reply above).
+const COMMANDS: &str = "\
+local left = owned()
+if left == -2 or left == -3 then return {left} end
+local out, i = {}, 2
+while i <= #ARGV do
+  local n = tonumber(ARGV[i])
+  out[#out + 1] = redis.call(unpack(ARGV, i + 1, i + n))
+  i = i + n + 1
+end
+return {1, out}
+";
+
+/// The commit script of a primitive whose `OWNED_TTL` script is `owned_ttl` (a chunk that
+/// returns the PTTL, `-2` gone or `-3` not ours, reading the token from `ARGV[1]`).
+pub(crate) fn script(owned_ttl: &str) -> Script {
+    Script::new(&format!(
+        "local function owned()\n{owned_ttl}end\n{COMMANDS}"
+    ))
+}
+
+/// A primitive's ownership check, as a commit runs it: its commit script (from [`script`])
+/// and the keys its check reads, in order.
+#[derive(Debug)]
+pub(crate) struct Check {
+    pub(crate) script: &'static Script,
+    pub(crate) keys: Vec<String>,
+}
+
+/// What a commit came to.
+#[derive(Debug)]
+pub(crate) enum Committed {
+    /// The lock was ours: every command ran; their replies in order.
+    Applied(Vec<Value>),
+    /// The lock was not ours (gone or another owner's): nothing ran.
+    Lost(OwnedTtl),
+}
+
+/// Sends `commands` under `check` for the holder of `token` (one round trip). `keys`: the
+/// commands' keys to declare (a Cluster's; empty elsewhere).
+pub(crate) fn commit(
+    con: &mut Con<'_>,
+    check: &Check,
+    token: &str,
+    keys: &[Vec<u8>],
+    commands: &[Vec<&[u8]>],
+) -> Result<Committed> {
+    let all_keys: Vec<&[u8]> = check
+        .keys
+        .iter()
+        .map(|k| k.as_bytes())
+        .chain(keys.iter().map(Vec::as_slice))
+        .collect();
+    let counts: Vec<String> = commands.iter().map(|c| c.len().to_string()).collect();
+    let mut args: Vec<&[u8]> = vec![token.as_bytes()];
+    for (command, count) in commands.iter().zip(&counts) {
+        args.push(count.as_bytes());
+        args.extend(command.iter().copied());
+    }
+    let reply: Value = run(con, check.script, &all_keys, &args)?;
+    decode(reply)
+}
+
+fn decode(reply: Value) -> Result<Committed> {
+    let unexpected = || {
+        Error::Redis(redis::RedisError::from((
+            redis::ErrorKind::Parse,
+            "unexpected reply to a commit",
+        )))
+    };
+    let Value::Array(mut parts) = reply else {
+        return Err(unexpected());
+    };
+    match (parts.len(), parts.first()) {
+        (2, Some(Value::Int(1))) => match parts.pop() {
+            Some(Value::Array(replies)) => Ok(Committed::Applied(replies)),
+            _ => Err(unexpected()),
+        },
+        (1, Some(&Value::Int(code))) if code == -2 || code == -3 => {
+            Ok(Committed::Lost(decode_owned_ttl(code)))
+        }
+        _ => Err(unexpected()),
+    }
+}
+
+/// The keys of each command, as the server finds them (`COMMAND GETKEYS`, one round trip for
+/// all): a Cluster's commit declares them, and they must all be in the lock's slot. A command
+/// without keys has none; one the server does not know fails here, before anything runs.
+pub(crate) fn keys_of(con: &mut Con<'_>, commands: &[Vec<&[u8]>]) -> Result<Vec<Vec<u8>>> {
+    let mut keys = Vec::new();
+    for command in commands {
+        let mut getkeys = redis::cmd("COMMAND");
+        getkeys.arg("GETKEYS");
+        for arg in command {
+            getkeys.arg(*arg);
+        }
+        match getkeys.query::<Vec<Vec<u8>>>(con) {
+            Ok(found) => keys.extend(found),
+            // "The command has no key arguments": PING, TIME, ...
+            Err(e) if e.to_string().contains("no key arguments") => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(keys)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_commit_reply_decodes_to_what_it_says() {
+        let applied = decode(Value::Array(vec![
+            Value::Int(1),
+            Value::Array(vec![Value::Int(7), Value::Okay]),
+        ]))
+        .unwrap();
+        assert!(matches!(applied, Committed::Applied(r) if r == [Value::Int(7), Value::Okay]));
+        assert!(matches!(
+            decode(Value::Array(vec![Value::Int(-2)])).unwrap(),
+            Committed::Lost(OwnedTtl::Gone)
+        ));
+        assert!(matches!(
+            decode(Value::Array(vec![Value::Int(-3)])).unwrap(),
+            Committed::Lost(OwnedTtl::NotOurs)
+        ));
+        for bad in [
+            Value::Int(1),
+            Value::Array(vec![Value::Int(0)]),
+            Value::Array(vec![Value::Int(1), Value::Int(2)]),
+            Value::Array(vec![]),
+        ] {
+            assert!(decode(bad).is_err());
+        }
+    }
+}

@@ -1,4 +1,4 @@
-//! Holding a lock: the guard, the watchdog, losing a lock and checking before a commit.
+//! Holding a lock: the guard, the watchdog, losing a lock, and committing under it.
 //!
 //! # A lease, renewed while the guard lives
 //!
@@ -41,11 +41,31 @@
 //! | call | what it asks | cost |
 //! |---|---|---|
 //! | [`is_lost`](crate::LockGuard::is_lost), [`ensure_held`](crate::LockGuard::ensure_held) | what the client last learnt | free, local |
+//! | [`commit`](crate::LockGuard::commit) | Redis, atomically with the writes: the pipeline's commands run only if the guard's token still holds the lock; marks the guard lost if not | one round trip, the writes included (not under Redlock) |
 //! | [`check_held`](crate::LockGuard::check_held) | Redis: does the guard's owner token still hold the lock? Marks the guard lost if not | one round trip (a majority under Redlock) |
 //! | [`fencing_token`](crate::LockGuard::fencing_token) | the resource itself: it rejects a token lower than one it has seen | nothing here; the resource keeps the highest token |
 //!
-//! Call `check_held()` right before a commit; it still leaves the gap between the check and
-//! the write, which only a fencing token closes. The callback `on_lost`
+//! Where the data lives in the same Redis, write it with `commit`: a pause before it (a GC, a
+//! stalled VM) cannot let the write land after a loss, because Redis runs the check and the
+//! commands as one script. Elsewhere, call `check_held()` right before the write; it still
+//! leaves the gap between the check and the write, which only a fencing token closes.
+//!
+//! ```no_run
+//! fn main() -> redis_lock::Result<()> {
+//!     let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+//!     let guard = locks.lock("account:7")?;
+//!     let balance: i64 = 100; // ... read it, decide ...
+//!     let (left,): (i64,) = guard.commit(
+//!         redis::pipe()
+//!             .cmd("DECRBY").arg("balance:7").arg(60)
+//!             .cmd("RPUSH").arg("history:7").arg(balance - 60).ignore(),
+//!     )?; // Err(Lost) and nothing written if the lock was lost meanwhile
+//!     println!("balance now {left}");
+//!     Ok(())
+//! }
+//! ```
+//!
+//! The callback `on_lost`
 //! ([`LockOptions::on_lost`](crate::LockOptions::on_lost), or `Builder::on_lost` for every
 //! lock of a client) runs once when the client learns of a loss, with a
 //! [`LostEvent`](crate::LostEvent) naming the lock and the [`LostReason`](crate::LostReason):

@@ -7,7 +7,7 @@
 //! --workers N        contending workers (default 8)
 //! --hold-us US       how long each acquisition holds the lock (default 1000)
 //! --modes LIST       contended rows to run, of notify,fair,retry-10ms (default: all)
-//! --only LIST        sections to run, of uncontended,contended,shared,held,notice,takeover,
+//! --only LIST        sections to run, of uncontended,commit,contended,shared,held,notice,takeover,
 //!                    deployments,failover,semaphore,rwlock (default: all)
 //! --json PATH        where to write the JSON report (default target/bench.json)
 //! ```
@@ -21,6 +21,8 @@ use std::time::Duration;
 
 use redis_lock::testing::RedisServer;
 
+#[path = "bench/commit.rs"]
+mod commit;
 #[path = "bench/contended.rs"]
 mod contended;
 #[path = "bench/deployments.rs"]
@@ -48,8 +50,9 @@ use contended::Mode;
 use report::{Json, Table, f};
 
 /// The sections, in the order they run.
-const SECTIONS: [&str; 10] = [
+const SECTIONS: [&str; 11] = [
     "uncontended",
+    "commit",
     "contended",
     "shared",
     "held",
@@ -324,6 +327,17 @@ fn main() {
         }
     } else {
         report = report.with("rtt", uncontended::json(&rtt));
+    }
+
+    // Commit under the lock against check_held() + a plain pipeline.
+    if run("commit") {
+        let client = contended::bench_client(&url);
+        let c = commit::run(&url, &client, short * 5);
+        println!();
+        for line in &c.lines {
+            println!("{line}");
+        }
+        report = report.with("commit", c.json);
     }
 
     // Contended: one key, `workers` threads and then `workers` processes, per mode.

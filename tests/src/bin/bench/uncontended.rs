@@ -23,6 +23,17 @@ pub(crate) fn measure(url: &str, time: Duration, op: impl FnMut()) -> Measured {
     measure_on(&[url.to_owned()], time, &[], op)
 }
 
+/// [`measure`] of an `op` that sends plain commands `sent` (lowercase) itself besides
+/// scripts: their Redis time counts too.
+pub(crate) fn measure_sending(
+    url: &str,
+    time: Duration,
+    sent: &[&str],
+    op: impl FnMut(),
+) -> Measured {
+    measure_on(&[url.to_owned()], time, sent, op)
+}
+
 /// [`measure`] on a deployment of several servers: their counters are summed.
 /// `sent`: the plain commands `op` sends itself besides scripts (see
 /// [`RedisCounters::usec_since`]).

@@ -109,7 +109,9 @@ pub enum Error {
         /// Why it was rejected.
         reason: String,
     },
-    /// Fewer replicas acknowledged the acquisition than were required; the lock was released.
+    /// Fewer replicas acknowledged a write in time than were required: an acquisition's (the
+    /// lock was released), or a commit's under a lock taken with a replica acknowledgement
+    /// (its writes are applied on the master, and may be lost in a failover).
     #[error("lock {key:?}: {acked} of {required} replicas acknowledged the write in time")]
     ReplicaAck {
         /// The lock name as the caller gave it.

@@ -270,7 +270,7 @@ impl LockGuard {
     pub fn commit<T: redis::FromRedisValue>(&self, pipeline: &redis::Pipeline) -> Result<T> {
         self.ensure_held()?;
         let commands = commands_of(pipeline)?;
-        let replies = self.lease.commit(&commands)?;
+        let replies = crate::hold::lease::commit(&[&self.lease], &commands)?;
         Ok(pipeline.query(&mut Replies(Some(replies)))?)
     }
 
@@ -421,7 +421,7 @@ impl Drop for LockGuard {
 }
 
 /// The arguments of each command of `pipeline`, as the commit sends them.
-fn commands_of(pipeline: &redis::Pipeline) -> Result<Vec<Vec<&[u8]>>> {
+pub(crate) fn commands_of(pipeline: &redis::Pipeline) -> Result<Vec<Vec<&[u8]>>> {
     pipeline
         .cmd_iter()
         .map(|cmd| {
@@ -442,7 +442,7 @@ fn commands_of(pipeline: &redis::Pipeline) -> Result<Vec<Vec<&[u8]>>> {
 /// `query` does: which commands were `.ignore()`d is private to `redis::Pipeline`, and its
 /// `query` (the only public way to apply it) takes a connection. Nothing is sent through it:
 /// the commit was one request, already answered; this gives the answer back once.
-struct Replies(Option<Vec<redis::Value>>);
+pub(crate) struct Replies(pub(crate) Option<Vec<redis::Value>>);
 
 impl redis::ConnectionLike for Replies {
     fn req_packed_command(&mut self, _: &[u8]) -> redis::RedisResult<redis::Value> {

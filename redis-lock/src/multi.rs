@@ -192,6 +192,39 @@ impl MultiGuard {
         Ok(shortest)
     }
 
+    /// Applies `pipeline`'s commands only if this guard still holds every member at that
+    /// instant, atomically with the check, in one round trip (see
+    /// [`LockGuard::commit`](crate::LockGuard::commit), which this is for several locks): a
+    /// transfer between two accounts written under both their locks, or not at all.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Lost`] naming a member that is not this guard's any more (it is marked lost;
+    /// nothing was written); [`Error::InvalidInput`] before anything is sent under Redlock or
+    /// on a Cluster when the members or the commands' keys are not in one slot; otherwise as
+    /// [`LockGuard::commit`](crate::LockGuard::commit).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redis_lock::Result<()> {
+    /// # let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+    /// let both = locks.lock_all(["account:1", "account:2"])?;
+    /// let (from, to): (i64, i64) = both.commit(
+    ///     redis::pipe()
+    ///         .cmd("DECRBY").arg("balance:1").arg(25)
+    ///         .cmd("INCRBY").arg("balance:2").arg(25),
+    /// )?; // Err(Lost) and nothing written if either lock was lost meanwhile
+    /// # Ok(()) }
+    /// ```
+    pub fn commit<T: redis::FromRedisValue>(&self, pipeline: &redis::Pipeline) -> Result<T> {
+        self.ensure_held()?;
+        let commands = crate::guard::commands_of(pipeline)?;
+        let leases: Vec<&Lease> = self.leases.iter().map(|l| &**l).collect();
+        let replies = crate::hold::lease::commit(&leases, &commands)?;
+        Ok(pipeline.query(&mut crate::guard::Replies(Some(replies)))?)
+    }
+
     /// Makes every member expire `ttl` from now, and the TTL their watchdogs renew to.
     ///
     /// # Errors

@@ -304,3 +304,59 @@ fn a_cluster_commit_runs_in_the_locks_slot_and_refuses_a_key_outside_it() {
     let other = cluster.node_for_slot(cluster.keyslot("elsewhere"));
     assert_eq!(get(other, "elsewhere"), None);
 }
+
+#[test]
+fn a_multi_lock_commits_only_while_it_holds_every_member() {
+    let server = RedisServer::start();
+    let locks = client_without_notification(&server.url());
+    set(&server, "m:1:balance", 100);
+    set(&server, "m:2:balance", 0);
+    let both = locks.lock_all(["m:1", "m:2"]).unwrap();
+    let mut transfer = redis::pipe();
+    transfer
+        .cmd("DECRBY")
+        .arg("m:1:balance")
+        .arg(25)
+        .cmd("INCRBY")
+        .arg("m:2:balance")
+        .arg(25);
+    let (from, to): (i64, i64) = both.commit(&transfer).unwrap();
+    assert_eq!((from, to), (75, 25));
+    // One member broken: nothing is written, and that member is named.
+    locks.force_release("m:2").unwrap();
+    match both.commit::<(i64, i64)>(&transfer) {
+        Err(Error::Lost { key, .. }) => assert_eq!(key, "m:2"),
+        other => panic!("expected Lost, got {other:?}"),
+    }
+    assert_eq!(get(&server, "m:1:balance").as_deref(), Some("75"));
+    assert_eq!(get(&server, "m:2:balance").as_deref(), Some("25"));
+    assert_eq!(both.lost_member().map(|(k, _)| k), Some("m:2"));
+}
+
+#[test]
+fn through_sentinel_a_commit_runs_on_the_master_and_waits_for_the_replica_acknowledgement() {
+    let group = redis_lock::testing::SentinelGroup::start();
+    let locks = redis_lock_tests::sentinel_client(&group);
+    let guard = locks
+        .options("s:acct")
+        .replicas(1, Duration::from_millis(500))
+        .acquire()
+        .unwrap();
+    let mut incr = redis::pipe();
+    incr.cmd("INCRBY").arg("s:acct:balance").arg(7);
+    let (n,): (i64,) = guard.commit(&incr).unwrap();
+    assert_eq!(n, 7);
+    // With the replica stopped, the write is applied on the master but not acknowledged.
+    group.pause_replica();
+    let err = guard.commit::<(i64,)>(&incr).unwrap_err();
+    group.resume_replica();
+    match err {
+        Error::ReplicaAck {
+            key,
+            required,
+            acked,
+        } => assert_eq!((key.as_str(), required, acked), ("s:acct", 1, 0)),
+        other => panic!("expected ReplicaAck, got {other:?}"),
+    }
+    assert_eq!(get(group.master(), "s:acct:balance").as_deref(), Some("14"));
+}

@@ -15,7 +15,7 @@ use crate::store::connection::PooledConn;
 use crate::store::notify::{LossDetection, Watcher};
 use crate::store::waiting::WaitFor;
 use crate::store::{Ack, Store, Wake, combine, direct};
-use crate::wire::commit::{self, Committed};
+use crate::wire::commit::{self, Check, Committed};
 use crate::wire::multi::{AllArgs, AllAttempt};
 use crate::wire::token::new_token;
 use crate::wire::{
@@ -187,18 +187,18 @@ impl Deployment {
         }
     }
 
-    /// Runs `commands` under the lock `token` holds, atomically with the ownership check, in
-    /// one request (`wire/commit.rs`), then waits for `ack` (the replica acknowledgement the
-    /// lock was taken with): the replies, or why the lock was not ours (nothing ran). Never
-    /// sent again after a failure: a commit whose reply was lost may have run. On a Redis
-    /// Cluster every key of the commands must be in the lock's slot, which the server's
-    /// `COMMAND GETKEYS` tells before the commit is sent; a quorum refuses it before anything
-    /// is sent (its servers cannot apply writes atomically together).
+    /// Runs `commands` under `check` for the holder of `tokens` (one lock's token, or each
+    /// member's of a multi-lock), atomically with the check, in one request
+    /// (`wire/commit.rs`), then waits for `ack` (the replica acknowledgement the lock was
+    /// taken with): the replies, or which lock was not ours (nothing ran). Never sent again
+    /// after a failure: a commit whose reply was lost may have run. On a Redis Cluster every
+    /// key, the locks' and the commands', must be in one slot, which the server's `COMMAND
+    /// GETKEYS` tells before the commit is sent; a quorum refuses it before anything is sent
+    /// (its servers cannot apply writes atomically together).
     pub(crate) fn commit(
         &self,
-        p: &dyn Primitive,
-        keys: &LockKeys,
-        token: &str,
+        check: &Check,
+        tokens: &[&str],
         commands: &[Vec<&[u8]>],
         ack: Option<Ack>,
     ) -> Result<(Committed, Option<u32>)> {
@@ -212,16 +212,15 @@ impl Deployment {
                 ));
             }
         };
-        let check = p.commit_check(keys);
         let mut conn = store.conn()?;
         let data_keys = if store.cluster {
             let found = commit::keys_of(&mut conn, commands)?;
-            cluster_slot_check(keys, &found)?;
+            one_slot(&check.keys, &found)?;
             found
         } else {
             Vec::new()
         };
-        let committed = commit::commit(&mut conn, &check, token, &data_keys, commands)?;
+        let committed = commit::commit(&mut conn, check, tokens, &data_keys, commands)?;
         let acked = match (&committed, ack) {
             (Committed::Applied(_), Some(ack)) => Some(store.await_replicas(&mut conn, ack)?),
             _ => None,
@@ -541,13 +540,26 @@ pub(crate) fn is_failover_error(e: &Error) -> bool {
 /// new master. Only for token-checked operations (renew, release), which are safe to resend:
 /// the first may have been done by the old master, and the second finds the lock in the state
 /// the new one has.
-/// A Cluster commit names only keys of the lock's slot (a hash tag shared with the lock
-/// name): the script runs on the lock's node, atomically there only.
-fn cluster_slot_check(keys: &LockKeys, found: &[Vec<u8>]) -> Result<()> {
+/// A Cluster commit names only keys of one slot, the first lock's (a hash tag shared with
+/// the lock name): the script runs on that lock's node, atomically there only.
+fn one_slot(locks: &[String], found: &[Vec<u8>]) -> Result<()> {
     #[cfg(feature = "cluster")]
     {
-        let slot = crate::wire::keys::slot_of(&keys.lock);
-        if let Some(key) = found.iter().find(|k| crate::wire::keys::slot_of(k) != slot) {
+        use crate::wire::keys::slot_of;
+        let Some(first) = locks.first() else {
+            return Ok(());
+        };
+        let slot = slot_of(first);
+        if let Some(lock) = locks.iter().find(|k| slot_of(k) != slot) {
+            return Err(Error::invalid(
+                "commit",
+                format!(
+                    "the multi-lock's members {first:?} and {lock:?} are in different Cluster \
+                     slots: one commit runs on one node; give the names one hash tag"
+                ),
+            ));
+        }
+        if let Some(key) = found.iter().find(|k| slot_of(k) != slot) {
             return Err(Error::invalid(
                 "commit",
                 format!(
@@ -559,7 +571,7 @@ fn cluster_slot_check(keys: &LockKeys, found: &[Vec<u8>]) -> Result<()> {
         }
     }
     #[cfg(not(feature = "cluster"))]
-    let _ = (keys, found);
+    let _ = (locks, found);
     Ok(())
 }
 

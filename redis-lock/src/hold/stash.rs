@@ -269,6 +269,7 @@ impl Primitive for Stash {
         Check {
             script: &COMMIT,
             keys: vec![k.lock.clone()],
+            members: false,
         }
     }
 

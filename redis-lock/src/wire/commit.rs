@@ -4,25 +4,30 @@
 //! keys first in `KEYS`); the commands are the same for all.
 //!
 //! KEYS: the check's keys, then the commands' keys where they are known (a Cluster's, which
-//! must be declared: see [`keys_of`]). ARGV: the owner token, then each command as its
-//! argument count followed by its arguments. Returns `{-2}` (gone) or `{-3}` (not ours) with
-//! nothing run, or `{1, replies}` with one reply per command. A command that fails stops the
-//! script there: the ones before it are not undone (Redis has no rollback), and the error is
-//! the reply.
+//! must be declared: see [`keys_of`]). ARGV: the check's arguments (one owner token; for a
+//! multi-lock the member count and a token per member), then each command as its argument
+//! count followed by its arguments. Returns `{-2, member}` (gone) or `{-3, member}` (not
+//! ours; `member` from 1, always 1 but for a multi-lock) with nothing run, or `{1, replies}`
+//! with one reply per command. A command that fails stops the script there: the ones before
+//! it are not undone (Redis has no rollback), and the error is the reply.
+
+use std::sync::LazyLock;
 
 use redis::{Script, Value};
 
 use super::Con;
 use super::script::run;
-use super::{OwnedTtl, decode_owned_ttl};
+use super::{LockKeys, OwnedTtl, decode_owned_ttl};
 use crate::error::{Error, Result};
 
-/// What runs after the check: each command in turn, `redis.call` so that an error stops it.
-/// `unpack` takes at most about 8,000 values: a larger command fails (see the reply above).
+/// What runs after the check, `owned()`: its code (the PTTL, `-2` gone, `-3` not ours), where
+/// the commands start in ARGV (default 2, after one token) and which member failed (default 1).
+/// Each command in turn, `redis.call` so that an error stops it. `unpack` takes at most about
+/// 8,000 values: a larger command fails (see the reply above).
 const COMMANDS: &str = "\
-local left = owned()
-if left == -2 or left == -3 then return {left} end
-local out, i = {}, 2
+local left, from, member = owned()
+if left == -2 or left == -3 then return {left, member or 1} end
+local out, i = {}, from or 2
 while i <= #ARGV do
   local n = tonumber(ARGV[i])
   out[#out + 1] = redis.call(unpack(ARGV, i + 1, i + n))
@@ -45,6 +50,34 @@ pub(crate) fn script(owned_ttl: &str) -> Script {
 pub(crate) struct Check {
     pub(crate) script: &'static Script,
     pub(crate) keys: Vec<String>,
+    /// Several members, each with its token: ARGV starts with their count.
+    pub(crate) members: bool,
+}
+
+/// Several mutex locks held together (a multi-lock): every member must still be its
+/// token's. KEYS: the members' lock keys. ARGV: the member count, then their tokens.
+const ALL_OWNED: &str = concat!(
+    owner_of!(),
+    "local m = tonumber(ARGV[1])\n",
+    "for i = 1, m do\n",
+    "  local t = owner_of(KEYS[i])\n",
+    "  if t ~= ARGV[i + 1] then\n",
+    "    if t == false then return -2, 0, i end\n",
+    "    return -3, 0, i\n",
+    "  end\n",
+    "end\n",
+    "return 0, m + 2\n",
+);
+
+static COMMIT_ALL: LazyLock<Script> = LazyLock::new(|| script(ALL_OWNED));
+
+/// The check of a commit under the mutex locks `keys` held together.
+pub(crate) fn all_check(keys: &[&LockKeys]) -> Check {
+    Check {
+        script: &COMMIT_ALL,
+        keys: keys.iter().map(|k| k.lock.clone()).collect(),
+        members: true,
+    }
 }
 
 /// What a commit came to.
@@ -52,16 +85,18 @@ pub(crate) struct Check {
 pub(crate) enum Committed {
     /// The lock was ours: every command ran; their replies in order.
     Applied(Vec<Value>),
-    /// The lock was not ours (gone or another owner's): nothing ran.
-    Lost(OwnedTtl),
+    /// The lock (member `member`, from 0, of a multi-lock) was not ours (gone or another
+    /// owner's): nothing ran.
+    Lost { why: OwnedTtl, member: usize },
 }
 
-/// Sends `commands` under `check` for the holder of `token` (one round trip). `keys`: the
-/// commands' keys to declare (a Cluster's; empty elsewhere).
+/// Sends `commands` under `check` for the holder of `tokens` (one, or a multi-lock's, one
+/// per member; one round trip). `keys`: the commands' keys to declare (a Cluster's; empty
+/// elsewhere).
 pub(crate) fn commit(
     con: &mut Con<'_>,
     check: &Check,
-    token: &str,
+    tokens: &[&str],
     keys: &[Vec<u8>],
     commands: &[Vec<&[u8]>],
 ) -> Result<Committed> {
@@ -72,7 +107,12 @@ pub(crate) fn commit(
         .chain(keys.iter().map(Vec::as_slice))
         .collect();
     let counts: Vec<String> = commands.iter().map(|c| c.len().to_string()).collect();
-    let mut args: Vec<&[u8]> = vec![token.as_bytes()];
+    let members = tokens.len().to_string();
+    let mut args: Vec<&[u8]> = Vec::with_capacity(tokens.len() + 1 + counts.len());
+    if check.members {
+        args.push(members.as_bytes());
+    }
+    args.extend(tokens.iter().map(|t| t.as_bytes()));
     for (command, count) in commands.iter().zip(&counts) {
         args.push(count.as_bytes());
         args.extend(command.iter().copied());
@@ -96,9 +136,13 @@ fn decode(reply: Value) -> Result<Committed> {
             Some(Value::Array(replies)) => Ok(Committed::Applied(replies)),
             _ => Err(unexpected()),
         },
-        (1, Some(&Value::Int(code))) if code == -2 || code == -3 => {
-            Ok(Committed::Lost(decode_owned_ttl(code)))
-        }
+        (2, Some(&Value::Int(code))) if code == -2 || code == -3 => match parts[1] {
+            Value::Int(member) if member >= 1 => Ok(Committed::Lost {
+                why: decode_owned_ttl(code),
+                member: usize::try_from(member - 1).unwrap_or(0),
+            }),
+            _ => Err(unexpected()),
+        },
         _ => Err(unexpected()),
     }
 }
@@ -137,16 +181,24 @@ mod tests {
         .unwrap();
         assert!(matches!(applied, Committed::Applied(r) if r == [Value::Int(7), Value::Okay]));
         assert!(matches!(
-            decode(Value::Array(vec![Value::Int(-2)])).unwrap(),
-            Committed::Lost(OwnedTtl::Gone)
+            decode(Value::Array(vec![Value::Int(-2), Value::Int(1)])).unwrap(),
+            Committed::Lost {
+                why: OwnedTtl::Gone,
+                member: 0
+            }
         ));
         assert!(matches!(
-            decode(Value::Array(vec![Value::Int(-3)])).unwrap(),
-            Committed::Lost(OwnedTtl::NotOurs)
+            decode(Value::Array(vec![Value::Int(-3), Value::Int(2)])).unwrap(),
+            Committed::Lost {
+                why: OwnedTtl::NotOurs,
+                member: 1
+            }
         ));
         for bad in [
             Value::Int(1),
             Value::Array(vec![Value::Int(0)]),
+            Value::Array(vec![Value::Int(-2)]),
+            Value::Array(vec![Value::Int(-2), Value::Int(0)]),
             Value::Array(vec![Value::Int(1), Value::Int(2)]),
             Value::Array(vec![]),
         ] {

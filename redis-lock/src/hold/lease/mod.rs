@@ -23,7 +23,7 @@ use super::{Inner, Kind};
 use crate::error::{Error, LostReason, Result};
 use crate::options::{LockOptions, LostCallback, LostEvent};
 use crate::store::Ack;
-use crate::wire::commit::Committed;
+use crate::wire::commit::{self, Committed};
 use crate::wire::{LockKeys, OwnedTtl, Release, Renewal};
 
 /// The thread that renews a lease, as the lease sees it. The watchdog (`watchdog.rs`)
@@ -355,33 +355,6 @@ impl Lease {
     }
 
     /// Marks the lease lost for `answer` and returns the error to report.
-    /// Runs `commands` under this lock, atomically with the ownership check
-    /// (`Deployment::commit`): their replies; or [`Error::Lost`] with nothing run and the lease
-    /// marked lost; or [`Error::ReplicaAck`] when the lock was taken with a replica
-    /// acknowledgement that the commit's writes did not get in time (they were applied on the
-    /// master).
-    pub(crate) fn commit(&self, commands: &[Vec<&[u8]>]) -> Result<Vec<redis::Value>> {
-        let (committed, acked) = self.inner.deployment.commit(
-            &*self.primitive,
-            &self.keys,
-            &self.token,
-            commands,
-            self.ack,
-        )?;
-        match committed {
-            Committed::Applied(replies) => match (self.ack, acked) {
-                (Some(ack), Some(acked)) if acked < ack.count => Err(Error::ReplicaAck {
-                    key: self.name.clone(),
-                    required: ack.count,
-                    acked,
-                }),
-                _ => Ok(replies),
-            },
-            Committed::Lost(OwnedTtl::Gone) => Err(self.lost(Renewal::Gone)),
-            Committed::Lost(_) => Err(self.lost(Renewal::NotOurs)),
-        }
-    }
-
     fn lost(&self, answer: Renewal) -> Error {
         let expires_at = self.state.lock().expires_at;
         let reason = loss(answer, Instant::now(), expires_at);
@@ -496,6 +469,43 @@ impl Drop for Lease {
         self.inner.registry.forget(self);
         if std::mem::take(&mut self.state.get_mut().watched) {
             self.inner.deployment.unwatch(&self.keys, self.id);
+        }
+    }
+}
+
+/// Runs `commands` under `leases` (one lock, with its primitive's check; or the mutex members
+/// of a multi-lock, every one checked), atomically with the check (`Deployment::commit`):
+/// their replies; or [`Error::Lost`] with nothing run and the lease that was not ours marked
+/// lost; or [`Error::ReplicaAck`] when the lock was taken with a replica acknowledgement that
+/// the commit's writes did not get in time (they were applied on the master).
+pub(crate) fn commit(leases: &[&Lease], commands: &[Vec<&[u8]>]) -> Result<Vec<redis::Value>> {
+    let Some(first) = leases.first() else {
+        return Err(Error::invalid("commit", "no lock to commit under"));
+    };
+    let check = match leases {
+        [one] => one.primitive.commit_check(&one.keys),
+        all => commit::all_check(&all.iter().map(|l| &l.keys).collect::<Vec<_>>()),
+    };
+    let tokens: Vec<&str> = leases.iter().map(|l| l.token.as_str()).collect();
+    let (committed, acked) = first
+        .inner
+        .deployment
+        .commit(&check, &tokens, commands, first.ack)?;
+    match committed {
+        Committed::Applied(replies) => match (first.ack, acked) {
+            (Some(ack), Some(acked)) if acked < ack.count => Err(Error::ReplicaAck {
+                key: first.name.clone(),
+                required: ack.count,
+                acked,
+            }),
+            _ => Ok(replies),
+        },
+        Committed::Lost { why, member } => {
+            let lease = leases.get(member).unwrap_or(first);
+            Err(lease.lost(match why {
+                OwnedTtl::Gone => Renewal::Gone,
+                _ => Renewal::NotOurs,
+            }))
         }
     }
 }

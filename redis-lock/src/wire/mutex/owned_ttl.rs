@@ -30,6 +30,7 @@ pub(crate) fn commit_check(keys: &LockKeys) -> Check {
     Check {
         script: &COMMIT,
         keys: vec![keys.lock.clone()],
+        members: false,
     }
 }
 

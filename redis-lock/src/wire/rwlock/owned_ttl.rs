@@ -48,10 +48,12 @@ pub(crate) fn commit_check(side: Side, keys: &LockKeys) -> Check {
         Side::Read => Check {
             script: &COMMIT_READ,
             keys: vec![keys.lock.clone(), keys.readers()],
+            members: false,
         },
         Side::Write => Check {
             script: &COMMIT_WRITE,
             keys: vec![keys.lock.clone()],
+            members: false,
         },
     }
 }

@@ -257,6 +257,33 @@ impl Deployment {
         }
     }
 
+    /// For an observer of a lock it does not hold: registers `watcher` (id `id`) for the lock
+    /// key where the store notifies, and reads who holds it on the connection that keeps the
+    /// key tracked, so that the next change by anybody reaches the watcher. The holder, and
+    /// whether changes are notified (else the caller polls: a quorum, a store without
+    /// notification).
+    pub(crate) fn observe(
+        &self,
+        p: &dyn Primitive,
+        keys: &LockKeys,
+        id: u64,
+        watcher: &Weak<dyn Watcher>,
+    ) -> (Result<Option<Holder>>, bool) {
+        match self {
+            Deployment::Single(store) => {
+                let watching = store
+                    .notifier(&keys.lock)
+                    .and_then(|n| n.watch(&keys.lock, id, Weak::clone(watcher)));
+                let read = match watching {
+                    Some(_) => combined_on(store, &keys.lock, &|c| p.inspect(c, keys)),
+                    None => self.inspect(p, keys),
+                };
+                (read, watching.is_some())
+            }
+            Deployment::Quorum(q) => (q.inspect(p, keys), false),
+        }
+    }
+
     /// Stops watching (before a release is sent, so its own change is not taken for a loss).
     pub(crate) fn unwatch(&self, keys: &LockKeys, id: u64) {
         for store in self.stores() {

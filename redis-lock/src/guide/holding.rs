@@ -155,6 +155,18 @@
 //!
 //! [`LockClient::inspect`](crate::LockClient::inspect) returns a
 //! [`LockInfo`](crate::LockInfo) (holder host, pid, since, metadata, TTL, fencing token);
+//! [`LockClient::observe`](crate::LockClient::observe) reports it, then every change of
+//! holder as Redis announces it (a dashboard, a process that must know the current leader):
+//!
+//! ```no_run
+//! # fn main() -> redis_lock::Result<()> {
+//! # let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+//! for change in locks.observe("scheduler")?.iter() {
+//!     println!("now {:?}", change.now.map(|h| (h.host, h.fencing_token)));
+//! }
+//! # Ok(()) }
+//! ```
+//!
 //! `LockClient::list(pattern)` finds held locks with `SCAN` (never `KEYS`);
 //! [`release_all`](crate::LockClient::release_all) gives up every lock this client holds
 //! (the guards still alive then say `LostReason::Released`);

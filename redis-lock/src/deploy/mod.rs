@@ -257,6 +257,27 @@ impl Deployment {
         }
     }
 
+    /// Replaces the metadata of the mutex lock `token` holds (a leader's value): its time left,
+    /// or why it is not ours. One store only: under Redlock the value is the one campaigned
+    /// with.
+    pub(crate) fn proclaim(
+        &self,
+        keys: &LockKeys,
+        token: &str,
+        meta: &str,
+        holder: &str,
+    ) -> Result<OwnedTtl> {
+        match self {
+            Deployment::Single(store) => on_master(store, |conn| {
+                crate::wire::mutex::proclaim(conn, keys, token, meta, holder)
+            }),
+            Deployment::Quorum(_) => Err(Error::invalid(
+                "proclaim",
+                "a Redlock leader keeps the value it campaigned with; resign and campaign again",
+            )),
+        }
+    }
+
     /// For an observer of a lock it does not hold: registers `watcher` (id `id`) for the lock
     /// key where the store notifies, and reads who holds it on the connection that keeps the
     /// key tracked, so that the next change by anybody reaches the watcher. The holder, and

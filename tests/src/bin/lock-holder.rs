@@ -44,6 +44,10 @@
 //! lock-holder hold-watch URL KEY TTL_MS
 //!     as `hold` with the watchdog on, and an `on_lost` callback that prints
 //!     "ONLOST <reason>" (`LostReason`'s `Debug`)
+//! lock-holder campaign URL ELECTION VALUE TTL_MS
+//!     campaigns in ELECTION with VALUE (waiting up to 60 s); prints "LEADER <fencing token>
+//!     <monotonic ns>" once elected and "ONLOST <reason> <monotonic ns>" when it loses the
+//!     leadership; resigns at EOF or "exit" on stdin
 //! lock-holder resume URL HANDLE
 //!     resumes the lease handle HANDLE (its text form), prints "RESUME ok <fencing token>" or
 //!     "RESUME failed <error>", and on success behaves as `hold`
@@ -85,6 +89,7 @@ fn main() {
                 .ttl(Duration::from_millis(ttl_ms.parse().unwrap()));
             hold_with(url, key, &opts)
         }
+        ["campaign", url, election, value, ttl_ms] => campaign(url, election, value, ttl_ms),
         ["hold-watch", url, key, ttl_ms] => {
             let opts = LockOptions::new()
                 .ttl(Duration::from_millis(ttl_ms.parse().unwrap()))
@@ -165,6 +170,37 @@ fn hold(url: &str, key: &str, ttl_ms: u64, watchdog: bool) {
         .watchdog(watchdog)
         .wait(Duration::from_secs(30));
     hold_with(url, key, &opts);
+}
+
+/// Campaigns (waiting up to 60 s), prints "LEADER <fencing token> <monotonic ns>" once
+/// elected and "ONLOST <reason> <monotonic ns>" when the leadership is lost, then waits for
+/// EOF on stdin ("exit" resigns).
+fn campaign(url: &str, election: &str, value: &str, ttl_ms: &str) {
+    let locks = redis_lock_tests::client_for(url);
+    let opts = LockOptions::new()
+        .ttl(Duration::from_millis(ttl_ms.parse().unwrap()))
+        .wait(Duration::from_secs(60))
+        .on_lost(|event| {
+            say(&format!(
+                "ONLOST {:?} {}",
+                event.reason,
+                redis_lock_tests::monotonic_ns()
+            ))
+        });
+    let leadership = locks.campaign_with(election, value, &opts).unwrap();
+    say(&format!(
+        "LEADER {} {}",
+        leadership.fencing_token(),
+        redis_lock_tests::monotonic_ns()
+    ));
+    let mut line = String::new();
+    while std::io::stdin().read_line(&mut line).is_ok_and(|n| n > 0) {
+        if line.trim() == "exit" {
+            break;
+        }
+        line.clear();
+    }
+    let _ = leadership.resign();
 }
 
 fn hold_with(url: &str, key: &str, opts: &LockOptions) {

@@ -889,6 +889,51 @@ fn status_of_a_held_and_a_free_lock() {
 }
 
 #[test]
+fn leader_shows_the_value_of_a_campaign_and_of_a_command_run_as_the_leader() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let none = finish(tool(&server).args(["leader", "sched"]));
+    assert_eq!(none.code, 1, "{none:?}");
+    assert!(none.stdout.contains("has no leader"), "{}", none.stdout);
+
+    let leadership = locks.campaign("sched", "10.0.0.7:8080").unwrap();
+    let plain = finish(tool(&server).args(["leader", "sched"]));
+    assert_eq!(plain.code, 0, "{plain:?}");
+    assert!(
+        plain.stdout.starts_with("10.0.0.7:8080 ("),
+        "{}",
+        plain.stdout
+    );
+    let v = json(&finish(tool(&server).args(["leader", "sched", "--json"])).stdout);
+    assert_eq!(v["leader"], true);
+    assert_eq!(v["value"], "10.0.0.7:8080");
+    assert_eq!(v["pid"], std::process::id());
+    assert_eq!(v["fencing_token"], leadership.fencing_token());
+    leadership.resign().unwrap();
+
+    // A command run as the leader, announcing a value, while `leader` asks.
+    let running = Running::start(tool(&server).args([
+        "run",
+        "sched",
+        "--metadata",
+        "worker-2",
+        "--",
+        "sleep",
+        "30",
+    ]));
+    assert!(
+        wait_until(QUICK, || locks
+            .leader("sched")
+            .unwrap()
+            .is_some_and(|l| l.value == "worker-2")),
+        "{:?}",
+        running.stderr()
+    );
+    let shown = json(&finish(tool(&server).args(["leader", "sched", "--json"])).stdout);
+    assert_eq!(shown["value"], "worker-2");
+}
+
+#[test]
 fn list_shows_held_locks_only() {
     let server = RedisServer::start();
     let locks = client(&server);
@@ -1380,6 +1425,29 @@ fn watch_json_reports_holders_waiters_handoffs_and_releases() {
         let obj = e.as_object().unwrap();
         assert!(!obj.contains_key("token"), "{e}");
     }
+}
+
+#[test]
+fn watch_of_a_lock_name_shows_a_change_as_redis_announces_it_not_at_the_next_interval() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    // An interval far longer than the test: whatever is reported after the first look came
+    // from a notification.
+    let running = Running::start(tool(&server).args([
+        "watch",
+        "announced",
+        "--json",
+        "--interval",
+        "1h",
+        "--duration",
+        "60s",
+    ]));
+    assert!(has_event(&running, "free", |e| e["key"] == "announced"));
+    let guard = locks.lock("announced").unwrap();
+    assert!(has_event(&running, "acquired", |e| e["fencing_token"]
+        == guard.fencing_token()));
+    drop(guard);
+    assert!(has_event(&running, "released", |e| e["held"] == false));
 }
 
 #[test]

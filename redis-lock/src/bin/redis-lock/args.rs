@@ -66,6 +66,10 @@ pub(crate) enum Action {
         key: String,
         json: bool,
     },
+    Leader {
+        election: String,
+        json: bool,
+    },
     List {
         pattern: String,
         json: bool,
@@ -175,6 +179,20 @@ redis-lock exits with 124.
 
 While waiting on a terminal, a status line on stderr shows how long it has waited and who
 holds the lock; nothing of that is printed when stderr is not a terminal.";
+
+const LEADER_AFTER: &str = "\
+An election is a lock: its leader is the holder, and the value it announced is the lock's
+metadata (what `LockClient::campaign` stores, or `redis-lock run --metadata VALUE`). Prints
+the value, then the leader's host, pid, fencing token and time left; exit code 0 when there
+is a leader, 1 when there is none (69 when Redis cannot be asked).
+
+Run a command as the leader, announcing its address:
+  redis-lock run scheduler --metadata 10.0.0.7:8080 -- ./scheduler
+  redis-lock leader scheduler            # 10.0.0.7:8080 (host web-3, pid 4242, token 17)
+
+The JSON form is one object: {\"election\", \"namespace\", \"leader\"} and, when there is
+one, \"value\", \"host\", \"pid\", \"fencing_token\", \"remaining_ttl_ms\" (null without expiry).
+";
 
 const STATUS_AFTER: &str = "\
 Exit code 0 when the lock is held, 1 when it is free (69 when Redis cannot be asked), so
@@ -510,6 +528,13 @@ pub(crate) fn command() -> Command {
                 .arg(json_arg("Print one JSON object")),
         )
         .subcommand(
+            Command::new("leader")
+                .about("Tell who leads an election (a lock), and the value it announced")
+                .after_help(LEADER_AFTER)
+                .arg(key_arg())
+                .arg(json_arg("Print one JSON object")),
+        )
+        .subcommand(
             Command::new("list")
                 .about("List the locks held under the namespace")
                 .after_help(LIST_AFTER)
@@ -593,8 +618,10 @@ changed since the look before: held or free (at the first look; free only for a 
 acquired, handoff (a new fencing token under a lock that stayed held: it changed hands
 between two looks), released, waiters (the number of waiting threads changed), permits (a
 semaphore's permits in use or its limit changed, or a permit was taken anew). A semaphore
-counts as held while a permit of it is. Changes faster than the interval are seen only as
-their net effect.
+counts as held while a permit of it is. For a lock name, a look is also taken as soon as
+Redis announces a change to it (client-side tracking, where the server allows it), so a
+change is shown within milliseconds; otherwise changes faster than the interval are seen only
+as their net effect.
 
 On a terminal the screen is redrawn: one row per lock or semaphore (holder, pid, time to
 expiry, fencing token, waiters; for a semaphore its permits in use of the limit) and the
@@ -628,6 +655,10 @@ pub(crate) fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Parsed, 
         Some(("run", m)) => Action::Run(Box::new(run_args(m)?)),
         Some(("status", m)) => Action::Status {
             key: string(m, "key"),
+            json: m.get_flag("json"),
+        },
+        Some(("leader", m)) => Action::Leader {
+            election: string(m, "key"),
             json: m.get_flag("json"),
         },
         Some(("list", m)) => Action::List {

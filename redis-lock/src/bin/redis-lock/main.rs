@@ -46,6 +46,7 @@ fn dispatch() -> Result<i32, Failure> {
     match action {
         Action::Run(run_args) => run::run(&locks, &server, &run_args),
         Action::Status { key, json } => report::status(&locks, &server, &key, json),
+        Action::Leader { election, json } => report::leader(&locks, &server, &election, json),
         Action::List { pattern, json } => report::list(&locks, &server, &pattern, json),
         Action::Release { key, json } => report::release(&locks, &server, &key, json),
         Action::ReleaseHandle { handle, json } => {

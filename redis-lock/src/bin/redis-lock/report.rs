@@ -40,6 +40,54 @@ pub(crate) fn status(
     Ok(if info.is_some() { 0 } else { exit::FREE })
 }
 
+/// `redis-lock leader ELECTION`.
+pub(crate) fn leader(
+    locks: &LockClient,
+    server: &str,
+    election: &str,
+    json: bool,
+) -> Result<i32, Failure> {
+    let leader = locks
+        .leader(election)
+        .map_err(|e| Failure::from_lock_error(&e, server))?;
+    let text = match (&leader, json) {
+        (Some(l), true) => Json::Object(vec![
+            ("election", Json::Str(election.to_owned())),
+            ("namespace", Json::Str(locks.namespace().to_owned())),
+            ("leader", Json::Bool(true)),
+            ("value", Json::Str(l.value.clone())),
+            ("host", Json::opt_str(l.host.clone())),
+            (
+                "pid",
+                l.pid.map_or(Json::Null, |p| Json::Int(u128::from(p))),
+            ),
+            ("fencing_token", Json::Int(u128::from(l.fencing_token))),
+            (
+                "remaining_ttl_ms",
+                l.remaining_ttl
+                    .map_or(Json::Null, |t| Json::Int(t.as_millis())),
+            ),
+        ])
+        .render(),
+        (None, true) => Json::Object(vec![
+            ("election", Json::Str(election.to_owned())),
+            ("namespace", Json::Str(locks.namespace().to_owned())),
+            ("leader", Json::Bool(false)),
+        ])
+        .render(),
+        (Some(l), false) => format!(
+            "{} (host {}, pid {}, token {})",
+            l.value,
+            l.host.as_deref().unwrap_or("-"),
+            l.pid.map_or_else(|| "-".to_owned(), |p| p.to_string()),
+            l.fencing_token
+        ),
+        (None, false) => format!("election {election:?} has no leader"),
+    };
+    print(&text);
+    Ok(if leader.is_some() { 0 } else { exit::FREE })
+}
+
 /// `redis-lock list [PATTERN]`.
 pub(crate) fn list(
     locks: &LockClient,

@@ -199,6 +199,11 @@ fn poll(locks: &LockClient, target: &str) -> redis_lock::Result<Vec<Observed>> {
 pub(crate) fn watch(locks: &LockClient, server: &str, args: &WatchArgs) -> Result<i32, Failure> {
     let terminal = !args.json && std::io::stdout().is_terminal();
     let started = Instant::now();
+    // One lock name: an observer wakes the loop as soon as Redis announces a change (a
+    // semaphore's or a pattern's changes are seen at the next `--interval`).
+    let observer = (!is_pattern(&args.target))
+        .then(|| locks.observe(&args.target).ok())
+        .flatten();
     let mut before: Option<BTreeMap<String, Seen>> = None;
     let mut recent: VecDeque<String> = VecDeque::new();
     loop {
@@ -257,12 +262,26 @@ pub(crate) fn watch(locks: &LockClient, server: &str, args: &WatchArgs) -> Resul
             return Ok(0);
         }
         drop(out);
-        // `--interval` is bounded when parsed; saturating all the same, never a panic.
-        let next = started.elapsed().saturating_add(args.interval);
-        if args.duration.is_some_and(|d| next > d) {
-            return Ok(0);
+        match &observer {
+            // Woken by a change, or after the interval (or what is left of the duration). Its
+            // first report is the state the first look showed; later ones are changes.
+            Some(observer) => {
+                let left = args.duration.map(|d| d.saturating_sub(started.elapsed()));
+                if left == Some(Duration::ZERO) {
+                    return Ok(0);
+                }
+                let _ = observer.recv_timeout(left.map_or(args.interval, |l| l.min(args.interval)));
+                while let Ok(Some(_)) = observer.try_recv() {}
+            }
+            None => {
+                // `--interval` is bounded when parsed; saturating all the same, never a panic.
+                let next = started.elapsed().saturating_add(args.interval);
+                if args.duration.is_some_and(|d| next > d) {
+                    return Ok(0);
+                }
+                std::thread::sleep(args.interval);
+            }
         }
-        std::thread::sleep(args.interval);
     }
 }
 

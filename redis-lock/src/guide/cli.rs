@@ -29,7 +29,9 @@
 //! redis-lock release --handle               # inside run: finish the lock early ($REDIS_LOCK_HANDLE)
 //! redis-lock extend --handle --ttl 10m      # extend it; or --handle TEXT for a handle passed on
 //! redis-lock watch 'report-*'               # live: holders, waiters, handoffs, releases
-//! redis-lock watch nightly-report --json    # the same, one JSON object per change
+//! redis-lock watch nightly-report --json    # the same, one JSON object per change, as it happens
+//! redis-lock run scheduler --metadata 10.0.0.7 -- ./sched   # run as the leader, with a value
+//! redis-lock leader scheduler --json        # who leads: its value, host, pid, token (exit 1: none)
 //! ```
 //!
 //! A cron job on several machines that must run on only one of them at a time:

@@ -329,15 +329,16 @@ fn main() {
         report = report.with("rtt", uncontended::json(&rtt));
     }
 
-    // Commit under the lock against check_held() + a plain pipeline.
+    // Commit under the lock against check_held() + a plain pipeline; change to observer.
     if run("commit") {
         let client = contended::bench_client(&url);
         let c = commit::run(&url, &client, short * 5);
+        let o = commit::observe(&url, if args.quick { 40 } else { 400 });
         println!();
-        for line in &c.lines {
+        for line in c.lines.iter().chain(&o.lines) {
             println!("{line}");
         }
-        report = report.with("commit", c.json);
+        report = report.with("commit", c.json).with("observe", o.json);
     }
 
     // Contended: one key, `workers` threads and then `workers` processes, per mode.

@@ -1,4 +1,5 @@
-//! Commit under the lock against the two-step commit it replaces, on one held lock: the
+//! Commit under the lock against the two-step commit it replaces, and the time from a change
+//! to an observer of it. The commit, on one held lock: the
 //! two-step form asks `check_held()` and then sends a plain pipeline (`INCR` + `SET`) on an
 //! application's own connection (two round trips, and a gap between them in which the lock
 //! can be lost); `commit` sends the same pipeline with the ownership check as one script (one
@@ -74,5 +75,49 @@ pub(crate) fn run(url: &str, client: &LockClient, total: Duration) -> Commit {
             .with("per_second_commit", per_second(one))
             .with("per_second_two_step", per_second(two)),
         lines,
+    }
+}
+
+/// Change to observer: a holder takes and releases a free lock `changes / 2` times; each
+/// change is timed from just before it is made to the observer's reading of it
+/// (`LockChange::seen_at`).
+pub(crate) fn observe(url: &str, changes: usize) -> Commit {
+    let watcher = crate::contended::bench_client(url);
+    let holder = crate::contended::bench_client(url);
+    let observer = watcher.observe("bench:observed").expect("an observer");
+    observer.recv().expect("the first state");
+    let mut delays = Vec::with_capacity(changes);
+    for _ in 0..changes / 2 {
+        let at = std::time::Instant::now();
+        let guard = holder.lock("bench:observed").expect("free");
+        let seen = observer
+            .recv_timeout(Duration::from_secs(5))
+            .expect("observing")
+            .expect("the take seen");
+        delays.push(seen.seen_at.saturating_duration_since(at).as_secs_f64() * 1e6);
+        let at = std::time::Instant::now();
+        drop(guard);
+        let seen = observer
+            .recv_timeout(Duration::from_secs(5))
+            .expect("observing")
+            .expect("the release seen");
+        delays.push(seen.seen_at.saturating_duration_since(at).as_secs_f64() * 1e6);
+    }
+    let s = crate::stats::summarize(&mut delays);
+    Commit {
+        json: Json::obj()
+            .with("changes", delays.len() as f64)
+            .with("p50_us", s.p50)
+            .with("p99_us", s.p99)
+            .with("max_us", s.max)
+            .with("notified", observer.notified()),
+        lines: vec![format!(
+            "change to observer: {} changes (take, release) of a free lock, notified {}: p50 {} us, p99 {} us, max {} us",
+            delays.len(),
+            observer.notified(),
+            f(s.p50, 0),
+            f(s.p99, 0),
+            f(s.max, 0),
+        )],
     }
 }

@@ -10,9 +10,9 @@ use crate::client::LockClient;
 use crate::deploy::Deployment;
 use crate::deploy::quorum::Quorum;
 use crate::error::{Error, Result};
-use crate::hold::retry::RetryStrategy;
 use crate::hold::{Config, Inner};
 use crate::options::{MAX_TTL, validate_ttl};
+use crate::retry::RetryStrategy;
 
 /// The most connections a pool may have: far above what one Redis accepts by default
 /// (`maxclients` 10,000); r2d2 reserves room for all of them when the pool is built.

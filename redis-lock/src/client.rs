@@ -8,10 +8,10 @@ use crate::guard::LockGuard;
 use crate::hold::acquire::{Deadline, Taken};
 use crate::hold::lease::ReleaseOutcome;
 use crate::hold::primitive::Params;
-use crate::hold::retry::RetryStrategy;
 use crate::hold::{Inner, Kind};
 use crate::info::LockInfo;
 use crate::options::{LockMode, LockOptions};
+use crate::retry::RetryStrategy;
 use crate::store::notify::LossDetection;
 
 /// A client for distributed locks on one Redis server: a connection pool plus settings.

@@ -149,6 +149,7 @@ mod wire;
 #[path = "private.rs"]
 pub mod __private;
 mod builder;
+mod cancel;
 mod client;
 mod error;
 mod global;
@@ -160,6 +161,7 @@ mod list;
 mod multi;
 mod observe;
 mod options;
+mod retry;
 mod rwlock;
 mod semaphore;
 
@@ -168,22 +170,22 @@ mod semaphore;
 pub mod testing;
 
 pub use builder::Builder;
+pub use cancel::CancelToken;
 pub use client::{LockClient, LockRequest};
 pub use error::{Error, HolderInfo, LostReason, Result};
 pub use global::{default_client, set_default_client};
 pub use guard::LockGuard;
 pub use handle::LeaseHandle;
-pub use hold::cancel::CancelToken;
 pub use hold::lease::ReleaseOutcome;
 pub use hold::multi::MAX_LOCK_ALL;
 #[cfg(feature = "metrics")]
 pub use hold::observe::describe_metrics;
-pub use hold::retry::RetryStrategy;
 pub use info::LockInfo;
 pub use leader::{Leader, Leadership};
 pub use multi::MultiGuard;
 pub use observe::{LockChange, LockObserver};
 pub use options::{LockMode, LockOptions, LostEvent, MAX_METADATA_LEN, MAX_TTL};
+pub use retry::RetryStrategy;
 pub use semaphore::{PermitInfo, Semaphore, SemaphoreInfo};
 pub use store::notify::LossDetection;
 pub use wire::keys::{MAX_KEY_LEN, MAX_NAMESPACE_LEN};

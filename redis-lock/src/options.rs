@@ -4,9 +4,9 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::cancel::CancelToken;
 use crate::error::LostReason;
-use crate::hold::cancel::CancelToken;
-use crate::hold::retry::RetryStrategy;
+use crate::retry::RetryStrategy;
 
 /// Longest accepted TTL. Redis would take more, but a lease this long is a bug, and the bound
 /// keeps every millisecond figure far from integer overflow.

@@ -21,16 +21,17 @@ use std::time::{Duration, Instant};
 
 use tracing::Span;
 
-use super::cancel::CancelToken;
 use super::lease::{Lease, Start};
 use super::observe::{self, Hold, Labels};
 use super::primitive::{Lock, Nested};
-use super::retry::{RetryStrategy, Step};
 use super::{Inner, giveback, registry, watchdog};
+use crate::cancel::CancelToken;
 use crate::deploy::Attempted;
 use crate::error::{Error, HolderInfo, Result};
 use crate::options::{LockOptions, validate};
+use crate::retry::{RetryStrategy, Step};
 use crate::store::{Ack, FAILED_WAIT_PAUSE, Wake};
+use crate::wire::token::random_below;
 use crate::wire::token::{Ids, new_ids};
 use crate::wire::{
     Attempt, AttemptArgs, BusyHolder, Claim, ClaimArgs, Form, Grant, HANDOFF_GRACE, LockKeys,
@@ -468,7 +469,7 @@ impl Acquisition<'_> {
                     } => (holder_ttl, block, wait_on, holder),
                 };
             let left = deadline.at.saturating_duration_since(Instant::now());
-            let step = retry.next(attempt, left, holder_ttl, block);
+            let step = retry.next(attempt, left, holder_ttl, block, random_below);
             if step != Step::Stop && waiting.is_none() {
                 waiting = Some(observe::Waiting::start(self.report.labels));
             }
@@ -505,7 +506,7 @@ impl Acquisition<'_> {
 
     /// A cancel of this acquisition wakes its blocking wait through Redis (dropped when the
     /// acquisition ends).
-    fn wake_on_cancel(&self) -> Option<super::cancel::Registered> {
+    fn wake_on_cancel(&self) -> Option<crate::cancel::Registered> {
         let token = self.opts.cancel.as_ref()?;
         let (inner, keys, id) = (
             Arc::clone(self.inner),

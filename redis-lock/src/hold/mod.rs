@@ -12,7 +12,6 @@ pub(crate) mod primitive;
 
 pub(crate) mod acquire;
 pub(crate) mod busy;
-pub(crate) mod cancel;
 pub(crate) mod giveback;
 pub(crate) mod lease;
 pub(crate) mod multi;
@@ -20,7 +19,6 @@ pub(crate) mod mutex;
 pub(crate) mod observe;
 pub(crate) mod registry;
 pub(crate) mod resume;
-pub(crate) mod retry;
 pub(crate) mod rwlock;
 pub(crate) mod semaphore;
 pub(crate) mod watchdog;
@@ -45,9 +43,9 @@ use crate::store::timer::Timer;
 
 use crate::deploy::Deployment;
 use crate::error::{Error, Result};
+use crate::retry::RetryStrategy;
 use crate::wire;
 use primitive::Lock;
-use retry::RetryStrategy;
 
 /// Settings resolved by the builder.
 #[derive(Clone)]

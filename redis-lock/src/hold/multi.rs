@@ -23,14 +23,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::acquire::{Deadline, Report, Taken, holder_info, observed, start_lease};
-use super::cancel::CancelToken;
 use super::lease::{Lease, Start};
 use super::primitive::{Lock, Params};
-use super::retry::{RetryStrategy, Step};
 use super::{Inner, Kind, giveback, registry};
+use crate::cancel::CancelToken;
 use crate::error::{Error, Result};
 use crate::options::{LockOptions, validate};
+use crate::retry::{RetryStrategy, Step};
 use crate::wire::multi::{AllArgs, AllAttempt};
+use crate::wire::token::random_below;
 use crate::wire::token::{Ids, new_ids};
 use crate::wire::{Attempt, AttemptArgs, LockKeys};
 
@@ -220,7 +221,7 @@ impl AllAcquisition<'_> {
                 } => (index, holder_ttl, holder),
             };
             let left = deadline.at.saturating_duration_since(Instant::now());
-            match retry.next(attempts, left, holder_ttl, None) {
+            match retry.next(attempts, left, holder_ttl, None, random_below) {
                 // The busy member's holder, as the attempt's answer named it.
                 Step::Stop => return Ok(Taken::Busy(holder_info(holder))),
                 Step::WaitSignal(_) => {

@@ -2,8 +2,6 @@
 
 use std::time::Duration;
 
-use crate::wire::token::random_below;
-
 /// How to wait between acquisition attempts while another owner holds the lock.
 ///
 /// The default, [`RetryStrategy::notify`], blocks on the lock's wake-up list until a release
@@ -174,12 +172,16 @@ impl RetryStrategy {
     /// budget remaining, a holder whose lock expires in `holder_ttl` (`None`: no expiry), and
     /// `block`, how long Redis told a registered waiter to wait at most (`None`: not
     /// registered).
+    ///
+    /// `random_below(n)`: a random number below `n`, for the jitter (the caller's generator:
+    /// this is a pure decision).
     pub(crate) fn next(
         &self,
         attempt: u32,
         left: Duration,
         holder_ttl: Option<Duration>,
         block: Option<Duration>,
+        random_below: impl FnOnce(u64) -> u64,
     ) -> Step {
         if left.is_zero() || self.max_attempts.is_some_and(|max| attempt >= max) {
             return Step::Stop;
@@ -217,42 +219,52 @@ mod tests {
     const S: Duration = Duration::from_secs(1);
     const MS: Duration = Duration::from_millis(1);
 
+    fn no_jitter(_: u64) -> u64 {
+        0
+    }
+
     #[test]
     fn exponential_doubles_up_to_the_cap() {
         let r = RetryStrategy::exponential(10 * MS, 35 * MS);
-        assert_eq!(r.next(1, S, None, None), Step::Sleep(10 * MS));
-        assert_eq!(r.next(2, S, None, None), Step::Sleep(20 * MS));
-        assert_eq!(r.next(3, S, None, None), Step::Sleep(35 * MS));
-        assert_eq!(r.next(60, S, None, None), Step::Sleep(35 * MS));
+        assert_eq!(r.next(1, S, None, None, no_jitter), Step::Sleep(10 * MS));
+        assert_eq!(r.next(2, S, None, None, no_jitter), Step::Sleep(20 * MS));
+        assert_eq!(r.next(3, S, None, None, no_jitter), Step::Sleep(35 * MS));
+        assert_eq!(r.next(60, S, None, None, no_jitter), Step::Sleep(35 * MS));
     }
 
     #[test]
     fn sleeps_never_exceed_the_budget() {
         let r = RetryStrategy::fixed(S);
-        assert_eq!(r.next(1, 3 * MS, None, None), Step::Sleep(3 * MS));
-        assert_eq!(r.next(1, Duration::ZERO, None, None), Step::Stop);
+        assert_eq!(
+            r.next(1, 3 * MS, None, None, no_jitter),
+            Step::Sleep(3 * MS)
+        );
+        assert_eq!(r.next(1, Duration::ZERO, None, None, no_jitter), Step::Stop);
     }
 
     #[test]
     fn notify_is_bounded_by_holder_ttl() {
         let r = RetryStrategy::notify();
-        assert_eq!(r.next(1, S, Some(20 * MS), None), Step::WaitSignal(21 * MS));
         assert_eq!(
-            r.next(1, 5 * MS, Some(20 * MS), None),
+            r.next(1, S, Some(20 * MS), None, no_jitter),
+            Step::WaitSignal(21 * MS)
+        );
+        assert_eq!(
+            r.next(1, 5 * MS, Some(20 * MS), None, no_jitter),
             Step::WaitSignal(5 * MS)
         );
-        assert_eq!(r.next(1, S, None, None), Step::WaitSignal(S));
+        assert_eq!(r.next(1, S, None, None, no_jitter), Step::WaitSignal(S));
     }
 
     #[test]
     fn a_registered_waiter_blocks_as_long_as_redis_said() {
         let r = RetryStrategy::fair();
         assert_eq!(
-            r.next(1, S, Some(20 * MS), Some(7 * MS)),
+            r.next(1, S, Some(20 * MS), Some(7 * MS), no_jitter),
             Step::WaitSignal(7 * MS)
         );
         assert_eq!(
-            r.next(1, 5 * MS, Some(20 * MS), Some(7 * MS)),
+            r.next(1, 5 * MS, Some(20 * MS), Some(7 * MS), no_jitter),
             Step::WaitSignal(5 * MS)
         );
         assert!(r.notified() && r.is_fair());
@@ -273,28 +285,37 @@ mod tests {
         assert_eq!(
             RetryStrategy::notify()
                 .max_attempts(2)
-                .next(2, S, None, None),
+                .next(2, S, None, None, no_jitter),
             Step::Stop
         );
-        assert_eq!(RetryStrategy::none().next(1, S, None, None), Step::Stop);
+        assert_eq!(
+            RetryStrategy::none().next(1, S, None, None, no_jitter),
+            Step::Stop
+        );
     }
 
     #[test]
     fn fail_fast_gives_up_on_long_holders() {
         let r = RetryStrategy::notify().fail_fast(true);
-        assert_eq!(r.next(1, 10 * MS, Some(S), None), Step::Stop);
-        assert_eq!(r.next(1, 10 * MS, None, None), Step::Stop);
-        assert_eq!(r.next(1, S, Some(10 * MS), None), Step::WaitSignal(11 * MS));
+        assert_eq!(r.next(1, 10 * MS, Some(S), None, no_jitter), Step::Stop);
+        assert_eq!(r.next(1, 10 * MS, None, None, no_jitter), Step::Stop);
+        assert_eq!(
+            r.next(1, S, Some(10 * MS), None, no_jitter),
+            Step::WaitSignal(11 * MS)
+        );
     }
 
     #[test]
-    fn jitter_stays_in_band() {
+    fn jitter_is_drawn_below_its_band_and_added() {
         let r = RetryStrategy::fixed(10 * MS).jitter(5 * MS);
-        for _ in 0..200 {
-            match r.next(1, S, None, None) {
-                Step::Sleep(d) => assert!(d >= 10 * MS && d < 15 * MS, "{d:?}"),
-                other => panic!("{other:?}"),
-            }
-        }
+        let highest = |band: u64| {
+            assert_eq!(band, 5_000, "the band in microseconds");
+            band - 1
+        };
+        assert_eq!(
+            r.next(1, S, None, None, highest),
+            Step::Sleep(10 * MS + 4_999 * MS / 1000)
+        );
+        assert_eq!(r.next(1, S, None, None, no_jitter), Step::Sleep(10 * MS));
     }
 }

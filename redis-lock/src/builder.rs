@@ -692,6 +692,12 @@ impl Builder {
     /// the clock-drift allowance, 1 % + 2 ms). Under Redlock also one server listed twice
     /// (see [`LockClient::redlock_builder`]).
     pub fn build(self) -> Result<LockClient> {
+        self.validate()?;
+        self.build_unchecked()
+    }
+
+    /// Every setting checked before anything is started or sent (`build`'s errors).
+    fn validate(&self) -> Result<()> {
         validate_namespace(&self.namespace)?;
         validate_ttl(self.default_ttl)?;
         for (what, size) in [
@@ -735,112 +741,48 @@ impl Builder {
         if matches!(self.source, Source::Redlock(_)) {
             crate::deploy::quorum::check_ttl(self.default_ttl, "default_ttl")?;
         }
+        Ok(())
+    }
+
+    /// The client of validated settings: its threads, pools and stores, then the deployment
+    /// over them.
+    fn build_unchecked(self) -> Result<LockClient> {
         let (targets, redacted_url) = self.targets()?;
         let origin = origin(&self.source);
-        // One housekeeping thread (sentinel checks, wake-ups, expiry alarms) for the whole
-        // client, running jobs that can be taken back (`store/timer.rs`).
-        let timer = crate::store::timer::Timer::start().map_err(Error::System)?;
-        // And one for every r2d2 pool of the client instead of r2d2's three per pool, apart
-        // from the housekeeping, which talks to Redis: its jobs only make unopened
-        // connections, at once (the caller opens them), so a checkout with room in its pool
-        // never waits behind a sentinel check or a wake-up stuck on a slow server.
-        let maker = Arc::new(
-            ScheduledThreadPool::builder()
-                .num_threads(1)
-                .thread_name_pattern("redis-lock-conns")
-                .on_drop_behavior(OnPoolDropBehavior::DiscardPendingScheduled)
-                .build(),
-        );
-        let pool_builder = |size: u32| {
-            r2d2::Pool::builder()
-                .max_size(size)
-                // No connections made ahead, so none fails out of sight.
-                .min_idle(Some(0))
-                // Free: `Manager::is_valid` sends nothing (see connection.rs).
-                .test_on_check_out(true)
-                .connection_timeout(self.pool_timeout)
-                .thread_pool(Arc::clone(&maker))
-                .error_handler(Box::new(LogErrors))
-        };
-        let quorum = matches!(self.source, Source::Redlock(_));
-        // A Cluster's loss notification connects to each master like this first node.
-        #[cfg(feature = "cluster")]
-        let cluster_base = match &self.source {
-            Source::Cluster(urls) => urls
-                .first()
-                .and_then(|u| redis::IntoConnectionInfo::into_connection_info(u.as_str()).ok()),
-            _ => None,
-        };
-        let mut external = match self.source {
-            Source::Pool(pool, _) => Some(pool),
-            _ => None,
-        };
-        let mut stores = Vec::with_capacity(targets.len());
-        let requests = Arc::new(AtomicU64::new(0));
-        for (target, label) in targets {
-            let every = self
-                .sentinel_check_interval
-                .unwrap_or(Duration::from_secs(1));
-            let sentinel = match &target {
-                Target::Sentinel(sentinel) => Some(Arc::clone(sentinel)),
-                _ => None,
-            };
-            if let Some(sentinel) = &sentinel {
-                let sentinel = Arc::downgrade(sentinel);
-                // The job ends with the housekeeping thread, which ends with the client.
-                timer.every(every, move || {
-                    if let Some(sentinel) = sentinel.upgrade() {
-                        sentinel.check();
-                    }
-                });
-            }
-            let cluster = target.is_cluster();
-            let manager = Manager {
-                target,
-                connect_timeout: self.connect_timeout,
-                io_timeout: self.io_timeout,
-            };
-            // One connection per lock name waited on (`store/waiting.rs`); one idle for
-            // WAITING_IDLE is closed.
-            let waiters = pool_builder(MAX_WAITING_CONNECTIONS)
-                .idle_timeout(Some(WAITING_IDLE))
-                .build_unchecked(manager.clone());
-            // Loss notification needs connections of our own to the servers the locks are on,
-            // not an application's pool's (a Cluster's are made per master, below).
-            let notifying =
-                (self.loss_notification && external.is_none() && !cluster).then(|| manager.clone());
-            let pool = match external.take() {
-                Some(pool) => Pool::External(pool),
-                None => Pool::Managed(pool_builder(self.pool_size).build_unchecked(manager)),
-            };
-            let store = Store::new(
-                pool,
-                waiters,
-                label,
-                Timeouts {
-                    connect: self.connect_timeout,
-                    pool: self.pool_timeout,
-                },
-                Arc::clone(&requests),
-                timer.clone(),
-            )
-            .cluster(cluster);
-            let store = match notifying {
-                Some(manager) => store.notifying(manager),
-                None => store,
-            };
+        let parts = Parts {
+            // One housekeeping thread (sentinel checks, wake-ups, expiry alarms) for the whole
+            // client, running jobs that can be taken back (`store/timer.rs`).
+            timer: crate::store::timer::Timer::start().map_err(Error::System)?,
+            // And one for every r2d2 pool of the client instead of r2d2's three per pool, apart
+            // from the housekeeping, which talks to Redis: its jobs only make unopened
+            // connections, at once (the caller opens them), so a checkout with room in its
+            // pool never waits behind a sentinel check or a wake-up stuck on a slow server.
+            maker: Arc::new(
+                ScheduledThreadPool::builder()
+                    .num_threads(1)
+                    .thread_name_pattern("redis-lock-conns")
+                    .on_drop_behavior(OnPoolDropBehavior::DiscardPendingScheduled)
+                    .build(),
+            ),
+            requests: Arc::new(AtomicU64::new(0)),
+            // A Cluster's loss notification connects to each master like this first node.
             #[cfg(feature = "cluster")]
-            let store = match (&cluster_base, cluster) {
-                (Some(base), true) if self.loss_notification => {
-                    store.notifying_nodes(base.clone(), self.io_timeout)
-                }
-                _ => store,
-            };
-            stores.push(match sentinel {
-                Some(sentinel) => store.sentinel(sentinel, every),
-                None => store,
-            });
-        }
+            cluster_base: match &self.source {
+                Source::Cluster(urls) => urls
+                    .first()
+                    .and_then(|u| redis::IntoConnectionInfo::into_connection_info(u.as_str()).ok()),
+                _ => None,
+            },
+        };
+        let mut external = match &self.source {
+            Source::Pool(pool, _) => Some(pool.clone()),
+            _ => None,
+        };
+        let stores: Vec<Store> = targets
+            .into_iter()
+            .map(|(target, label)| self.store(target, label, external.take(), &parts))
+            .collect();
+        let quorum = matches!(self.source, Source::Redlock(_));
         // One server's worst case: a pooled connection, opened if it is new, then the reply.
         let per_server = self.pool_timeout + self.connect_timeout + self.io_timeout;
         let deployment = if quorum {
@@ -848,6 +790,7 @@ impl Builder {
             let threads = usize::try_from(self.pool_size).unwrap_or(usize::MAX);
             Deployment::Quorum(Quorum::new(stores, per_server, threads))
         } else {
+            let mut stores = stores;
             Deployment::Single(
                 stores
                     .pop()
@@ -871,9 +814,106 @@ impl Builder {
         // Units and descriptions for the recorder installed now (nothing without `metrics`).
         crate::hold::observe::describe();
         Ok(LockClient::from_inner(Inner::new(
-            deployment, config, requests, &host, timer,
+            deployment,
+            config,
+            parts.requests,
+            &host,
+            parts.timer,
         )))
     }
+
+    /// The store of one target: its lock pool (an application's `external` one, or ours),
+    /// its waiting connections, loss notification, and the Sentinel check.
+    fn store(
+        &self,
+        target: Target,
+        label: String,
+        external: Option<r2d2::Pool<redis::Client>>,
+        parts: &Parts,
+    ) -> Store {
+        let pool_builder = |size: u32| {
+            r2d2::Pool::builder()
+                .max_size(size)
+                // No connections made ahead, so none fails out of sight.
+                .min_idle(Some(0))
+                // Free: `Manager::is_valid` sends nothing (see connection.rs).
+                .test_on_check_out(true)
+                .connection_timeout(self.pool_timeout)
+                .thread_pool(Arc::clone(&parts.maker))
+                .error_handler(Box::new(LogErrors))
+        };
+        let every = self
+            .sentinel_check_interval
+            .unwrap_or(Duration::from_secs(1));
+        let sentinel = match &target {
+            Target::Sentinel(sentinel) => Some(Arc::clone(sentinel)),
+            _ => None,
+        };
+        if let Some(sentinel) = &sentinel {
+            let sentinel = Arc::downgrade(sentinel);
+            // The job ends with the housekeeping thread, which ends with the client.
+            parts.timer.every(every, move || {
+                if let Some(sentinel) = sentinel.upgrade() {
+                    sentinel.check();
+                }
+            });
+        }
+        let cluster = target.is_cluster();
+        let manager = Manager {
+            target,
+            connect_timeout: self.connect_timeout,
+            io_timeout: self.io_timeout,
+        };
+        // One connection per lock name waited on (`store/waiting.rs`); one idle for
+        // WAITING_IDLE is closed.
+        let waiters = pool_builder(MAX_WAITING_CONNECTIONS)
+            .idle_timeout(Some(WAITING_IDLE))
+            .build_unchecked(manager.clone());
+        // Loss notification needs connections of our own to the servers the locks are on,
+        // not an application's pool's (a Cluster's are made per master, below).
+        let notifying =
+            (self.loss_notification && external.is_none() && !cluster).then(|| manager.clone());
+        let pool = match external {
+            Some(pool) => Pool::External(pool),
+            None => Pool::Managed(pool_builder(self.pool_size).build_unchecked(manager)),
+        };
+        let store = Store::new(
+            pool,
+            waiters,
+            label,
+            Timeouts {
+                connect: self.connect_timeout,
+                pool: self.pool_timeout,
+            },
+            Arc::clone(&parts.requests),
+            parts.timer.clone(),
+        )
+        .cluster(cluster);
+        let store = match notifying {
+            Some(manager) => store.notifying(manager),
+            None => store,
+        };
+        #[cfg(feature = "cluster")]
+        let store = match (&parts.cluster_base, cluster) {
+            (Some(base), true) if self.loss_notification => {
+                store.notifying_nodes(base.clone(), self.io_timeout)
+            }
+            _ => store,
+        };
+        match sentinel {
+            Some(sentinel) => store.sentinel(sentinel, every),
+            None => store,
+        }
+    }
+}
+
+/// What every store of a client shares, made once by `build_unchecked`.
+struct Parts {
+    timer: crate::store::timer::Timer,
+    maker: Arc<ScheduledThreadPool>,
+    requests: Arc<AtomicU64>,
+    #[cfg(feature = "cluster")]
+    cluster_base: Option<redis::ConnectionInfo>,
 }
 
 /// Where a Redlock server listed at `addr` is reached, for telling one listed twice: a TCP

@@ -23,21 +23,9 @@ impl Lease {
 
     /// [`release`](Self::release), keeping the lock ownerless for `cooldown` (zero: none).
     pub(crate) fn release_after(&self, cooldown: Duration) -> Result<ReleaseOutcome> {
-        let watched = {
-            let mut st = self.state.lock();
-            loop {
-                match st.release {
-                    Releasing::Done(outcome) => return Ok(outcome),
-                    Releasing::InFlight => {
-                        st.waiting += 1;
-                        self.released.wait(&mut st);
-                        st.waiting -= 1;
-                    }
-                    Releasing::No => break,
-                }
-            }
-            st.release = Releasing::InFlight;
-            std::mem::take(&mut st.watched)
+        let watched = match self.begin_release() {
+            Ok(watched) => watched,
+            Err(outcome) => return Ok(outcome),
         };
         self.detach_watchdog();
         // Before the release is sent: its own change must not come back as a loss.
@@ -45,6 +33,34 @@ impl Lease {
             self.inner.deployment.unwatch(&self.keys, self.id);
         }
         let epoch = self.inner.deployment.epoch();
+        let result = self.send_release(cooldown, epoch);
+        self.record_release(&result);
+        self.log_release(&result, epoch, cooldown);
+        self.end_release(&result, cooldown);
+        result
+    }
+
+    /// Waits for a release in flight, and takes the release on: whether the lock was watched
+    /// (to unwatch), or the outcome of a release already done.
+    fn begin_release(&self) -> std::result::Result<bool, ReleaseOutcome> {
+        let mut st = self.state.lock();
+        loop {
+            match st.release {
+                Releasing::Done(outcome) => return Err(outcome),
+                Releasing::InFlight => {
+                    st.waiting += 1;
+                    self.released.wait(&mut st);
+                    st.waiting -= 1;
+                }
+                Releasing::No => break,
+            }
+        }
+        st.release = Releasing::InFlight;
+        Ok(std::mem::take(&mut st.watched))
+    }
+
+    /// The one round trip.
+    fn send_release(&self, cooldown: Duration, epoch: Option<u64>) -> Result<ReleaseOutcome> {
         let args = ReleaseArgs {
             keys: &self.keys,
             token: &self.token,
@@ -56,7 +72,7 @@ impl Lease {
             caps: None,
         };
         let deployment = &self.inner.deployment;
-        let result = match self.ack {
+        match self.ack {
             // Acknowledged like the acquisition, or sent again if the master moves: a release
             // the old master took after the failover would not reach the new one.
             Some(ack) => deployment
@@ -69,25 +85,32 @@ impl Lease {
                 }),
             None => deployment.release(&*self.primitive, &args),
         }
-        .map(ReleaseOutcome::from);
-        let held_for = self.acquired_at.elapsed();
+        .map(ReleaseOutcome::from)
+    }
+
+    /// Ends the hold's span and metrics with the outcome; a release that found the lock gone
+    /// or another's records the loss, reported as the watchdog would have if it is news.
+    fn record_release(&self, result: &Result<ReleaseOutcome>) {
+        let Ok(outcome) = result else {
+            return;
+        };
         let mut newly_lost = None;
-        if let Ok(outcome) = &result {
-            let (ended, reason) = match outcome {
-                ReleaseOutcome::Released
-                | ReleaseOutcome::StillHeld
-                | ReleaseOutcome::HandedOff => (Ended::Released, None),
-                ReleaseOutcome::Late | ReleaseOutcome::Lost => {
-                    let (ended, answer) = if *outcome == ReleaseOutcome::Late {
-                        (Ended::Late, Renewal::Gone)
-                    } else {
-                        (Ended::Lost, Renewal::NotOurs)
-                    };
-                    let (reason, newly) = self.found_lost(answer);
-                    newly_lost = newly.then_some(reason);
-                    (ended, Some(reason))
-                }
-            };
+        let (ended, reason) = match outcome {
+            ReleaseOutcome::Released | ReleaseOutcome::StillHeld | ReleaseOutcome::HandedOff => {
+                (Ended::Released, None)
+            }
+            ReleaseOutcome::Late | ReleaseOutcome::Lost => {
+                let (ended, answer) = if *outcome == ReleaseOutcome::Late {
+                    (Ended::Late, Renewal::Gone)
+                } else {
+                    (Ended::Lost, Renewal::NotOurs)
+                };
+                let (reason, newly) = self.found_lost(answer);
+                newly_lost = newly.then_some(reason);
+                (ended, Some(reason))
+            }
+        };
+        {
             let mut hold = self.hold.lock();
             hold.end(ended, reason);
             hold.close();
@@ -95,7 +118,11 @@ impl Lease {
         if let Some(reason) = newly_lost {
             self.report_lost(reason);
         }
-        match &result {
+    }
+
+    fn log_release(&self, result: &Result<ReleaseOutcome>, epoch: Option<u64>, cooldown: Duration) {
+        let held_for = self.acquired_at.elapsed();
+        match result {
             Ok(ReleaseOutcome::Released) => {
                 tracing::debug!(target: "redis_lock", key = %self.name, ?held_for, "lock released")
             }
@@ -109,9 +136,14 @@ impl Lease {
                 tracing::warn!(target: "redis_lock", key = %self.name, %error, "releasing lock failed; it expires with its ttl")
             }
         }
+    }
+
+    /// Records the outcome for the releases waiting on this one, gives the lock back in the
+    /// background when nobody else would, and forgets the lease once released.
+    fn end_release(&self, result: &Result<ReleaseOutcome>, cooldown: Duration) {
         let (expires_at, give_back) = {
             let mut st = self.state.lock();
-            st.release = match &result {
+            st.release = match result {
                 Ok(outcome) => Releasing::Done(*outcome),
                 Err(_) => Releasing::No,
             };
@@ -135,7 +167,6 @@ impl Lease {
         if result.is_ok() {
             self.inner.registry.forget(self);
         }
-        result
     }
 
     /// A release that failed as a failover makes it fail (`error`: the master died or was

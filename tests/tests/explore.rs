@@ -41,7 +41,7 @@ use redis_lock::testing::{Fault, FaultProxy};
 use redis_lock::{
     CancelToken, Error, LockClient, LockGuard, LockMode, LockOptions, ReleaseOutcome, RetryStrategy,
 };
-use redis_lock_tests::{RedisServer, blocked_clients, stored_token, wait_until, zcard};
+use redis_lock_tests::{RedisServer, stored_token, wait_until};
 
 /// Every lease's TTL.
 const TTL: Duration = Duration::from_millis(1000);
@@ -570,13 +570,13 @@ impl<'a> World<'a> {
             }
         }
         let pattern = format!("lock:{{{}-*", self.run);
-        let mut c = self.server.connection();
         let mut left = Vec::new();
         let clean = wait_until(TTL + GRACE + GRACE + MARGIN, || {
-            left = scan(&mut c, &pattern);
+            left = scan(&mut self.server.connection(), &pattern);
             left.is_empty()
         });
         if !clean {
+            let mut c = self.server.connection();
             let shown: Vec<String> = left
                 .iter()
                 .map(|k| format!("{k} (pttl {})", redis_lock_tests::pttl(&mut c, k)))
@@ -584,6 +584,23 @@ impl<'a> World<'a> {
             self.violation(format!("keys left in Redis after their TTL: {shown:?}"));
         }
     }
+}
+
+/// `ZCARD key`, 0 when the query fails (a restart fault killed the connection mid-query).
+fn zcard(server: &RedisServer, key: &str) -> usize {
+    redis::cmd("ZCARD")
+        .arg(key)
+        .query(&mut server.connection())
+        .unwrap_or(0)
+}
+
+/// Clients blocked in a command (waiters in `BLPOP`); 0 when the query fails.
+fn blocked_clients(server: &RedisServer) -> u64 {
+    server
+        .info_field("clients", "blocked_clients")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
 }
 
 /// Every key matching `pattern`.
@@ -598,7 +615,8 @@ fn scan(c: &mut redis::Connection, pattern: &str) -> Vec<String> {
             .arg("COUNT")
             .arg(1000)
             .query(c)
-            .unwrap();
+            // A connection killed mid-query (a restart fault): looked at again.
+            .unwrap_or((0, vec!["(scan failed)".to_owned()]));
         keys.extend(batch);
         cursor = next;
         if cursor == 0 {
@@ -1175,18 +1193,23 @@ fn run(server: &RedisServer, schedule: &Schedule) -> RunResult {
     let w = World::new(server, run, schedule);
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (scenario.run)(&w)));
     if let Err(p) = outcome {
-        let text = p
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| p.downcast_ref::<&str>().map(|s| (*s).to_owned()))
-            .unwrap_or_default();
-        w.violation(format!("the scenario panicked: {text}"));
+        w.violation(format!("the scenario panicked: {}", panic_text(&*p)));
     }
+    // Faults belong to the scenario: the subject's background requests during the checks
+    // (a release resent, a renewal) pass untouched.
+    w.proxy.disarm();
     for e in w.proxy.errors() {
         w.note(format!("fault injection: {e}"));
     }
     let boundaries = w.proxy.boundaries();
     w.check(schedule.clone(), boundaries)
+}
+
+fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| p.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+        .unwrap_or_default()
 }
 
 /// Runs every schedule on `lanes` servers at once; the results in the schedules' order.
@@ -1202,7 +1225,18 @@ fn run_all(schedules: Vec<Schedule>, lanes: usize) -> Vec<RunResult> {
                     let Some((i, schedule)) = locked(&queue).pop_front() else {
                         return;
                     };
-                    let result = run(&server, &schedule);
+                    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        run(&server, &schedule)
+                    }))
+                    .unwrap_or_else(|p| RunResult {
+                        schedule: schedule.clone(),
+                        boundaries: 0,
+                        commands: Vec::new(),
+                        fired: Vec::new(),
+                        violations: vec![format!("the run panicked: {}", panic_text(&*p))],
+                        known: Vec::new(),
+                        notes: Vec::new(),
+                    });
                     locked(&results).push((i, result));
                 }
             });

@@ -168,6 +168,14 @@ impl FaultProxy {
         locked(&self.shared.state).armed.push((boundary, fault));
     }
 
+    /// Forgets the faults armed and not fired yet: the traffic that follows (a client's
+    /// background requests while a test checks the server) passes untouched.
+    pub fn disarm(&self) {
+        let mut state = locked(&self.shared.state);
+        let next = state.next;
+        state.armed.retain(|&(k, _)| k < next);
+    }
+
     /// How long a [`Fault::Pause`] stops the traffic (1 s unless set).
     pub fn set_pause(&self, pause: Duration) {
         locked(&self.shared.state).pause = pause;

@@ -17,9 +17,11 @@
 //!   Redis that keeps its data); and fencing tokens increase in the order the holds began,
 //!   whatever the fault;
 //! - the library reports a loss (a `Late`/`Lost` release, `is_lost`) only when something could
-//!   have caused one (not for a lost request or reply), and `Released` means the holder's
-//!   token is gone from Redis;
-//! - no waiter of a client without a fault is left waiting while the lock is free, and fair
+//!   have caused one: not for a lost request or reply, and to a client without a fault only
+//!   when the server lost data (the subject's pause or death must not cost anybody else their
+//!   lock); `Released` means the holder's token is gone from Redis;
+//! - no waiter of a client without a fault is left waiting while the lock is free (it gets the
+//!   lock within 500 ms of a release unless a fault could delay the hand-over), and fair
 //!   waiters are served in arrival order;
 //! - after the scenario a fresh client gets every name within its TTL plus the handoff grace
 //!   (plus a dead fair waiter's 3 s when queued) and a margin, and then no key of the world's
@@ -43,6 +45,8 @@ use redis_lock::{
 };
 use redis_lock_tests::{RedisServer, stored_token, wait_until};
 
+/// The subject's name in every scenario's log: the client behind the fault proxy.
+const SUBJECT: &str = "A";
 /// Every lease's TTL.
 const TTL: Duration = Duration::from_millis(1000);
 /// How long a grant to a waiter lives unclaimed (the library's handoff grace).
@@ -55,6 +59,9 @@ const MARGIN: Duration = Duration::from_millis(1500);
 const PAUSE: Duration = Duration::from_millis(1300);
 /// How long a hold lasts in a scenario.
 const HOLD: Duration = Duration::from_millis(20);
+/// How soon a release wakes a waiter when no fault delays it (loopback: milliseconds; this
+/// leaves room for a loaded machine, and is half the handoff grace a lost wake-up costs).
+const PROMPT: Duration = Duration::from_millis(500);
 /// A waiter's budget: long enough for a dead holder's lease and grant to lapse.
 const WAIT: Duration = Duration::from_secs(7);
 
@@ -190,6 +197,8 @@ struct World<'a> {
     notes: Mutex<Vec<String>>,
     acquisitions: AtomicU64,
     origin: Instant,
+    /// When each release that said `Released` returned, by name.
+    released: Mutex<Vec<(String, Instant)>>,
 }
 
 /// Library defects the explorer found and that are not fixed yet: violations with these
@@ -261,6 +270,7 @@ impl<'a> World<'a> {
             notes: Mutex::new(Vec::new()),
             acquisitions: AtomicU64::new(0),
             origin: Instant::now(),
+            released: Mutex::new(Vec::new()),
         }
     }
 
@@ -293,14 +303,14 @@ impl<'a> World<'a> {
         self.proxy.fired().into_iter().map(|(_, f, _)| f).collect()
     }
 
-    /// Whether a fault so far could make a lease run out or vanish: the client dead or paused,
-    /// or the server's data gone.
-    fn loss_possible(&self) -> bool {
-        self.fired().iter().any(|f| {
-            matches!(
-                f,
-                Fault::Die | Fault::Pause | Fault::Restart | Fault::Expire
-            )
+    /// Whether a fault so far could make a lease of the subject (`subject`) or of another
+    /// client run out or vanish: the subject dead or paused (its own leases only: another
+    /// client's connections are untouched), or the server's data gone (anybody's).
+    fn loss_possible(&self, subject: bool) -> bool {
+        self.fired().iter().any(|f| match f {
+            Fault::Die | Fault::Pause => subject,
+            Fault::Restart | Fault::Expire => true,
+            Fault::Drop | Fault::LoseReply => false,
         })
     }
 
@@ -372,7 +382,7 @@ impl<'a> World<'a> {
             }
             std::thread::sleep(Duration::from_millis(2));
         }
-        if !held && !may_lose && !self.loss_possible() {
+        if !held && !may_lose && !self.loss_possible(hold.who == SUBJECT) {
             self.violation(format!(
                 "{}: the guard of {} reported a loss no fault could cause: {why}",
                 hold.who, hold.name
@@ -435,6 +445,7 @@ impl<'a> World<'a> {
         let (name, token) = (g.key().to_owned(), g.token().to_owned());
         match g.release() {
             Ok(ReleaseOutcome::Released) => {
+                locked(&self.released).push((name.clone(), Instant::now()));
                 if self.still_there(&name, &token) {
                     self.violation(format!(
                         "{who}: release of {name} said Released, yet its token still holds it"
@@ -443,7 +454,7 @@ impl<'a> World<'a> {
             }
             Ok(out @ (ReleaseOutcome::Late | ReleaseOutcome::Lost)) => {
                 let text = format!("{who}: release of {name} said {out:?}");
-                if may_lose || self.loss_possible() {
+                if may_lose || self.loss_possible(subject) {
                     self.note(text);
                 } else {
                     self.violation(format!("{text}, but no fault could lose the lock"));
@@ -451,6 +462,30 @@ impl<'a> World<'a> {
             }
             Ok(out) => self.violation(format!("{who}: release of {name} said {out:?}")),
             Err(e) => self.error(who, subject, &format!("release of {name}"), &e),
+        }
+    }
+
+    /// A waiter without a fault that took `name` at `at`: a release of it before then must
+    /// have woken it at once (within [`PROMPT`]) unless a fault could delay the hand-over (the
+    /// subject paused or dead, the server's data or connections gone).
+    fn check_prompt(&self, who: &str, name: &str, at: Instant) {
+        let delaying = self
+            .fired()
+            .iter()
+            .any(|f| !matches!(f, Fault::Drop | Fault::LoseReply));
+        let last = locked(&self.released)
+            .iter()
+            .filter(|(n, t)| n == name && *t <= at)
+            .map(|&(_, t)| t)
+            .max();
+        if let Some(t) = last
+            && at.duration_since(t) > PROMPT
+            && !delaying
+        {
+            self.violation(format!(
+                "{who} took {name} {:?} after its release: a waiter left waiting while the lock was free",
+                at.duration_since(t)
+            ));
         }
     }
 
@@ -705,6 +740,7 @@ fn waiter<'s>(
         match got {
             Ok(Some(g)) => {
                 let at = Instant::now();
+                w.check_prompt(who, g.key(), at);
                 w.hold_guard(who, &g, exclusive, at);
                 w.release(who, false, g, false);
                 Some(at)
@@ -766,8 +802,9 @@ fn waiter_woken(w: &World<'_>) {
     });
 }
 
-/// Another client holds a lock the subject waits for, beside a third client that waits too;
-/// the release wakes one of them, the other gets the lock after it.
+/// Another client holds a lock the subject waits for (with a TTL below the handoff grace, so
+/// that it claims the grant it is woken with), beside a third client that waits too; the
+/// release wakes one of them, the other gets the lock after it.
 fn woken_waiter(w: &World<'_>) {
     let name = w.name("m", Kind::Mutex);
     let holder = w.other();
@@ -779,7 +816,10 @@ fn woken_waiter(w: &World<'_>) {
     let done = AtomicUsize::new(0);
     std::thread::scope(|s| {
         let a = s.spawn(|| {
-            let got = w.subject.try_acquire_with(&name, &opts().wait(WAIT));
+            // A TTL below the handoff grace: the grant it is woken with is claimed at once
+            // (`CLAIM`), rather than adopted as the lock for the grace.
+            let short = opts().ttl(TTL / 2).wait(WAIT);
+            let got = w.subject.try_acquire_with(&name, &short);
             let acquired = Instant::now();
             done.fetch_add(1, Ordering::SeqCst);
             match got {
@@ -1060,7 +1100,7 @@ fn multi_lock(w: &World<'_>) {
                             if out == ReleaseOutcome::Released && w.still_there(&k, "") {
                                 w.violation(format!("A: multi release of {k} left it held"));
                             }
-                            if out != ReleaseOutcome::Released && !w.loss_possible() {
+                            if out != ReleaseOutcome::Released && !w.loss_possible(true) {
                                 w.violation(format!(
                                     "A: multi release of {k} said {out:?}, but no fault could lose it"
                                 ));

@@ -467,19 +467,28 @@ impl<'a> World<'a> {
 
     /// A waiter without a fault that took `name` at `at`: a release of it before then must
     /// have woken it at once (within [`PROMPT`]) unless a fault could delay the hand-over (the
-    /// subject paused or dead, the server's data or connections gone).
+    /// subject paused or dead, the server's data or connections gone). A request or reply the
+    /// subject lost may cost one handoff grace: a waiting subject whose wake-up reply was
+    /// lost popped a grant it never learnt of, and one whose claim was cut fails its
+    /// acquisition; either grant lapses after the grace (SAFETY.md: a waiter dead between its
+    /// wake-up and its claim).
     fn check_prompt(&self, who: &str, name: &str, at: Instant) {
-        let delaying = self
-            .fired()
+        let fired = self.fired();
+        let delaying = fired
             .iter()
             .any(|f| !matches!(f, Fault::Drop | Fault::LoseReply));
+        let allowed = if fired.is_empty() {
+            PROMPT
+        } else {
+            GRACE + PROMPT
+        };
         let last = locked(&self.released)
             .iter()
             .filter(|(n, t)| n == name && *t <= at)
             .map(|&(_, t)| t)
             .max();
         if let Some(t) = last
-            && at.duration_since(t) > PROMPT
+            && at.duration_since(t) > allowed
             && !delaying
         {
             self.violation(format!(

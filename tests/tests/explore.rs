@@ -8,7 +8,8 @@
 //! Determinism: the subject has no loss notification (no tracking connection, no checks), the
 //! leases last 1 s (a renewal every ~330 ms) and the scenarios hold for 20 ms, so no
 //! renewal falls inside a scenario unless a fault (a pause, an expiry) stretches it; the other
-//! clients talk to the server directly and are not numbered.
+//! clients talk to the server directly and are not numbered; every run starts with the
+//! server's script cache empty (the script loads are boundaries too).
 //!
 //! Invariants, checked after every run (`World::check`):
 //! - no two holds of one name overlap in time (a read share may overlap another share), as the
@@ -249,6 +250,12 @@ fn opts() -> LockOptions {
 
 impl<'a> World<'a> {
     fn new(server: &'a RedisServer, run: String, schedule: &Schedule) -> World<'a> {
+        // Every run starts from a cold script cache, as the fault-free run that counted the
+        // boundaries did: else a lane's earlier runs leave the scripts loaded, and the
+        // `SCRIPT LOAD`s they spare shift every boundary after them.
+        let _ = redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .query::<()>(&mut server.connection());
         let proxy = FaultProxy::start(server.port()).unwrap();
         proxy.set_pause(PAUSE);
         proxy.set_key_patterns(vec![format!("lock:{{{run}-*")]);

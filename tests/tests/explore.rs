@@ -487,7 +487,7 @@ impl<'a> World<'a> {
         let allowed = if fired.is_empty() {
             PROMPT
         } else {
-            GRACE + PROMPT
+            GRACE + MARGIN
         };
         let last = locked(&self.released)
             .iter()

@@ -4,7 +4,8 @@
 //! temporary directory, with persistence off, and is killed when dropped. Tests can kill,
 //! pause (`SIGSTOP`), resume and restart it to exercise failures, start replicas of it
 //! ([`RedisServer::start_replica_of`]), and put a [`TcpProxy`] in front of it to slow down,
-//! stall or cut connections; [`TlsRedisServer`] serves TLS with certificates made for the
+//! stall or cut connections, or a [`FaultProxy`] that numbers request boundaries and injects a
+//! [`Fault`] at one; [`TlsRedisServer`] serves TLS with certificates made for the
 //! test. [`RedisCluster`] forms a Redis Cluster of masters (and migrates slots);
 //! [`SentinelGroup`] runs a master, a replica and three sentinels, and fails over. The binary is `$REDIS_LOCK_SERVER_BIN` if set, else
 //! `redis-server` from `PATH` (a `valkey-server` works too); the cluster support runs
@@ -23,6 +24,7 @@
 #![allow(clippy::panic)]
 
 mod cluster;
+mod faults;
 mod proxy;
 mod replica;
 mod sentinel;
@@ -30,6 +32,7 @@ mod server;
 mod tls;
 
 pub use cluster::{RedisCluster, SlotMigration, cli_binary};
+pub use faults::{Fault, FaultProxy};
 pub use proxy::TcpProxy;
 pub use sentinel::SentinelGroup;
 pub use server::{RedisServer, free_port, server_binary};

@@ -40,7 +40,8 @@ macro_rules! clock {
 /// Every key of a name expires, the counter too (with the TTL of the lock that started it, kept
 /// longer only by a string lock, whose fence it stands for: the native fast path's `PEXPIRE
 /// GT` and the mutex's renewal), so a name taken again after its counter expired finds none.
-/// `INCR` then answers `1`, and the counter starts instead from the clock in microseconds
+/// `INCR` then answers `1` (or a little more, after a native pipeline's stray `INCR`: below
+/// [`fence_min!`]), and the counter starts instead from the clock in microseconds
 /// (milliseconds × 1000): above every token the previous counter gave, as long as that counter
 /// was not incremented faster than the clock advanced (Redis needs several microseconds per
 /// acquisition) and the clock has not been set back by more than the time between the two
@@ -50,6 +51,19 @@ macro_rules! clock {
 /// here, which costs the scripts nothing. The number has 16 digits (below 2^53, exact as a
 /// Lua number until the year 2255); Lua's `..` would print it in exponent form, so it is
 /// formatted with `%d` wherever it is written into a string (`fence_text`).
+/// The lowest fencing token a counter started from the clock can give (10^12: a clock's
+/// microseconds are about 1.7 × 10^15). A counter below it was made by an `INCR` that found
+/// none, not started from the clock: a native pipeline split, whose counter went between its
+/// `SET NX` and its `INCR` (it has no TTL either). [`FENCE_MIN`] in Rust.
+macro_rules! fence_min {
+    () => {
+        "1000000000000"
+    };
+}
+
+/// [`fence_min!`] as a number: a native acquisition's token below it is not one.
+pub(crate) const FENCE_MIN: u64 = 1_000_000_000_000;
+
 macro_rules! next_fence {
     ($var:expr, $key:expr, $ttl:expr, $on_wrong_type:expr) => {
         next_fence!(
@@ -64,7 +78,7 @@ macro_rules! next_fence {
         concat!(
             "local ", $var, " = redis.pcall('INCR', ", $key, ")\n",
             "if type(", $var, ") == 'table' then ", $on_wrong_type, " end\n",
-            "if ", $var, " == 1 then\n",
+            "if ", $var, " < ", fence_min!(), " then\n",
             "  ", $var, " = (", $floor_ms, ") * 1000\n",
             "  redis.call('SET', ", $key, ", ", $var, ", 'PX', ", $ttl, ")\n",
             "end\n",

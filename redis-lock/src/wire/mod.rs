@@ -40,7 +40,7 @@ pub(crate) use keys::LockKeys;
 /// replayed (`store/direct.rs`), a test's. Every typed call of this layer, and every
 /// operation of the seam, takes one.
 pub(crate) type Con<'a> = dyn redis::ConnectionLike + 'a;
-pub(crate) use lua::HANDOFF_GRACE;
+pub(crate) use lua::{FENCE_MIN, HANDOFF_GRACE};
 pub(crate) use reply::{
     Attempt, Broken, BusyHolder, Claim, Grant, Holder, Info, OwnedTtl, Release, Renewal,
     parse_grant,

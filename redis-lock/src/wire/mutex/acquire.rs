@@ -11,7 +11,8 @@ use super::super::Con;
 use super::super::resp::{self, Decimal};
 use super::super::script::run;
 use super::super::{
-    Attempt, AttemptArgs, Form, LockKeys, ReleaseArgs, decode_attempt_reply, ms, unexpected,
+    Attempt, AttemptArgs, FENCE_MIN, Form, LockKeys, ReleaseArgs, decode_attempt_reply, ms,
+    unexpected,
 };
 use super::{waiter_flags, wake_list};
 use crate::error::{Error, Result};
@@ -126,7 +127,22 @@ static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
         // Already ours: a resent request (the cluster client resends after a reply timeout)
         // whose first copy took the lock.
         "if h[1] == ARGV[1] then\n",
-        "  return {1, tonumber(h[3] or redis.pcall('GET', KEYS[2])) or 0, 0, 0, 0}\n",
+        "  if h[3] then return {1, tonumber(h[3]), 0, 0, 0} end\n",
+        // A string lock of ours: the request that took it may not have counted its fence (its
+        // pipeline cut after the `SET`, or split and the counter gone before its `INCR`).
+        // Counted now, above both the counter and the clock's floor, and kept as long as
+        // the lock.
+        "  local c = redis.pcall('GET', KEYS[2])\n",
+        "  if type(c) == 'table' then return {-3, 0, 0, 0, 0} end\n",
+        "  local fence = tonumber(c) or 0\n",
+        "  if fence < ",
+        fence_min!(),
+        " then fence = tonumber(string.match(ARGV[4], '^%d+')) * 1000 end\n",
+        "  fence = fence + 1\n",
+        "  redis.call('SET', KEYS[2], ",
+        fence_text!("fence"),
+        ", 'PX', ARGV[2])\n",
+        "  return {1, fence, 0, 0, 0}\n",
         "end\n",
         // A hash without an owner token was not written by redis-lock: never write into it.
         "if h[1] == false and lockp == 1 then return {-2, 0, 0, 0, 0} end\n",
@@ -262,6 +278,11 @@ pub(crate) fn acquire(con: &mut Con<'_>, a: &AttemptArgs<'_>) -> Result<Attempt>
     if let Some(value) = a.native {
         if con.supports_pipelining() {
             match acquire_native(con, a, value)? {
+                // The counter was gone when its `INCR` ran (the pipeline split, and the
+                // counter expired or was lost in between): made anew from 1, without the
+                // clock's floor or a TTL. The script, which starts such a counter again, counts
+                // this lock's fence (ours, or gone).
+                Ok(fence) if fence < FENCE_MIN => {}
                 Ok(fence) => return Ok(Attempt::Acquired { fence }),
                 Err(used) => burned = Some(used),
             }

@@ -89,6 +89,20 @@ impl Holder {
         }
     }
 
+    /// Every line it printed until its output closed (it exited or was killed), waiting at
+    /// most `limit`.
+    pub fn rest(&mut self, limit: Duration) -> Vec<String> {
+        let deadline = Instant::now() + limit;
+        let mut lines = Vec::new();
+        while let Ok(line) = self
+            .lines
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+        {
+            lines.push(line);
+        }
+        lines
+    }
+
     /// Sends `signal` (`libc::SIGKILL`, `SIGSTOP`, `SIGCONT`, ...).
     pub fn signal(&self, signal: libc::c_int) {
         crate::signal(&self.child, signal);

@@ -360,3 +360,49 @@ fn through_sentinel_a_commit_runs_on_the_master_and_waits_for_the_replica_acknow
     }
     assert_eq!(get(group.master(), "s:acct:balance").as_deref(), Some("14"));
 }
+
+#[test]
+fn processes_killed_and_paused_past_their_ttl_never_commit_after_a_loss() {
+    use redis_lock_tests::holder::Holder;
+    const HOLDER: &str = env!("CARGO_BIN_EXE_lock-holder");
+    let server = RedisServer::start();
+    let mut holders: Vec<Holder> = (0..3)
+        .map(|_| Holder::spawn(HOLDER, &["commit-count", &server.url(), "p", "150", "300"]))
+        .collect();
+    // Let them commit a while, then pause one past its TTL (it holds the lock, or waits for
+    // it, most of the time) and kill another.
+    assert!(holders[0].expect("OK", Duration::from_secs(10)).is_some());
+    holders[0].signal(libc::SIGSTOP);
+    assert!(holders[1].expect("OK", Duration::from_secs(10)).is_some());
+    // Paused past its TTL (300 ms) while the others go on.
+    std::thread::sleep(Duration::from_millis(600));
+    holders[0].signal(libc::SIGCONT);
+    holders[1].kill();
+    // The two `OK`s read above.
+    let mut oks = 2;
+    for (i, h) in holders.iter_mut().enumerate() {
+        let lines = h.rest(Duration::from_secs(60));
+        if i != 1 {
+            assert_eq!(lines.last().map(String::as_str), Some("DONE"), "{lines:?}");
+        }
+        assert!(lines.iter().all(|l| !l.starts_with("ERROR")), "{lines:?}");
+        oks += lines.iter().filter(|l| *l == "OK").count() as u64;
+    }
+    let counter: u64 = get(&server, "p:counter").unwrap().parse().unwrap();
+    let log: Vec<u64> = redis::cmd("LRANGE")
+        .arg("p:log")
+        .arg(0)
+        .arg(-1)
+        .query(&mut server.connection())
+        .unwrap();
+    assert_eq!(counter, log.len() as u64);
+    // Every commit reported Ok landed; the killed process may have landed one it could not
+    // report.
+    assert!(
+        oks <= counter && counter <= oks + 1,
+        "oks {oks}, counter {counter}"
+    );
+    // No commit after a loss: a holder whose lock was taken over would append a lower token
+    // after a higher one.
+    assert!(log.windows(2).all(|w| w[0] < w[1]), "{log:?}");
+}

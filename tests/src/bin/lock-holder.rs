@@ -48,6 +48,9 @@
 //!     campaigns in ELECTION with VALUE (waiting up to 60 s); prints "LEADER <fencing token>
 //!     <monotonic ns>" once elected and "ONLOST <reason> <monotonic ns>" when it loses the
 //!     leadership; resigns at EOF or "exit" on stdin
+//! lock-holder commit-count URL KEY ITERATIONS TTL_MS
+//!     ITERATIONS times: lock KEY, commit `INCR KEY:counter` + `RPUSH KEY:log <token>` under
+//!     it, print "OK" or "LOST"; then "DONE"
 //! lock-holder resume URL HANDLE
 //!     resumes the lease handle HANDLE (its text form), prints "RESUME ok <fencing token>" or
 //!     "RESUME failed <error>", and on success behaves as `hold`
@@ -90,6 +93,12 @@ fn main() {
             hold_with(url, key, &opts)
         }
         ["campaign", url, election, value, ttl_ms] => campaign(url, election, value, ttl_ms),
+        ["commit-count", url, key, iterations, ttl_ms] => commit_count(
+            url,
+            key,
+            iterations.parse().unwrap(),
+            ttl_ms.parse().unwrap(),
+        ),
         ["hold-watch", url, key, ttl_ms] => {
             let opts = LockOptions::new()
                 .ttl(Duration::from_millis(ttl_ms.parse().unwrap()))
@@ -201,6 +210,34 @@ fn campaign(url: &str, election: &str, value: &str, ttl_ms: &str) {
         line.clear();
     }
     let _ = leadership.resign();
+}
+
+/// ITERATIONS times: lock KEY (TTL_MS, waiting up to 30 s), then commit `INCR KEY:counter` and
+/// `RPUSH KEY:log <fencing token>` under it; prints "OK" or "LOST" for each commit, then
+/// "DONE".
+fn commit_count(url: &str, key: &str, iterations: u64, ttl_ms: u64) {
+    let locks = redis_lock_tests::client_for(url);
+    let opts = LockOptions::new()
+        .ttl(Duration::from_millis(ttl_ms))
+        .wait(Duration::from_secs(30));
+    for _ in 0..iterations {
+        let guard = locks.acquire_with(key, &opts).unwrap();
+        std::thread::sleep(Duration::from_millis(2));
+        let mut pipe = redis_lock::redis::pipe();
+        pipe.cmd("INCR")
+            .arg(format!("{key}:counter"))
+            .ignore()
+            .cmd("RPUSH")
+            .arg(format!("{key}:log"))
+            .arg(guard.fencing_token())
+            .ignore();
+        match guard.commit::<()>(&pipe) {
+            Ok(()) => say("OK"),
+            Err(redis_lock::Error::Lost { .. }) => say("LOST"),
+            Err(e) => say(&format!("ERROR {e}")),
+        }
+    }
+    say("DONE");
 }
 
 fn hold_with(url: &str, key: &str, opts: &LockOptions) {

@@ -1588,11 +1588,11 @@ fn full() {
     assert!(failed.is_empty(), "{} violating schedules", failed.len());
 }
 
-/// The schedules of the two defects the explorer found in the native fast path: its pipeline
+/// The schedules of the defects the explorer found in fencing: the native fast path's pipeline
 /// (`SET lock NX PX`, `SET fence NX PX`, `INCR fence`, `PEXPIRE fence GT`) split with the
 /// counter gone before its `INCR` (expired, lost in a restart) gave token 1 and a counter
-/// without a TTL; cut after `SET lock` it gave token 0. Tokens must keep rising and every key
-/// expire.
+/// without a TTL; cut after `SET lock` it gave token 0; and a request delayed past a counter
+/// that came and went started one below it. Tokens must keep rising and every key expire.
 #[test]
 fn native_pipeline_cut_or_split_keeps_fencing_tokens_rising() {
     let server = RedisServer::start();
@@ -1601,6 +1601,10 @@ fn native_pipeline_cut_or_split_keeps_fencing_tokens_rising() {
         "mutex_release:Pause:3",
         "mutex_release:Restart:3",
         "mutex_release:Drop:2",
+        // A waiter's request carrying its clock, paused past the life of a counter another
+        // client started after a restart: it started a new one below it (fixed: a request
+        // more than 100 ms older than the server's clock starts from the server's).
+        "woken_waiter:Restart:10+Pause:13",
     ] {
         let result = run(&server, &Schedule::parse(text));
         assert!(

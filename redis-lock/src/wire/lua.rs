@@ -64,23 +64,63 @@ macro_rules! fence_min {
 /// [`fence_min!`] as a number: a native acquisition's token below it is not one.
 pub(crate) const FENCE_MIN: u64 = 1_000_000_000_000;
 
+/// Lua: the server's clock, Unix ms (`TIME`).
+macro_rules! server_ms {
+    () => {
+        "(function() local t = redis.call('TIME') return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) end)()"
+    };
+}
+
+/// Lua: a new counter's floor, Unix ms: the caller's clock (`$client_ms`, sent with the
+/// request, so that the servers of a Redlock start alike), or the server's when that is more
+/// than 100 ms later. A request delayed in flight (a paused or slow client, a stalled
+/// connection) carries an old clock; started from it, a counter could start below one that
+/// came and expired meanwhile. (Servers that disagree are settled by the quorum's raise.)
+macro_rules! floor_ms {
+    ($client_ms:expr) => {
+        concat!(
+            "(function(c) local s = ",
+            server_ms!(),
+            " if s > c + 100 then return s end return c end)(",
+            $client_ms,
+            ")"
+        )
+    };
+}
+
 macro_rules! next_fence {
     ($var:expr, $key:expr, $ttl:expr, $on_wrong_type:expr) => {
-        next_fence!(
-            $var,
-            $key,
-            $ttl,
-            $on_wrong_type,
-            "(function() local t = redis.call('TIME') return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) end)()"
-        )
+        next_fence!($var, $key, $ttl, $on_wrong_type, server_ms!())
     };
     ($var:expr, $key:expr, $ttl:expr, $on_wrong_type:expr, $floor_ms:expr) => {
         concat!(
-            "local ", $var, " = redis.pcall('INCR', ", $key, ")\n",
-            "if type(", $var, ") == 'table' then ", $on_wrong_type, " end\n",
-            "if ", $var, " < ", fence_min!(), " then\n",
-            "  ", $var, " = (", $floor_ms, ") * 1000\n",
-            "  redis.call('SET', ", $key, ", ", $var, ", 'PX', ", $ttl, ")\n",
+            "local ",
+            $var,
+            " = redis.pcall('INCR', ",
+            $key,
+            ")\n",
+            "if type(",
+            $var,
+            ") == 'table' then ",
+            $on_wrong_type,
+            " end\n",
+            "if ",
+            $var,
+            " < ",
+            fence_min!(),
+            " then\n",
+            "  ",
+            $var,
+            " = (",
+            $floor_ms,
+            ") * 1000\n",
+            "  redis.call('SET', ",
+            $key,
+            ", ",
+            $var,
+            ", 'PX', ",
+            $ttl,
+            ")\n",
             "end\n",
         )
     };

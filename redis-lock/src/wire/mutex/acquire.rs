@@ -84,7 +84,7 @@ static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
             "KEYS[2]",
             "ARGV[2]",
             "return {-3, 0, 0, 0, 0}",
-            "tonumber(string.match(ARGV[4], '^%d+'))"
+            floor_ms!("tonumber(string.match(ARGV[4], '^%d+'))")
         ),
         "  redis.call('HSET', KEYS[1], 'token', ARGV[1], 'fence', fence, 'info', ARGV[3] .. ARGV[4])\n",
         "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n",
@@ -137,7 +137,9 @@ static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
         "  local fence = tonumber(c) or 0\n",
         "  if fence < ",
         fence_min!(),
-        " then fence = tonumber(string.match(ARGV[4], '^%d+')) * 1000 end\n",
+        " then fence = ",
+        floor_ms!("tonumber(string.match(ARGV[4], '^%d+'))"),
+        " * 1000 end\n",
         "  fence = fence + 1\n",
         "  redis.call('SET', KEYS[2], ",
         fence_text!("fence"),
@@ -184,7 +186,7 @@ static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
             "KEYS[2]",
             "ARGV[2]",
             "return {-3, 0, 0, 0, 0}",
-            "tonumber(string.match(ARGV[4], '^%d+'))"
+            floor_ms!("tonumber(string.match(ARGV[4], '^%d+'))")
         ),
         "  if exists then redis.call('DEL', KEYS[1]) end\n",
         "  if pending then redis.call('DEL', pending) end\n",
@@ -443,7 +445,7 @@ static ACQUIRE_STRING: LazyLock<Script> = LazyLock::new(|| {
             "KEYS[2]",
             "ARGV[2]",
             "redis.call('DEL', KEYS[1]) return -3",
-            "tonumber(string.match(ARGV[1], '^[^\\n]*\\n[^\\n]*\\n[^\\n]*\\n(%d+)'))"
+            floor_ms!("tonumber(string.match(ARGV[1], '^[^\\n]*\\n[^\\n]*\\n[^\\n]*\\n(%d+)'))")
         ),
         // The counter stands for a string lock's fence: it lives as long as the lock.
         "redis.call('PEXPIRE', KEYS[2], ARGV[2], 'GT')\n",

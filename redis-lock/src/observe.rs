@@ -42,12 +42,14 @@ pub struct LockChange {
 
 impl LockChange {
     /// Taken by a holder that was not there before (from free, or handed over to another
-    /// acquisition: the fencing token changed).
+    /// acquisition: the fencing token or the time it was acquired changed).
     pub fn is_taken(&self) -> bool {
         match (&self.before, &self.now) {
             (_, None) => false,
             (None, Some(_)) => true,
-            (Some(b), Some(n)) => b.fencing_token != n.fencing_token,
+            (Some(b), Some(n)) => {
+                b.fencing_token != n.fencing_token || b.acquired_at != n.acquired_at
+            }
         }
     }
 

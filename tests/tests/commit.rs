@@ -14,8 +14,7 @@ use std::time::Duration;
 use redis_lock::testing::RedisCluster;
 use redis_lock::{Error, LockClient, LockGuard, LostReason};
 use redis_lock_tests::{
-    RedisServer, client, client_without_notification, cluster_client, redlock_client, stored_fence,
-    wait_until,
+    RedisServer, client, client_without_notification, cluster_client, redlock_client, wait_until,
 };
 
 fn get(server: &RedisServer, key: &str) -> Option<String> {
@@ -205,25 +204,14 @@ fn threads_whose_locks_are_broken_or_run_out_never_commit_and_the_counter_counts
                         .wait(Duration::from_secs(10))
                         .acquire()
                         .unwrap();
-                    let mine = guard.fencing_token();
                     if (i + t) % 3 == 0 {
                         // Broken by an operator while the holder works on.
                         breaker.force_release("c").unwrap();
                     } else if pause {
-                        // Paused past the TTL (no watchdog to renew it), until the lock is
-                        // gone or another thread's.
-                        let mut redis = redis::Client::open(url.as_str())
-                            .unwrap()
-                            .get_connection()
-                            .unwrap();
-                        let gone = wait_until(Duration::from_secs(5), || {
-                            let held: bool = redis::cmd("EXISTS")
-                                .arg("lock:{c}")
-                                .query(&mut redis)
-                                .unwrap();
-                            !held || stored_fence(&mut redis, "lock:{c}") != Some(mine)
-                        });
-                        assert!(gone, "the lock did not run out");
+                        // Paused past the TTL (no watchdog to renew it): the pause is the point,
+                        // so time is the condition. (The fencing counter cannot tell: other
+                        // threads' failed native attempts move it while the lock is ours.)
+                        std::thread::sleep(Duration::from_millis(150));
                     }
                     match guard.commit::<()>(&incr) {
                         Ok(()) => oks.fetch_add(1, Ordering::SeqCst),
@@ -339,7 +327,7 @@ fn through_sentinel_a_commit_runs_on_the_master_and_waits_for_the_replica_acknow
     let locks = redis_lock_tests::sentinel_client(&group);
     let guard = locks
         .options("s:acct")
-        .replicas(1, Duration::from_millis(500))
+        .replicas(1, Duration::from_secs(2))
         .acquire()
         .unwrap();
     let mut incr = redis::pipe();

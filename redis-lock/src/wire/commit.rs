@@ -147,9 +147,10 @@ fn decode(reply: Value) -> Result<Committed> {
     }
 }
 
-/// The keys of each command, as the server finds them (`COMMAND GETKEYS`, one round trip for
-/// all): a Cluster's commit declares them, and they must all be in the lock's slot. A command
-/// without keys has none; one the server does not know fails here, before anything runs.
+/// The keys of each command, as the server finds them (`COMMAND GETKEYS`, a round trip per
+/// command: a Cluster's commits only): a Cluster's commit declares them, and they must all be
+/// in the lock's slot. A command without keys has none; one the server does not know fails
+/// here, before anything runs.
 pub(crate) fn keys_of(con: &mut Con<'_>, commands: &[Vec<&[u8]>]) -> Result<Vec<Vec<u8>>> {
     let mut keys = Vec::new();
     for command in commands {

@@ -181,9 +181,9 @@ fn hold(url: &str, key: &str, ttl_ms: u64, watchdog: bool) {
     hold_with(url, key, &opts);
 }
 
-/// Campaigns (waiting up to 60 s), prints "LEADER <fencing token> <monotonic ns>" once
-/// elected and "ONLOST <reason> <monotonic ns>" when the leadership is lost, then waits for
-/// EOF on stdin ("exit" resigns).
+/// Campaigns (waiting up to 60 s), prints `LEADER <fencing token> <monotonic ns>` once
+/// elected and `ONLOST <reason> <monotonic ns>` when the leadership is lost, then waits for
+/// EOF on stdin (`exit` resigns).
 fn campaign(url: &str, election: &str, value: &str, ttl_ms: &str) {
     let locks = redis_lock_tests::client_for(url);
     let opts = LockOptions::new()
@@ -213,8 +213,8 @@ fn campaign(url: &str, election: &str, value: &str, ttl_ms: &str) {
 }
 
 /// ITERATIONS times: lock KEY (TTL_MS, waiting up to 30 s), then commit `INCR KEY:counter` and
-/// `RPUSH KEY:log <fencing token>` under it; prints "OK" or "LOST" for each commit, then
-/// "DONE".
+/// `RPUSH KEY:log <fencing token>` under it; prints `OK` or `LOST` for each commit, then
+/// `DONE`.
 fn commit_count(url: &str, key: &str, iterations: u64, ttl_ms: u64) {
     let locks = redis_lock_tests::client_for(url);
     let opts = LockOptions::new()

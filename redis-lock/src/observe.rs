@@ -227,13 +227,19 @@ fn run(
     let mutex = Kind::Mutex.make(Params::DEFAULT);
     let rwlock = Kind::Read.make(Params::DEFAULT);
     let poll = inner.config.default_ttl / 3;
+    // Whether the name was a read-write lock when last read (else a mutex is tried first).
+    let mut rw = false;
     let mut last: Option<Option<LockInfo>> = None;
     let mut last_identity: Option<Option<LockInfo>> = None;
     while !shared.stop.load(Ordering::SeqCst) {
-        let (read, notified) = match inner.deployment.observe(&*mutex, keys, id, &watcher) {
-            // Not a mutex: a read-write lock, perhaps (its own script tells).
+        let first = if rw { &rwlock } else { &mutex };
+        let (read, notified) = match inner.deployment.observe(&**first, keys, id, &watcher) {
+            // Not the kind read last: the other one (its own script tells), remembered, so
+            // that a read-write lock costs one request per read, not two.
             (Err(Error::WrongType { redis_key }), _) if redis_key == keys.lock => {
-                inner.deployment.observe(&*rwlock, keys, id, &watcher)
+                rw = !rw;
+                let other = if rw { &rwlock } else { &mutex };
+                inner.deployment.observe(&**other, keys, id, &watcher)
             }
             other => other,
         };

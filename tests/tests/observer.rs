@@ -213,3 +213,34 @@ fn dropping_an_observer_ends_its_thread_and_its_registration() {
     assert!(wait_until(Duration::from_secs(5), || observer_threads() == before));
     assert_eq!(locks.registrations().watchers, 0);
 }
+
+#[test]
+fn an_observer_follows_a_read_write_lock() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let holder = client(&server);
+    // Taken first, so the observer finds a read-write lock where it tries a mutex.
+    let read = holder.read_lock("rw").unwrap();
+    let observer = locks.observe("rw").unwrap();
+    let first = observer
+        .recv_timeout(Duration::from_secs(5))
+        .unwrap()
+        .unwrap();
+    assert_eq!(first.now.map(|n| n.readers), Some(1));
+    drop(read);
+    let freed = observer
+        .recv_timeout(Duration::from_secs(5))
+        .unwrap()
+        .unwrap();
+    assert!(freed.is_freed(), "{freed:?}");
+    let write = holder.write_lock("rw").unwrap();
+    let taken = observer
+        .recv_timeout(Duration::from_secs(5))
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        taken.now.map(|n| n.mode),
+        Some(Some(redis_lock::LockMode::Write))
+    );
+    drop(write);
+}

@@ -4,7 +4,7 @@
 
 pub(crate) mod lanes;
 pub(crate) mod quorum;
-pub(crate) mod seam;
+pub(crate) mod send;
 
 use std::collections::BTreeSet;
 use std::sync::Weak;
@@ -14,16 +14,18 @@ use crate::error::{Error, Result};
 use crate::store::connection::PooledConn;
 use crate::store::notify::{LossDetection, Watcher};
 use crate::store::waiting::WaitFor;
-use crate::store::{Ack, Store, Wake, combine, direct};
+use crate::store::{Ack, Store, Wake};
 use crate::wire::commit::{self, Check, Committed};
 use crate::wire::multi::{AllArgs, AllAttempt};
+use crate::wire::seam::Primitive;
 use crate::wire::token::new_token;
 use crate::wire::{
-    Attempt, AttemptArgs, Broken, Claim, ClaimArgs, Con, Form, Holder, LockKeys, OwnedTtl, Release,
+    Attempt, AttemptArgs, Broken, Claim, ClaimArgs, Holder, LockKeys, OwnedTtl, Release,
     ReleaseArgs, Renewal,
 };
 use quorum::Quorum;
-use seam::Primitive;
+pub(crate) use send::attempt_on;
+use send::{check_once, claim_on, combined_on, leave_on, release_on, release_with, renew_on};
 
 #[derive(Debug)]
 pub(crate) enum Deployment {
@@ -91,7 +93,7 @@ impl Deployment {
 
     /// One all-or-nothing attempt on several locks of `p` (`a.members`), as one script.
     /// `Ok(None)` when that is not possible here (a quorum, keys in several Cluster slots, a
-    /// primitive without [`AllAtOnce`](seam::AllAtOnce)): take the members one by one instead.
+    /// primitive without [`AllAtOnce`](crate::wire::seam::AllAtOnce)): take the members one by one instead.
     pub(crate) fn attempt_all(
         &self,
         p: &dyn Primitive,
@@ -105,14 +107,14 @@ impl Deployment {
             return Ok(None);
         }
         let mut conn = store.conn()?;
-        all.attempt_all(&mut conn, a).map(Some)
+        all.attempt_all(a).on(&mut conn).map(Some)
     }
 
     /// A waiter's claim of a grant it popped, with replica acknowledgement as for an attempt.
     /// `Ok(None)` when there are no grants to claim: only a single store hands them out to pop
     /// (under Redlock each server's release grants its copy of the lock under the same token,
     /// so a waiter only peeks and takes the grants by attempting again), and only a primitive
-    /// with [`Grants`](seam::Grants) makes them.
+    /// with [`Grants`](crate::wire::seam::Grants) makes them.
     pub(crate) fn claim(
         &self,
         p: &dyn Primitive,
@@ -162,7 +164,7 @@ impl Deployment {
     ) -> Result<(Release, bool)> {
         match self {
             Deployment::Single(store) if store.epoch().is_some() => on_master(store, |conn| {
-                let release = p.release(conn, &for_store(r, store))?;
+                let release = release_with(store, conn, p, r)?;
                 let acked = store
                     .await_replicas(conn, ack)
                     .is_ok_and(|acked| acked >= ack.count);
@@ -181,7 +183,7 @@ impl Deployment {
         match self {
             Deployment::Single(store) => {
                 let mut conn = store.conn()?;
-                p.owned_ttl(&mut conn, keys, token)
+                p.owned_ttl(keys, token).on(&mut conn)
             }
             Deployment::Quorum(q) => q.owned_ttl(p, keys, token),
         }
@@ -220,7 +222,7 @@ impl Deployment {
         } else {
             Vec::new()
         };
-        let committed = commit::commit(&mut conn, check, tokens, &data_keys, commands)?;
+        let committed = commit::commit(check, tokens, &data_keys, commands).on(&mut conn)?;
         let acked = match (&committed, ack) {
             (Committed::Applied(_), Some(ack)) => Some(store.await_replicas(&mut conn, ack)?),
             _ => None,
@@ -269,7 +271,7 @@ impl Deployment {
     ) -> Result<OwnedTtl> {
         match self {
             Deployment::Single(store) => on_master(store, |conn| {
-                crate::wire::mutex::proclaim(conn, keys, token, meta, holder)
+                crate::wire::mutex::proclaim(keys, token, meta, holder).on(conn)
             }),
             Deployment::Quorum(_) => Err(Error::invalid(
                 "proclaim",
@@ -296,7 +298,7 @@ impl Deployment {
                     .notifier(&keys.lock)
                     .and_then(|n| n.watch(&keys.lock, id, Weak::clone(watcher)));
                 let read = match watching {
-                    Some(_) => combined_on(store, &keys.lock, &|c| p.inspect(c, keys)),
+                    Some(_) => combined_on(store, &keys.lock, &p.inspect(keys)),
                     None => self.inspect(p, keys),
                 };
                 (read, watching.is_some())
@@ -345,7 +347,7 @@ impl Deployment {
         match self {
             Deployment::Single(store) => {
                 let mut conn = store.conn()?;
-                p.transfer(&mut conn, keys, token, fresh)
+                p.transfer(keys, token, fresh).on(&mut conn)
             }
             Deployment::Quorum(q) => q.transfer(p, keys, token, fresh),
         }
@@ -405,7 +407,7 @@ impl Deployment {
         match self {
             Deployment::Single(store) => {
                 let mut conn = store.conn()?;
-                p.inspect(&mut conn, keys)
+                p.inspect(keys).on(&mut conn)
             }
             Deployment::Quorum(q) => q.inspect(p, keys),
         }
@@ -415,7 +417,7 @@ impl Deployment {
         match self {
             Deployment::Single(store) => {
                 let mut conn = store.conn()?;
-                p.force_release(&mut conn, keys, &new_token()?)
+                p.force_release(keys, &new_token()?).on(&mut conn)
             }
             Deployment::Quorum(q) => q.force_release(p, keys),
         }
@@ -483,94 +485,6 @@ impl Deployment {
     }
 }
 
-/// One attempt on one store; with replica acknowledgement asked for, an acquisition that too
-/// few replicas acknowledge is undone on the same connection and fails.
-pub(crate) fn attempt_on(
-    store: &Store,
-    p: &dyn Primitive,
-    args: &AttemptArgs<'_>,
-    ack: Option<Ack>,
-) -> Result<Attempt> {
-    let mut conn = store.conn()?;
-    let attempt = p.attempt(&mut conn, args)?;
-    if let (Attempt::Acquired { .. }, Some(ack)) = (&attempt, ack) {
-        acknowledged(store, conn, p, args.keys, args.token, ack)?;
-    }
-    Ok(attempt)
-}
-
-/// A claim on one store, with replica acknowledgement as for an attempt; `None` for a
-/// primitive without grants.
-fn claim_on(
-    store: &Store,
-    p: &dyn Primitive,
-    c: &ClaimArgs<'_>,
-    ack: Option<Ack>,
-) -> Result<Option<Claim>> {
-    let Some(grants) = p.grants() else {
-        return Ok(None);
-    };
-    let mut conn = store.conn()?;
-    let claim = grants.claim(&mut conn, c)?;
-    if let (Claim::Claimed { .. }, Some(ack)) = (claim, ack) {
-        acknowledged(store, conn, p, c.keys, c.grant, ack)?;
-    }
-    Ok(Some(claim))
-}
-
-/// Waits for `ack`; on a shortfall (or a failed wait) deletes the lock this call wrote
-/// (ignoring any minimum hold, handing it to a waiter if one is registered) and fails. Uses
-/// the same connection when it still works, so a pool of one needs no second connection.
-fn acknowledged(
-    store: &Store,
-    mut conn: PooledConn,
-    p: &dyn Primitive,
-    keys: &LockKeys,
-    token: &str,
-    ack: Ack,
-) -> Result<()> {
-    let error = match store.await_replicas(&mut conn, ack) {
-        Ok(acked) if acked >= ack.count => return Ok(()),
-        Ok(acked) => Error::ReplicaAck {
-            key: keys.name().to_owned(),
-            required: ack.count,
-            acked,
-        },
-        Err(e) => e,
-    };
-    let undo = |conn: &mut PooledConn| -> Result<Release> {
-        p.release(
-            conn,
-            &ReleaseArgs {
-                keys,
-                token,
-                grant: &new_token()?,
-                registration: "",
-                cooldown: Duration::ZERO,
-                undo: true,
-                form: Form::String,
-                caps: None,
-            },
-        )
-    };
-    let undone = if redis::ConnectionLike::is_open(&conn) {
-        undo(&mut conn)
-    } else {
-        // The connection broke (the WAIT timed out or was cut): it goes back to be dropped.
-        drop(conn);
-        store.conn().and_then(|mut fresh| undo(&mut fresh))
-    };
-    match undone {
-        Ok(_) => {
-            tracing::debug!(target: "redis_lock", key = keys.name(), "acquisition undone: replicas did not acknowledge it")
-        }
-        Err(error) => {
-            tracing::warn!(target: "redis_lock", key = keys.name(), %error, "undoing an unacknowledged acquisition failed; the lock expires with its ttl")
-        }
-    }
-    Err(error)
-}
-
 /// Whether `e` is what a failover looks like from a client: the connection broke or could
 /// not be made, or the server answered that it is a replica now (`READONLY`) or has lost its
 /// master (`MASTERDOWN`).
@@ -583,11 +497,6 @@ pub(crate) fn is_failover_error(e: &Error) -> bool {
         ))
 }
 
-/// Runs `op` on a pooled connection of `store`; on a sentinel-managed master, when it failed as
-/// a failover would make it fail and the sentinels now name another master, once more on the
-/// new master. Only for token-checked operations (renew, release), which are safe to resend:
-/// the first may have been done by the old master, and the second finds the lock in the state
-/// the new one has.
 /// A Cluster commit names only keys of one slot, the first lock's (a hash tag shared with
 /// the lock name): the script runs on that lock's node, atomically there only.
 fn one_slot(locks: &[String], found: &[Vec<u8>]) -> Result<()> {
@@ -623,6 +532,11 @@ fn one_slot(locks: &[String], found: &[Vec<u8>]) -> Result<()> {
     Ok(())
 }
 
+/// Runs `op` on a pooled connection of `store`; on a sentinel-managed master, when it failed as
+/// a failover would make it fail and the sentinels now name another master, once more on the
+/// new master. Only for token-checked operations (renew, release), which are safe to resend:
+/// the first may have been done by the old master, and the second finds the lock in the state
+/// the new one has.
 fn on_master<T>(store: &Store, mut op: impl FnMut(&mut PooledConn) -> Result<T>) -> Result<T> {
     again_after_failover(store, || store.conn().and_then(|mut conn| op(&mut conn)))
 }
@@ -630,7 +544,10 @@ fn on_master<T>(store: &Store, mut op: impl FnMut(&mut PooledConn) -> Result<T>)
 /// Runs `send`; when it failed as a failover would make it fail and the sentinels now name
 /// another master, runs it once more (on the new master). The rule of `on_master`, for
 /// callers that reach the master their own way (a combined renewal).
-fn again_after_failover<T>(store: &Store, mut send: impl FnMut() -> Result<T>) -> Result<T> {
+pub(crate) fn again_after_failover<T>(
+    store: &Store,
+    mut send: impl FnMut() -> Result<T>,
+) -> Result<T> {
     let epoch = store.epoch();
     match send() {
         Err(e) if is_failover_error(&e) && store.relocate(epoch) => {
@@ -638,132 +555,6 @@ fn again_after_failover<T>(store: &Store, mut send: impl FnMut() -> Result<T>) -
             send()
         }
         done => done,
-    }
-}
-
-fn renew_on(
-    store: &Store,
-    p: &dyn Primitive,
-    keys: &LockKeys,
-    token: &str,
-    ttl: Duration,
-) -> Result<Renewal> {
-    again_after_failover(store, || renew_once(store, p, keys, token, ttl))
-}
-
-/// One renewal on the store's current master.
-pub(super) fn renew_once(
-    store: &Store,
-    p: &dyn Primitive,
-    keys: &LockKeys,
-    token: &str,
-    ttl: Duration,
-) -> Result<Renewal> {
-    combined_on(store, &keys.lock, &|c| p.renew(c, keys, token, ttl))
-}
-
-/// The owned-TTL check of a watched lock on the store's current master: sent as a renewal is
-/// (combined, on the tracked connection where loss notification is on), so the read keeps the
-/// key tracked.
-pub(super) fn check_once(
-    store: &Store,
-    p: &dyn Primitive,
-    keys: &LockKeys,
-    token: &str,
-) -> Result<OwnedTtl> {
-    combined_on(store, &keys.lock, &|c| p.owned_ttl(c, keys, token))
-}
-
-/// One typed call `call` about `key` sent combined with other threads' (`store/combine.rs`);
-/// on a Cluster on the tracked connection of the key's master where it notifies (else, or
-/// when that fails, through the cluster's routing).
-fn combined_on<T>(store: &Store, key: &str, call: &dyn Fn(&mut Con<'_>) -> Result<T>) -> Result<T> {
-    if store.cluster {
-        match store
-            .notifier(key)
-            .and_then(|n| n.on_tracked(1, |conn| call(conn)))
-        {
-            Some(Ok(answer)) => return Ok(answer),
-            Some(Err(error)) => {
-                // A slot that moved (`MOVED`), or a broken connection: asked again through the
-                // cluster's routing (renewals and checks are safe to repeat).
-                store.slots_moved();
-                tracing::debug!(target: "redis_lock", %error, "a request on a master's tracked connection failed");
-            }
-            None => {}
-        }
-        let mut conn = store.conn()?;
-        return call(&mut conn);
-    }
-    // Renewals of many held locks go out together (store/combine.rs). A request the typed
-    // call cannot send alone, and Cluster (pipelines would have to be split by slot), take
-    // the usual path.
-    if !store.cluster {
-        let capture = || {
-            direct::capture(|c| {
-                let _ = call(c);
-            })
-        };
-        if let Some(packed) = capture() {
-            let mut reply = store.combined(packed)?;
-            if direct::is_no_script(&reply) {
-                // The server does not have the script (never asked, or restarted): one
-                // calling thread loads it on the usual path while the others wait, then
-                // they send theirs combined again, instead of every one taking a connection.
-                // Captured again rather than kept: this is rare, a copy per call is not.
-                let _loading = store.script_loading();
-                reply = match capture() {
-                    Some(packed) => store.combined(packed)?,
-                    None => reply,
-                };
-                if direct::is_no_script(&reply) {
-                    // Loaded by the typed call on the connection that keeps its key tracked,
-                    // where loss notification is on (`store/notify.rs`): its own write sends
-                    // no invalidation, which a pooled connection's would (a check more).
-                    if let Some(answer) = store.notify.on_tracked(1, |c| call(c)) {
-                        return answer;
-                    }
-                    // Else on a pooled connection; then sent combined once more, so the
-                    // request still reaches the tracked connection if there is one by now
-                    // (renewals and checks are safe to repeat).
-                    let mut conn = store.conn()?;
-                    let first = call(&mut conn)?;
-                    drop(conn);
-                    return match capture().map(|packed| store.combined(packed)) {
-                        Some(Ok(reply)) if !direct::is_no_script(&reply) => {
-                            call(&mut combine::Answer(Some(reply)))
-                        }
-                        _ => Ok(first),
-                    };
-                }
-            }
-            return call(&mut combine::Answer(Some(reply)));
-        }
-    }
-    let mut conn = store.conn()?;
-    call(&mut conn)
-}
-
-fn release_on(store: &Store, p: &dyn Primitive, r: &ReleaseArgs<'_>) -> Result<Release> {
-    on_master(store, |conn| p.release(conn, &for_store(r, store)))
-}
-
-/// `r` for a release on `store`: with the capabilities its server is known to have (a native
-/// compare-and-delete for a lock we wrote).
-fn for_store<'a>(r: &ReleaseArgs<'a>, store: &'a Store) -> ReleaseArgs<'a> {
-    ReleaseArgs {
-        caps: Some(&store.caps),
-        ..*r
-    }
-}
-
-fn leave_on(store: &Store, p: &dyn Primitive, keys: &LockKeys, waiter: &str) {
-    let r = store
-        .conn()
-        .and_then(|mut conn| p.leave(&mut conn, keys, waiter, &new_token()?));
-    if let Err(error) = r {
-        // The registration lapses by itself within the waiter margin.
-        tracing::debug!(target: "redis_lock", %error, "leaving the waiter registry failed");
     }
 }
 

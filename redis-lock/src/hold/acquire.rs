@@ -555,6 +555,7 @@ impl Acquisition<'_> {
             registered: registration.is_some(),
             native: None,
             since: crate::wire::unix_ms_now(),
+            burned: None,
         };
         // The native fast path: where the deployment takes it (one store, the lock not found
         // busy lately) and the primitive has one that this attempt may take. Its value is
@@ -680,7 +681,7 @@ impl Acquisition<'_> {
                 undo: true,
                 // A grant is a hash.
                 form: Form::Hash,
-                caps: None,
+                routed: false,
             },
         );
         if let Err(error) = passed {

@@ -106,7 +106,7 @@ impl Job {
                 cooldown: self.cooldown,
                 undo: self.kind == Kind::Undo,
                 form,
-                caps: None,
+                routed: false,
             },
         )
     }

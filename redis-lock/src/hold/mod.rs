@@ -28,10 +28,10 @@ pub(crate) mod watchdog;
 // primitive of the tests, whole in the module its row declares (`cargo fmt` does not reach a
 // module declared in a macro: `.ci/run` checks its formatting by name).
 primitives! {
-    Mutex = "mutex" => mutex::Mutex::make;
-    Read = "read" => rwlock::RwLock::read;
-    Write = "write" => rwlock::RwLock::write;
-    Semaphore = "semaphore" / "permit" => semaphore::Semaphore::make;
+    Mutex = "mutex" => mutex::make;
+    Read = "read" => rwlock::read;
+    Write = "write" => rwlock::write;
+    Semaphore = "semaphore" / "permit" => semaphore::make;
     #[cfg(all(test, feature = "testing"))] Stash = "stash" => stash::Stash::make, mod stash;
 }
 

@@ -307,6 +307,7 @@ impl AllAcquisition<'_> {
                 continue;
             }
             let args = AttemptArgs {
+                burned: None,
                 keys,
                 token: &self.ids.token,
                 ttl: self.ttl,

@@ -1,15 +1,15 @@
 //! What a primitive is to the layers above the deployment: [`Lock`] (its kind, the one check
 //! of the options it takes, whether its lock has one holder's fencing token, what a thread
 //! that holds the name already does), on top of its operations on one store
-//! (`deploy::seam::Primitive`, the supertrait); and the shape of the table from kind to
+//! (`wire::seam::Primitive`, the supertrait); and the shape of the table from kind to
 //! primitive (`primitives!`), filled in by `hold/mod.rs`.
 
 use std::sync::Arc;
 
 use super::Kind;
-use crate::deploy::seam::Primitive;
 use crate::error::Result;
 use crate::options::LockOptions;
+use crate::wire::seam::Primitive;
 
 /// A primitive as the acquire loop, the lease, handles and the public surface see it.
 pub(crate) trait Lock: Primitive {

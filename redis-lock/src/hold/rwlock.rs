@@ -1,117 +1,29 @@
-//! The read-write lock's implementation of the primitive seam: each operation is the matching
-//! typed call of `wire::rwlock`, for the side (read or write) this instance takes; and the
-//! rules for a thread that already holds the name (downgrade, refused upgrade). It has none
-//! of the seam's capabilities: nothing is granted through its wake-up lists (a woken waiter
-//! attempts again), it has no native fast path, and it is not available under Redlock.
+//! The read-write lock to the layers above the deployment: the table's constructors (one
+//! per side), its `Lock` rules, and what a thread that already holds the name does
+//! (downgrade, refused upgrade). Its operations on one store are `wire::rwlock`'s.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use super::Kind;
 use super::primitive::{Lock, Nested, Params};
-use crate::deploy::seam::Primitive;
 use crate::error::{Error, Result};
 use crate::options::LockOptions;
-use crate::wire::Con;
-use crate::wire::commit::Check;
-use crate::wire::rwlock::{self as script, Side};
-use crate::wire::{
-    Attempt, AttemptArgs, Broken, Holder, LockKeys, OwnedTtl, Release, ReleaseArgs, Renewal,
-};
+use crate::wire::rwlock::{RwLock, Side};
 
-/// Many readers or one writer: one side of it per instance.
-#[derive(Clone)]
-pub(crate) struct RwLock {
-    side: Side,
-    /// A read taken by the thread that holds the write lock: the writer's owner token, which
-    /// lets the share in beside it (a downgrade). Empty otherwise.
-    under: String,
+/// The read side (the table's constructor).
+pub(crate) fn read(_: Params) -> Arc<dyn Lock> {
+    Arc::new(RwLock {
+        side: Side::Read,
+        under: String::new(),
+    })
 }
 
-impl std::fmt::Debug for RwLock {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // The writer's token is left out: it is what allows renewing and releasing.
-        f.debug_struct("RwLock")
-            .field("side", &self.side)
-            .field("downgrade", &!self.under.is_empty())
-            .finish()
-    }
-}
-
-impl RwLock {
-    /// The read side (the table's constructor).
-    pub(crate) fn read(_: Params) -> Arc<dyn Lock> {
-        Arc::new(RwLock {
-            side: Side::Read,
-            under: String::new(),
-        })
-    }
-
-    /// The write side (the table's constructor).
-    pub(crate) fn write(_: Params) -> Arc<dyn Lock> {
-        Arc::new(RwLock {
-            side: Side::Write,
-            under: String::new(),
-        })
-    }
-}
-
-impl Primitive for RwLock {
-    fn attempt(&self, con: &mut Con<'_>, args: &AttemptArgs<'_>) -> Result<Attempt> {
-        script::acquire(con, self.side, args, &self.under)
-    }
-
-    fn renew(
-        &self,
-        con: &mut Con<'_>,
-        keys: &LockKeys,
-        token: &str,
-        ttl: Duration,
-    ) -> Result<Renewal> {
-        script::renew(con, self.side, keys, token, ttl)
-    }
-
-    fn release(&self, con: &mut Con<'_>, args: &ReleaseArgs<'_>) -> Result<Release> {
-        script::release(con, self.side, args)
-    }
-
-    fn owned_ttl(&self, con: &mut Con<'_>, keys: &LockKeys, token: &str) -> Result<OwnedTtl> {
-        script::owned_ttl(con, self.side, keys, token)
-    }
-
-    fn commit_check(&self, keys: &LockKeys) -> Check {
-        script::commit_check(self.side, keys)
-    }
-
-    fn transfer(
-        &self,
-        con: &mut Con<'_>,
-        keys: &LockKeys,
-        token: &str,
-        fresh: &str,
-    ) -> Result<OwnedTtl> {
-        script::transfer(con, self.side, keys, token, fresh)
-    }
-
-    fn leave(&self, con: &mut Con<'_>, keys: &LockKeys, waiter: &str, _grant: &str) -> Result<()> {
-        script::leave(con, keys, waiter)
-    }
-
-    fn inspect(&self, con: &mut Con<'_>, keys: &LockKeys) -> Result<Option<Holder>> {
-        script::inspect(con, keys)
-    }
-
-    fn force_release(&self, con: &mut Con<'_>, keys: &LockKeys, _grant: &str) -> Result<Broken> {
-        script::force_release(con, keys)
-    }
-
-    fn wake_list(&self, keys: &LockKeys, _waiter: &str, _fair: bool) -> String {
-        script::wake_list(keys, self.side)
-    }
-
-    // No `redlock`: the quorum rules (undoing partial attempts, waking, raising fences) were
-    // designed and tested for one owner per server; shares and waiting writers per server
-    // have not been shown sound there (SAFETY.md), so they are refused.
+/// The write side (the table's constructor).
+pub(crate) fn write(_: Params) -> Arc<dyn Lock> {
+    Arc::new(RwLock {
+        side: Side::Write,
+        under: String::new(),
+    })
 }
 
 impl Lock for RwLock {

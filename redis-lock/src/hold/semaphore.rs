@@ -1,125 +1,23 @@
-//! The semaphore's implementation of the primitive seam (each operation is the matching typed
-//! call of `wire::semaphore`), and what a semaphore needs beyond the seam: its refusal under
-//! Redlock, checking a permit count, reading its permits, changing its limit. Of the seam's
-//! capabilities it has grants (a release grants a freed permit to a waiter); not Redlock.
+//! The semaphore to the layers above the deployment: the table's constructor, its `Lock`
+//! rules, and what a semaphore needs beyond the seam: its refusal under Redlock, checking a
+//! permit count, reading its permits, changing its limit. Its operations on one store are
+//! `wire::semaphore`'s.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use super::primitive::{Lock, Params};
 use super::{Inner, Kind};
-use crate::deploy::seam::{Grants, Primitive};
 use crate::error::{Error, Result};
 use crate::options::LockOptions;
 use crate::store::Store;
-use crate::wire::Con;
-use crate::wire::commit::Check;
-use crate::wire::semaphore::{self as script, MAX_PERMITS, Permits};
-use crate::wire::{
-    Attempt, AttemptArgs, Broken, Claim, ClaimArgs, Holder, LockKeys, OwnedTtl, Release,
-    ReleaseArgs, Renewal,
-};
+use crate::wire::LockKeys;
+use crate::wire::semaphore::{self as script, MAX_PERMITS, Permits, Semaphore};
 
-/// At most `permits` holders at once; `permits` is the limit stored if the name has none yet.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Semaphore {
-    pub(crate) permits: u32,
-}
-
-impl Semaphore {
-    /// The table's constructor. A resumed permit's `permits` do not matter: the limit is only
-    /// stored by an acquisition, and a resumed permit never attempts.
-    pub(crate) fn make(params: Params) -> Arc<dyn Lock> {
-        Arc::new(Semaphore {
-            permits: params.permits,
-        })
-    }
-}
-
-impl Primitive for Semaphore {
-    fn attempt(&self, con: &mut Con<'_>, args: &AttemptArgs<'_>) -> Result<Attempt> {
-        script::acquire(con, args, self.permits)
-    }
-
-    fn renew(
-        &self,
-        con: &mut Con<'_>,
-        keys: &LockKeys,
-        token: &str,
-        ttl: Duration,
-    ) -> Result<Renewal> {
-        script::renew(con, keys, token, ttl)
-    }
-
-    fn release(&self, con: &mut Con<'_>, args: &ReleaseArgs<'_>) -> Result<Release> {
-        script::release(con, args)
-    }
-
-    fn owned_ttl(&self, con: &mut Con<'_>, keys: &LockKeys, token: &str) -> Result<OwnedTtl> {
-        script::owned_ttl(con, keys, token)
-    }
-
-    fn commit_check(&self, keys: &LockKeys) -> Check {
-        script::commit_check(keys)
-    }
-
-    fn transfer(
-        &self,
-        con: &mut Con<'_>,
-        keys: &LockKeys,
-        token: &str,
-        fresh: &str,
-    ) -> Result<OwnedTtl> {
-        script::transfer(con, keys, token, fresh)
-    }
-
-    fn leave(&self, con: &mut Con<'_>, keys: &LockKeys, waiter: &str, grant: &str) -> Result<()> {
-        script::leave(con, keys, waiter, grant)
-    }
-
-    /// The permit that expires first stands for the semaphore (`Permits` says more).
-    fn inspect(&self, con: &mut Con<'_>, keys: &LockKeys) -> Result<Option<Holder>> {
-        Ok(script::inspect(con, keys)?.and_then(|p| {
-            let (waiters, queued) = (p.waiters, p.queued);
-            p.holders.into_iter().next().map(|h| Holder {
-                remaining_ttl: Some(h.remaining_ttl),
-                owned: !h.host.is_empty(),
-                host: h.host,
-                pid: h.pid,
-                since_ms: h.since_ms,
-                fence: h.fence,
-                meta: h.meta,
-                hold_until_ms: None,
-                cool_until_ms: None,
-                waiters,
-                queued,
-                queue_head: None,
-                rw: None,
-                fence_is_counter: false,
-            })
-        }))
-    }
-
-    fn force_release(&self, con: &mut Con<'_>, keys: &LockKeys, _grant: &str) -> Result<Broken> {
-        script::force_release(con, keys)
-    }
-
-    /// The mutex's wake-up lists: the shared one, or a fair waiter's own.
-    fn wake_list(&self, keys: &LockKeys, waiter: &str, fair: bool) -> String {
-        crate::wire::mutex::wake_list(keys, waiter, fair)
-    }
-
-    fn grants(&self) -> Option<&dyn Grants> {
-        Some(self)
-    }
-
-    // No `redlock`: each server would count its own permits (`redlock_refused`).
-}
-
-impl Grants for Semaphore {
-    fn claim(&self, con: &mut Con<'_>, args: &ClaimArgs<'_>) -> Result<Claim> {
-        script::claim(con, args)
-    }
+/// A semaphore of `params.permits` (the table's constructor).
+pub(crate) fn make(params: Params) -> Arc<dyn Lock> {
+    Arc::new(Semaphore {
+        permits: params.permits,
+    })
 }
 
 impl Lock for Semaphore {
@@ -195,14 +93,14 @@ impl Inner {
     /// The semaphore's limit, permits and waiters; `None` when it was never used.
     pub(crate) fn permits(&self, keys: &LockKeys) -> Result<Option<Permits>> {
         let mut conn = self.semaphore_store()?.conn()?;
-        script::inspect(&mut conn, keys)
+        script::inspect(keys).on(&mut conn)
     }
 
     /// Stores a new limit; the previous one, `None` when none was stored.
     pub(crate) fn set_permits(&self, keys: &LockKeys, permits: u32) -> Result<Option<u32>> {
         validate_permits(permits)?;
         let mut conn = self.semaphore_store()?.conn()?;
-        script::set_limit(&mut conn, keys, permits, self.config.default_ttl)
+        script::set_limit(keys, permits, self.config.default_ttl).on(&mut conn)
     }
 }
 

@@ -5,8 +5,8 @@
 //! a release), lease handles and a Redlock quorum.
 //!
 //! A real primitive splits this file in three (ARCHITECTURE.md, "Adding a primitive"): its
-//! scripts and typed calls in `wire/<primitive>/` (protocol facts live there only), the seam
-//! and `Lock` here in `hold/<primitive>.rs`, a guard and client calls in the public surface.
+//! scripts, requests and the seam in `wire/<primitive>/` (protocol facts live there only),
+//! `Lock` here in `hold/<primitive>.rs`, a guard and client calls in the public surface.
 //! Being test code, it keeps them together (`scripts/check-layers` treats a file gated by an
 //! inner `cfg(test)` as test code).
 //!
@@ -25,14 +25,14 @@ use redis::{Script, Value};
 
 use super::Kind;
 use super::primitive::{Lock, Params};
-use crate::deploy::seam::{Primitive, Redlock};
+use crate::wire::seam::{Primitive, Redlock};
 use crate::error::{Error, Result};
 use crate::options::LockOptions;
 use crate::wire::commit::{self, Check};
 use crate::wire::resp::Decimal;
-use crate::wire::script::run;
+use crate::wire::request::Request;
 use crate::wire::{
-    Attempt, AttemptArgs, Broken, Con, Holder, LockKeys, OwnedTtl, Release, ReleaseArgs, Renewal,
+    Attempt, AttemptArgs, Broken, Holder, LockKeys, OwnedTtl, Release, ReleaseArgs, Renewal,
     decode_attempt_reply, decode_broken, decode_inspect, decode_owned_ttl, decode_release,
     decode_renew, ms,
 };
@@ -207,12 +207,12 @@ impl Stash {
 }
 
 impl Primitive for Stash {
-    fn attempt(&self, con: &mut Con<'_>, a: &AttemptArgs<'_>) -> Result<Attempt> {
+    fn attempt(&self, a: &AttemptArgs<'_>) -> Request<Attempt> {
         let k = a.keys;
         let info = format!("{}{}", a.holder, a.since);
         let [ttl, register] = [a.ttl, a.register].map(|d| Decimal::new(ms(d)));
-        let reply: Value = run(
-            con,
+        let (lock, fence) = (k.lock.clone(), k.fence.clone());
+        Request::script(
             &ACQUIRE,
             &[k.lock.as_bytes(), k.fence.as_bytes(), k.waiters.as_bytes()],
             &[
@@ -223,46 +223,44 @@ impl Primitive for Stash {
                 a.waiter.as_bytes(),
                 register.as_bytes(),
             ],
-        )?;
-        let wrong = |code| match code {
-            -2 => Some(k.lock.clone()),
-            -3 => Some(k.fence.clone()),
-            _ => None,
-        };
-        decode_attempt_reply(reply, wrong, "unexpected stash acquire reply")
+            move |reply: Value| {
+                let wrong = |code| match code {
+                    -2 => Some(lock.clone()),
+                    -3 => Some(fence.clone()),
+                    _ => None,
+                };
+                decode_attempt_reply(reply, wrong, "unexpected stash acquire reply")
+            },
+        )
     }
 
-    fn renew(
-        &self,
-        con: &mut Con<'_>,
-        k: &LockKeys,
-        token: &str,
-        ttl: Duration,
-    ) -> Result<Renewal> {
+    fn renew(&self, k: &LockKeys, token: &str, ttl: Duration) -> Request<Renewal> {
         let ttl = Decimal::new(ms(ttl));
-        let r: i64 = run(
-            con,
+        Request::script(
             &RENEW,
             &[k.lock.as_bytes()],
             &[token.as_bytes(), ttl.as_bytes()],
-        )?;
-        Ok(decode_renew(r))
+            |r: i64| Ok(decode_renew(r)),
+        )
     }
 
-    fn release(&self, con: &mut Con<'_>, r: &ReleaseArgs<'_>) -> Result<Release> {
+    fn release(&self, r: &ReleaseArgs<'_>) -> Request<Release> {
         let k = r.keys;
-        let code: i64 = run(
-            con,
+        Request::script(
             &RELEASE,
             &[k.lock.as_bytes(), k.waiters.as_bytes(), k.signal.as_bytes()],
             &[r.token.as_bytes(), r.registration.as_bytes()],
-        )?;
-        decode_release(code, |_| None)
+            |code: i64| decode_release(code, |_| None),
+        )
     }
 
-    fn owned_ttl(&self, con: &mut Con<'_>, k: &LockKeys, token: &str) -> Result<OwnedTtl> {
-        let r: i64 = run(con, &OWNED_TTL, &[k.lock.as_bytes()], &[token.as_bytes()])?;
-        Ok(decode_owned_ttl(r))
+    fn owned_ttl(&self, k: &LockKeys, token: &str) -> Request<OwnedTtl> {
+        Request::script(
+            &OWNED_TTL,
+            &[k.lock.as_bytes()],
+            &[token.as_bytes()],
+            |r: i64| Ok(decode_owned_ttl(r)),
+        )
     }
 
     fn commit_check(&self, k: &LockKeys) -> Check {
@@ -273,64 +271,39 @@ impl Primitive for Stash {
         }
     }
 
-    fn transfer(
-        &self,
-        con: &mut Con<'_>,
-        k: &LockKeys,
-        token: &str,
-        fresh: &str,
-    ) -> Result<OwnedTtl> {
+    fn transfer(&self, k: &LockKeys, token: &str, fresh: &str) -> Request<OwnedTtl> {
         let argv = [token.as_bytes(), fresh.as_bytes()];
-        let r: i64 = run(con, &TRANSFER, &[k.lock.as_bytes()], &argv)?;
-        Ok(decode_owned_ttl(r))
-    }
-
-    fn leave(&self, con: &mut Con<'_>, k: &LockKeys, waiter: &str, _grant: &str) -> Result<()> {
-        run::<i64>(con, &LEAVE, &[k.waiters.as_bytes()], &[waiter.as_bytes()])?;
-        Ok(())
-    }
-
-    /// The holder and the value it stores (as `Holder::meta`).
-    fn inspect(&self, con: &mut Con<'_>, k: &LockKeys) -> Result<Option<Holder>> {
-        let v: Vec<Value> = run(
-            con,
-            &INSPECT,
-            &[k.lock.as_bytes(), k.waiters.as_bytes()],
-            &[],
-        )?;
-        decode_inspect(k, &v, "unexpected stash inspect reply", |v| {
-            let [Value::Int(pttl), info, fence, value, Value::Int(waiters)] = v else {
-                return None;
-            };
-            let text = |v: &Value| redis::from_redis_value::<String>(v.clone()).unwrap_or_default();
-            let info = text(info);
-            let mut info = info.splitn(3, '\n');
-            let mut next = || info.next().unwrap_or("").to_owned();
-            let (host, pid, since) = (next(), next(), next());
-            let value = text(value);
-            Some(Holder {
-                remaining_ttl: u64::try_from(*pttl).ok().map(Duration::from_millis),
-                host,
-                pid: pid.parse().unwrap_or(0),
-                since_ms: since.parse().unwrap_or(0),
-                fence: text(fence).parse().unwrap_or(0),
-                meta: (!value.is_empty()).then_some(value),
-                hold_until_ms: None,
-                owned: true,
-                cool_until_ms: None,
-                waiters: u32::try_from(*waiters).unwrap_or(0),
-                queued: 0,
-                queue_head: None,
-                rw: None,
-                fence_is_counter: false,
-            })
+        Request::script(&TRANSFER, &[k.lock.as_bytes()], &argv, |r: i64| {
+            Ok(decode_owned_ttl(r))
         })
     }
 
-    fn force_release(&self, con: &mut Con<'_>, k: &LockKeys, _grant: &str) -> Result<Broken> {
+    fn leave(&self, k: &LockKeys, waiter: &str, _grant: &str) -> Request<()> {
+        Request::script(
+            &LEAVE,
+            &[k.waiters.as_bytes()],
+            &[waiter.as_bytes()],
+            |_: i64| Ok(()),
+        )
+    }
+
+    /// The holder and the value it stores (as `Holder::meta`).
+    fn inspect(&self, k: &LockKeys) -> Request<Option<Holder>> {
+        let keys = k.clone();
+        Request::script(
+            &INSPECT,
+            &[k.lock.as_bytes(), k.waiters.as_bytes()],
+            &[],
+            move |v: Vec<Value>| decode_stash(&keys, &v),
+        )
+    }
+
+    fn force_release(&self, k: &LockKeys, _grant: &str) -> Request<Broken> {
         let keys = [k.lock.as_bytes(), k.waiters.as_bytes(), k.signal.as_bytes()];
-        let v: Vec<String> = run(con, &FORCE_RELEASE, &keys, &[])?;
-        decode_broken(k, &v, |_| None)
+        let owned = k.clone();
+        Request::script(&FORCE_RELEASE, &keys, &[], move |v: Vec<String>| {
+            decode_broken(&owned, &v, |_| None)
+        })
     }
 
     fn wake_list(&self, keys: &LockKeys, _waiter: &str, _fair: bool) -> String {
@@ -342,23 +315,47 @@ impl Primitive for Stash {
     }
 }
 
+/// `INSPECT`'s reply: the holder, with the value it stores as its metadata.
+fn decode_stash(k: &LockKeys, v: &[Value]) -> Result<Option<Holder>> {
+    decode_inspect(k, v, "unexpected stash inspect reply", |v| {
+        let [Value::Int(pttl), info, fence, value, Value::Int(waiters)] = v else {
+            return None;
+        };
+        let text = |v: &Value| redis::from_redis_value::<String>(v.clone()).unwrap_or_default();
+        let info = text(info);
+        let mut info = info.splitn(3, '\n');
+        let mut next = || info.next().unwrap_or("").to_owned();
+        let (host, pid, since) = (next(), next(), next());
+        let value = text(value);
+        Some(Holder {
+            remaining_ttl: u64::try_from(*pttl).ok().map(Duration::from_millis),
+            host,
+            pid: pid.parse().unwrap_or(0),
+            since_ms: since.parse().unwrap_or(0),
+            fence: text(fence).parse().unwrap_or(0),
+            meta: (!value.is_empty()).then_some(value),
+            hold_until_ms: None,
+            owned: true,
+            cool_until_ms: None,
+            waiters: u32::try_from(*waiters).unwrap_or(0),
+            queued: 0,
+            queue_head: None,
+            rw: None,
+            fence_is_counter: false,
+        })
+    })
+}
+
 impl Redlock for Stash {
-    fn raise_fence(
-        &self,
-        con: &mut Con<'_>,
-        k: &LockKeys,
-        token: &str,
-        fence: u64,
-    ) -> Result<bool> {
+    fn raise_fence(&self, k: &LockKeys, token: &str, fence: u64) -> Request<bool> {
         let fence = Decimal::new(fence);
         let keys = [k.lock.as_bytes(), k.fence.as_bytes()];
-        let r: i64 = run(
-            con,
+        Request::script(
             &RAISE_FENCE,
             &keys,
             &[token.as_bytes(), fence.as_bytes()],
-        )?;
-        Ok(r == 1)
+            |r: i64| Ok(r == 1),
+        )
     }
 }
 

@@ -24,6 +24,7 @@ use redis::{ConnectionLike, RedisError, Value};
 
 use super::Store;
 use crate::error::{Error, Result};
+use crate::wire::request::Request;
 
 /// The queue of one store's combined requests.
 #[derive(Default)]
@@ -59,6 +60,30 @@ struct Slot {
 }
 
 impl Store {
+    /// Sends `req` combined with other threads' requests to this server (a one-command
+    /// request; anything else on a pooled connection) and decodes its reply. A script the
+    /// server lacks (never asked, or restarted) is loaded by one calling thread on the usual
+    /// path while the others wait, then they send theirs combined again, instead of every one
+    /// taking a connection.
+    pub(crate) fn send_combined<T>(&self, req: &Request<T>) -> Result<T> {
+        let Some(packed) = req.packed() else {
+            return req.on(&mut self.conn()?);
+        };
+        let mut reply = self.combined(packed.to_vec())?;
+        if req.wants_script(&reply) {
+            let _loading = self.script_loading();
+            // Loaded meanwhile by the thread this one waited for, most likely.
+            reply = self.combined(packed.to_vec())?;
+            if req.wants_script(&reply) {
+                // A `SCRIPT LOAD` writes no key, so the pooled connection's request sends no
+                // invalidation to a tracked one (`store/notify.rs`).
+                req.load(&mut self.conn()?)?;
+                reply = self.combined(packed.to_vec())?;
+            }
+        }
+        req.decode(reply)
+    }
+
     /// Sends one packed request, combined with other threads' requests to this server into one
     /// pipeline, and returns its reply (a server error is a `Value::ServerError`, as on a
     /// connection). Not for Cluster stores, whose pipelines would have to be split by slot.
@@ -212,42 +237,5 @@ fn copy_error(e: &Error) -> Error {
             "no connection for the combined request",
             other.to_string(),
         ))),
-    }
-}
-
-/// Hands a typed call of `wire/` the reply its request got through [`Store::combined`], so
-/// decoding stays in `wire/`. A further request (a script the server had not cached) fails:
-/// the caller then takes the usual path.
-pub(crate) struct Answer(pub(crate) Option<Value>);
-
-impl ConnectionLike for Answer {
-    fn req_packed_command(&mut self, _: &[u8]) -> redis::RedisResult<Value> {
-        self.0
-            .take()
-            .ok_or_else(|| RedisError::from((redis::ErrorKind::Client, "one reply only: not sent")))
-    }
-
-    fn req_packed_commands(
-        &mut self,
-        _: &[u8],
-        _: usize,
-        _: usize,
-    ) -> redis::RedisResult<Vec<Value>> {
-        Err(RedisError::from((
-            redis::ErrorKind::Client,
-            "one reply only: not sent",
-        )))
-    }
-
-    fn get_db(&self) -> i64 {
-        0
-    }
-
-    fn check_connection(&mut self) -> bool {
-        false
-    }
-
-    fn is_open(&self) -> bool {
-        false
     }
 }

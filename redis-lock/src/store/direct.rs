@@ -1,113 +1,18 @@
-//! The direct path: the calling thread sends one request on a pooled plain connection and
-//! reads its reply when the socket is readable, so one thread can ask several servers at once
-//! (`poll(2)` on their sockets) without waking another thread. A typed call of `wire/` runs
-//! twice over stand-in connections: [`Capture`] records the request it sends, [`Replay`] hands
-//! it the reply that arrived (and passes any further request, such as the script cache's
-//! `SCRIPT LOAD` after `NOSCRIPT`, to the real connection), so decoding stays in `wire/`.
+//! The direct path: the calling thread writes one packed request (a `wire::request::Request`'s
+//! bytes) on a pooled plain connection and reads its reply when the socket is readable, so one
+//! thread can ask several servers at once (`poll(2)` on their sockets) without waking another
+//! thread. The caller decodes the reply with the same request (`deploy/quorum/fan_out.rs`).
 //! Only plain TCP/Unix connections of our own pools take this path (`plain.rs`); the callers
 //! use their usual path for the rest.
 
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use redis::{ConnectionLike, ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
+use redis::{ErrorKind, RedisError, RedisResult, Value};
 
 use super::Store;
 use super::connection::PooledConn;
-
-/// Records the first request a typed call sends, and fails it (and any other) so the call
-/// returns without waiting. `None` when the call sent a pipeline or nothing: it cannot go
-/// the direct way.
-pub(crate) fn capture(call: impl FnOnce(&mut dyn ConnectionLike)) -> Option<Vec<u8>> {
-    let mut c = Capture {
-        packed: None,
-        pipelined: false,
-    };
-    call(&mut c);
-    c.packed.filter(|_| !c.pipelined)
-}
-
-struct Capture {
-    packed: Option<Vec<u8>>,
-    pipelined: bool,
-}
-
-fn captured() -> RedisError {
-    RedisError::from((ErrorKind::Client, "request captured, not sent"))
-}
-
-impl ConnectionLike for Capture {
-    fn req_packed_command(&mut self, cmd: &[u8]) -> RedisResult<Value> {
-        if self.packed.is_none() {
-            self.packed = Some(cmd.to_vec());
-        } else {
-            // A second request depends on the first reply: not ours to send.
-            self.pipelined = true;
-        }
-        Err(captured())
-    }
-
-    fn req_packed_commands(&mut self, _: &[u8], _: usize, _: usize) -> RedisResult<Vec<Value>> {
-        self.pipelined = true;
-        Err(captured())
-    }
-
-    fn get_db(&self) -> i64 {
-        0
-    }
-
-    fn check_connection(&mut self) -> bool {
-        false
-    }
-
-    fn is_open(&self) -> bool {
-        false
-    }
-}
-
-/// Hands a typed call the reply that came for its first request; any later request goes to
-/// the connection (it was sent after the reply was read, so the stream is in step).
-pub(crate) struct Replay<'a> {
-    pub(crate) first: Option<Value>,
-    pub(crate) conn: &'a mut PooledConn,
-}
-
-impl ConnectionLike for Replay<'_> {
-    fn req_packed_command(&mut self, cmd: &[u8]) -> RedisResult<Value> {
-        match self.first.take() {
-            Some(v) => Ok(v),
-            None => self.conn.req_packed_command(cmd),
-        }
-    }
-
-    fn req_packed_commands(
-        &mut self,
-        cmd: &[u8],
-        offset: usize,
-        count: usize,
-    ) -> RedisResult<Vec<Value>> {
-        self.conn.req_packed_commands(cmd, offset, count)
-    }
-
-    fn req_command(&mut self, cmd: &redis::Cmd) -> RedisResult<Value> {
-        match self.first.take() {
-            Some(v) => Ok(v),
-            None => self.conn.req_command(cmd),
-        }
-    }
-
-    fn get_db(&self) -> i64 {
-        self.conn.get_db()
-    }
-
-    fn check_connection(&mut self) -> bool {
-        self.conn.check_connection()
-    }
-
-    fn is_open(&self) -> bool {
-        self.conn.is_open()
-    }
-}
+use crate::wire::request::is_no_script;
 
 /// A request sent the direct way, and what of its reply has arrived.
 pub(crate) struct Sent {
@@ -121,12 +26,6 @@ impl std::fmt::Debug for Sent {
             .field("read", &self.buf.len())
             .finish_non_exhaustive()
     }
-}
-
-/// `true` for the reply a server gives a script it has not cached: the typed call then loads
-/// the script on the connection, which is left to a thread that may block.
-pub(crate) fn is_no_script(v: &Value) -> bool {
-    matches!(v, Value::ServerError(e) if e.kind() == Some(ServerErrorKind::NoScript))
 }
 
 impl Store {
@@ -246,51 +145,4 @@ pub(crate) fn readable(
 #[cfg(not(unix))]
 pub(crate) fn readable(_: &mut [&mut Sent], _: Option<i32>, _: Instant) -> RedisResult<Vec<usize>> {
     Ok(Vec::new())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn typed_get(con: &mut dyn ConnectionLike) -> RedisResult<Option<String>> {
-        redis::cmd("GET").arg("k").query(con)
-    }
-
-    #[test]
-    fn capture_records_the_one_request_a_typed_call_sends() {
-        let packed = capture(|c| {
-            let r = typed_get(c);
-            assert!(r.is_err(), "a captured call gets no reply");
-        });
-        assert_eq!(
-            packed.as_deref(),
-            Some(&redis::cmd("GET").arg("k").get_packed_command()[..])
-        );
-    }
-
-    #[test]
-    fn a_call_of_several_requests_or_none_is_not_captured() {
-        assert_eq!(capture(|_| {}), None);
-        let two = capture(|c| {
-            let _ = redis::cmd("PING").query::<String>(c);
-            let _ = redis::cmd("PING").query::<String>(c);
-        });
-        assert_eq!(two, None);
-        let pipe = capture(|c| {
-            let _ = redis::pipe()
-                .cmd("PING")
-                .cmd("PING")
-                .query::<Vec<String>>(c);
-        });
-        assert_eq!(pipe, None);
-    }
-
-    #[test]
-    fn no_script_is_told_from_other_errors() {
-        let no_script = redis::parse_redis_value(b"-NOSCRIPT No matching script\r\n").unwrap();
-        let wrong = redis::parse_redis_value(b"-WRONGTYPE Operation\r\n").unwrap();
-        assert!(is_no_script(&no_script));
-        assert!(!is_no_script(&wrong));
-        assert!(!is_no_script(&Value::Okay));
-    }
 }

@@ -381,7 +381,7 @@ impl Store {
         match self.waiting.cancel(&keys.lock, id) {
             Some(group) => {
                 let mut conn = self.conn()?;
-                wire::cancel::wake(&mut conn, keys, &group)
+                wire::cancel::wake(keys, &group).on(&mut conn)
             }
             None => Ok(()),
         }

@@ -463,7 +463,7 @@ impl Store {
     fn poke(&self, keys: &LockKeys, group: &str) {
         let sent = self
             .conn()
-            .and_then(|mut conn| wire::cancel::wake(&mut conn, keys, group));
+            .and_then(|mut conn| wire::cancel::wake(keys, group).on(&mut conn));
         if let Err(error) = sent {
             tracing::debug!(target: "redis_lock", %error, "could not end a group's blocking wait; it ends at its timeout");
         }

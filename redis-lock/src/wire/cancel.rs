@@ -6,11 +6,9 @@ use std::time::Duration;
 
 use redis::Script;
 
-use super::Con;
+use super::request::Request;
 use super::resp::Decimal;
-use super::script::run;
 use super::{LockKeys, ms};
-use crate::error::Result;
 
 /// How long a cancel element waits for its waiter: the waiter is blocked or about to block
 /// (it looks at the cancel flag before each wait), so this only has to outlast one round trip.
@@ -29,8 +27,12 @@ static WAKE: LazyLock<Script> = LazyLock::new(|| {
 });
 
 /// `WAKE`: ends the blocking wait of waiter `id` on the lock `keys`.
-pub(crate) fn wake(con: &mut Con<'_>, keys: &LockKeys, id: &str) -> Result<()> {
+pub(crate) fn wake(keys: &LockKeys, id: &str) -> Request<()> {
     let (list, ttl) = (keys.cancel(id), Decimal::new(ms(CANCEL_TTL)));
-    run::<i64>(con, &WAKE, &[list.as_bytes()], &[ttl.as_bytes()])?;
-    Ok(())
+    Request::script(
+        &WAKE,
+        &[list.as_bytes()],
+        &[ttl.as_bytes()],
+        |_: i64| Ok(()),
+    )
 }

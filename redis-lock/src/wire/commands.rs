@@ -10,6 +10,7 @@ use std::time::Duration;
 use redis::{Cmd, ConnectionLike, RedisResult, Value};
 
 use super::ms;
+use super::request::Request;
 
 /// `WAIT n timeout`: how many replicas have processed everything this connection wrote.
 pub(crate) fn wait_replicas(count: u32, timeout: Duration) -> Cmd {
@@ -96,38 +97,25 @@ pub(crate) struct Capabilities {
 /// against 6.4 us for the release script on Valkey 9.1: `git log -p BENCHMARKS.md`).
 /// `Some(true)`: deleted; `Some(false)`: not (gone, another value, or not a string: the
 /// caller asks the script, which tells which); `None`: this server cannot run it
-/// (remembered in `caps`).
-pub(crate) fn delete_if_equal(
-    con: &mut dyn ConnectionLike,
-    caps: &Capabilities,
-    key: &str,
-    value: &str,
-) -> RedisResult<Option<bool>> {
-    let mut packed = Vec::with_capacity(32 + key.len() + value.len());
-    super::resp::pack_command(&mut packed, &[b"DELIFEQ", key.as_bytes(), value.as_bytes()]);
-    let reply = match con.req_packed_command(&packed) {
-        Ok(Value::ServerError(e)) => Err(redis::RedisError::from(e)),
-        other => other,
-    };
-    match reply {
-        Ok(Value::Int(n)) => {
-            caps.delifeq.has();
-            Ok(Some(n == 1))
+/// (the deployment remembers which in its `Capabilities`).
+pub(crate) fn delete_if_equal(key: &str, value: &str) -> Request<Option<bool>> {
+    Request::command(&[b"DELIFEQ", key.as_bytes(), value.as_bytes()], |reply| {
+        let reply = match reply {
+            Value::ServerError(e) => Err(redis::RedisError::from(e)),
+            other => Ok(other),
+        };
+        match reply {
+            Ok(Value::Int(n)) => Ok(Some(n == 1)),
+            Ok(_) => Err(redis::RedisError::from((
+                redis::ErrorKind::UnexpectedReturnType,
+                "unexpected DELIFEQ reply",
+            ))
+            .into()),
+            Err(e) if e.code() == Some("WRONGTYPE") => Ok(Some(false)),
+            Err(e) if is_unknown_command(&e) || is_no_permission(&e) => Ok(None),
+            Err(e) => Err(e.into()),
         }
-        Ok(_) => Err(redis::RedisError::from((
-            redis::ErrorKind::UnexpectedReturnType,
-            "unexpected DELIFEQ reply",
-        ))),
-        Err(e) if e.code() == Some("WRONGTYPE") => {
-            caps.delifeq.has();
-            Ok(Some(false))
-        }
-        Err(e) if is_unknown_command(&e) || is_no_permission(&e) => {
-            caps.delifeq.lacks();
-            Ok(None)
-        }
-        Err(e) => Err(e),
-    }
+    })
 }
 
 /// Both take seconds as a decimal, and 0 would mean "forever".

@@ -16,7 +16,7 @@ use std::sync::LazyLock;
 use redis::{Script, Value};
 
 use super::Con;
-use super::script::run;
+use super::request::Request;
 use super::{LockKeys, OwnedTtl, decode_owned_ttl};
 use crate::error::{Error, Result};
 
@@ -94,12 +94,11 @@ pub(crate) enum Committed {
 /// per member; one round trip). `keys`: the commands' keys to declare (a Cluster's; empty
 /// elsewhere).
 pub(crate) fn commit(
-    con: &mut Con<'_>,
     check: &Check,
     tokens: &[&str],
     keys: &[Vec<u8>],
     commands: &[Vec<&[u8]>],
-) -> Result<Committed> {
+) -> Request<Committed> {
     let all_keys: Vec<&[u8]> = check
         .keys
         .iter()
@@ -117,8 +116,7 @@ pub(crate) fn commit(
         args.push(count.as_bytes());
         args.extend(command.iter().copied());
     }
-    let reply: Value = run(con, check.script, &all_keys, &args)?;
-    decode(reply)
+    Request::script(check.script, &all_keys, &args, decode)
 }
 
 fn decode(reply: Value) -> Result<Committed> {

@@ -25,9 +25,10 @@ pub(crate) mod commit;
 pub(crate) mod multi;
 pub(crate) mod mutex;
 mod reply;
+pub(crate) mod request;
 pub(crate) mod resp;
 pub(crate) mod rwlock;
-pub(crate) mod script;
+pub(crate) mod seam;
 pub(crate) mod semaphore;
 pub(crate) mod token;
 pub(crate) mod tracking;
@@ -36,9 +37,8 @@ use std::time::Duration;
 
 pub(crate) use keys::LockKeys;
 
-/// A connection a typed call goes out on: a pooled one, a request being captured or a reply
-/// replayed (`store/direct.rs`), a test's. Every typed call of this layer, and every
-/// operation of the seam, takes one.
+/// A real connection a request goes out on (`Request::on`): a pooled one, a cluster's, a
+/// master's tracked connection, a test's.
 pub(crate) type Con<'a> = dyn redis::ConnectionLike + 'a;
 pub(crate) use lua::{FENCE_MIN, HANDOFF_GRACE};
 pub(crate) use reply::{
@@ -79,7 +79,7 @@ pub(crate) enum Form<'a> {
     /// a multi-lock's member).
     String,
     /// Most likely the string lock we wrote, this value: where the store's server has
-    /// `DELIFEQ` (`ReleaseArgs::caps`), that deletes it.
+    /// `DELIFEQ`, that deletes it (the mutex's `native_release`).
     Written(&'a str),
 }
 
@@ -140,6 +140,9 @@ pub(crate) struct AttemptArgs<'a> {
     /// stores it as the holder's `since`, and a fencing counter that is gone starts from it
     /// (× 1000), so every server of a Redlock starts the same number.
     pub(crate) since: u64,
+    /// After a native attempt that found the key taken: the fencing number it used up and
+    /// whether it started the counter, for the script to give back (the mutex's `acquire`).
+    pub(crate) burned: Option<(u64, bool)>,
 }
 
 /// This machine's clock, Unix milliseconds (0 before 1970).
@@ -178,9 +181,9 @@ pub(crate) struct ReleaseArgs<'a> {
     /// Undoing an acquisition that was never held: no minimum hold or cool-down applies.
     pub(crate) undo: bool,
     pub(crate) form: Form<'a>,
-    /// The capabilities of the server the release goes to, filled in by the deployment for
-    /// the store it sends to (`None`: assume none).
-    pub(crate) caps: Option<&'a commands::Capabilities>,
+    /// Sent on a connection that routes by key (a Redis Cluster's): the script then names
+    /// every key it touches, not just the ones it reads from `KEYS` (see the mutex's release).
+    pub(crate) routed: bool,
 }
 
 impl AttemptArgs<'_> {

@@ -9,9 +9,8 @@ use std::time::Duration;
 
 use redis::Script;
 
-use super::Con;
+use super::request::Request;
 use super::resp::Decimal;
-use super::script::run;
 use super::{BusyHolder, LockKeys, int, millis, ms, unexpected};
 use crate::error::{Error, Result};
 
@@ -109,7 +108,7 @@ pub(crate) struct AllArgs<'a> {
 
 /// `ACQUIRE_ALL`: take every `(keys, token)` member or none, each with `ttl` and the holder
 /// information `holder` + `meta`.
-pub(crate) fn acquire_all(con: &mut Con<'_>, a: &AllArgs<'_>) -> Result<AllAttempt> {
+pub(crate) fn acquire_all(a: &AllArgs<'_>) -> Request<AllAttempt> {
     let keys: Vec<&[u8]> = a
         .members
         .iter()
@@ -118,8 +117,17 @@ pub(crate) fn acquire_all(con: &mut Con<'_>, a: &AllArgs<'_>) -> Result<AllAttem
     let ttl = Decimal::new(ms(a.ttl));
     let mut args: Vec<&[u8]> = vec![ttl.as_bytes(), a.holder.as_bytes(), a.meta.as_bytes()];
     args.extend(a.members.iter().map(|(_, token)| token.as_bytes()));
-    let reply: Vec<redis::Value> = run(con, &ACQUIRE_ALL, &keys, &args)?;
-    decode_acquire_all(a.members, &reply)
+    // The members' keys, which an error names.
+    let owned: Vec<LockKeys> = a.members.iter().map(|(k, _)| (*k).clone()).collect();
+    Request::script(
+        &ACQUIRE_ALL,
+        &keys,
+        &args,
+        move |reply: Vec<redis::Value>| {
+            let members: Vec<(&LockKeys, &str)> = owned.iter().map(|k| (k, "")).collect();
+            decode_acquire_all(&members, &reply)
+        },
+    )
 }
 
 fn decode_acquire_all(members: &[(&LockKeys, &str)], reply: &[redis::Value]) -> Result<AllAttempt> {

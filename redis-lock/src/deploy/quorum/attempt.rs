@@ -14,10 +14,11 @@ use super::rules::{
     Answers, Verdict, busy_holder, fence_plan, in_time, majority, tally, until_free,
 };
 use super::{Member, OwnedRelease, Quorum};
-use crate::deploy::seam::{Primitive, not_sound_on_a_quorum};
-use crate::deploy::{Attempted, attempt_on, leave_on, release_on};
+use crate::deploy::Attempted;
+use crate::deploy::send::{attempt_on, leave_on, release_on};
 use crate::error::Result;
 use crate::store::Ack;
+use crate::wire::seam::{Primitive, not_sound_on_a_quorum};
 use crate::wire::token::{new_token, random_below};
 use crate::wire::{Attempt, AttemptArgs, Form, LockKeys, ReleaseArgs};
 
@@ -76,6 +77,7 @@ impl OwnedAttempt {
             // A quorum sends each server one script request (the direct path captures one).
             native: None,
             since: self.since,
+            burned: None,
         }
     }
 
@@ -90,7 +92,7 @@ impl OwnedAttempt {
             undo: true,
             // A quorum takes no native path: the lock is a hash.
             form: Form::Hash,
-            caps: None,
+            routed: false,
         }
     }
 }
@@ -193,10 +195,11 @@ impl Quorum {
         let q = majority(self.total());
         let (p, sent) = (Arc::clone(p), Arc::clone(sent));
         let bound = self.bound + ack.map_or(Duration::ZERO, |a| a.timeout);
-        let ask = if ack.is_some() {
+        // A native attempt (never asked of a quorum today) is two requests: on the lanes too.
+        let ask = if ack.is_some() || sent.args().native.is_some() {
             Ask::lane(move |s| attempt_on(s, &*p, &sent.args(), ack))
         } else {
-            Ask::request(move |c| p.attempt(c, &sent.args()))
+            Ask::request(p.attempt(&sent.args()))
         };
         self.fan_out(
             &self.all(),
@@ -308,10 +311,9 @@ impl Quorum {
         if undo.is_empty() {
             return;
         }
-        let (p, sent) = (Arc::clone(p), Arc::clone(sent));
         self.fan_out(
             &undo,
-            Ask::request(move |c| p.release(c, &sent.undo())),
+            Ask::request(p.release(&sent.undo())),
             |_| false,
             self.bound,
         )
@@ -342,7 +344,7 @@ impl Quorum {
                         // gets this far.
                         let redlock = p.redlock().ok_or_else(not_sound_on_a_quorum)?;
                         let mut conn = s.conn()?;
-                        redlock.raise_fence(&mut conn, &k, &token, fence)
+                        redlock.raise_fence(&k, &token, fence).on(&mut conn)
                     }),
                     |_| false,
                     self.bound,

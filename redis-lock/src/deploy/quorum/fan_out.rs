@@ -16,30 +16,29 @@ use std::io::{Read, Write};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex};
-use redis::ConnectionLike;
-
 use super::Quorum;
 use super::rules::Answers;
 use crate::deploy::lanes::Job;
 use crate::error::{Error, Result};
 use crate::store::Store;
-use crate::store::direct::{self, Replay, Sent};
+use crate::store::direct::{self, Sent};
+use crate::wire::request::Request;
+use parking_lot::{Condvar, Mutex};
 
 /// A question asked on a server's lane, with its store.
 type OnStore<T> = Arc<dyn Fn(&Store) -> Result<T> + Send + Sync>;
 
-/// A question that is one request, asked on a connection.
-type OnConn<T> = Arc<dyn Fn(&mut dyn ConnectionLike) -> Result<T> + Send + Sync>;
+/// A question that is one request, the same to every server.
+type OnConn<T> = Arc<Request<T>>;
 
 /// How each server is asked.
 pub(super) enum Ask<T> {
     /// On the server's lane, which is given the store: an operation of several requests (an
     /// attempt followed by `WAIT`), or one that is not on the latency path.
     Lane(OnStore<T>),
-    /// One request on a checked-out connection, the calling thread's to send where the server
-    /// has an idle plain connection. A reply `NOSCRIPT` (the script is not cached there yet)
-    /// is handed to a lane, where the typed call loads the script: two more round trips.
+    /// One request, the calling thread's to send where the server has an idle plain
+    /// connection. A reply `NOSCRIPT` (the script is not cached there yet) is handed to a
+    /// lane, which loads the script and sends the request again: two more round trips.
     Request(OnConn<T>),
 }
 
@@ -48,19 +47,17 @@ impl<T> Ask<T> {
         Ask::Lane(Arc::new(f))
     }
 
-    pub(super) fn request(
-        g: impl Fn(&mut dyn ConnectionLike) -> Result<T> + Send + Sync + 'static,
-    ) -> Ask<T> {
-        Ask::Request(Arc::new(g))
+    pub(super) fn request(r: Request<T>) -> Ask<T> {
+        Ask::Request(Arc::new(r))
     }
 
     /// The question, asked on a lane.
     fn on_store(&self, store: &Store) -> Result<T> {
         match self {
             Ask::Lane(f) => f(store),
-            Ask::Request(g) => {
+            Ask::Request(r) => {
                 let mut conn = store.conn()?;
-                g(&mut conn)
+                r.on(&mut conn)
             }
         }
     }
@@ -274,10 +271,8 @@ impl Quorum {
         servers: &[usize],
         round: &mut Round<'_, T>,
     ) -> Vec<(usize, Sent)> {
-        let packed = match round.ask {
-            Ask::Request(g) => direct::capture(|c| {
-                let _ = g(c);
-            }),
+        let packed = match &round.ask {
+            Ask::Request(r) => r.packed(),
             Ask::Lane(_) => None,
         };
         let mut sent = Vec::with_capacity(servers.len());
@@ -287,7 +282,7 @@ impl Quorum {
                 round.call.answer(i, Err(e));
                 continue;
             }
-            match packed.as_ref().and_then(|p| member.store.send_direct(p)) {
+            match packed.and_then(|p| member.store.send_direct(p)) {
                 Some(Ok(s)) => sent.push((i, s)),
                 Some(Err(e)) => {
                     let r = Err(Error::Redis(e));
@@ -360,14 +355,11 @@ impl Quorum {
         let member = &self.members[i];
         match s.read_ready() {
             Ok(None) => sent.push((i, s)),
-            Ok(Some(v)) if direct::is_no_script(&v) => {
+            Ok(Some(v)) if g.wants_script(&v) => {
                 let (g, call) = (Arc::clone(g), Arc::clone(&round.call));
                 let member = Arc::clone(member);
                 self.on_lane(i, round, move || {
-                    let r = g(&mut Replay {
-                        first: Some(v),
-                        conn: &mut s.conn,
-                    });
+                    let r = g.load(&mut s.conn).and_then(|()| g.on(&mut s.conn));
                     member.note(&r);
                     // The connection goes back to the pool first: a late answer's handler (an
                     // undo) then finds it idle, as on the lanes.
@@ -376,10 +368,7 @@ impl Quorum {
                 });
             }
             Ok(Some(v)) => {
-                let r = g(&mut Replay {
-                    first: Some(v),
-                    conn: &mut s.conn,
-                });
+                let r = g.decode(v);
                 member.note(&r);
                 round.call.answer(i, r);
             }
@@ -436,10 +425,10 @@ impl Quorum {
             let member = Arc::clone(&self.members[i]);
             let job: Job = Box::new(move || {
                 let r = match s.finish(deadline) {
-                    Ok(v) => g(&mut Replay {
-                        first: Some(v),
-                        conn: &mut s.conn,
-                    }),
+                    Ok(v) if g.wants_script(&v) => {
+                        g.load(&mut s.conn).and_then(|()| g.on(&mut s.conn))
+                    }
+                    Ok(v) => g.decode(v),
                     Err(e) => Err(Error::Redis(e)),
                 };
                 member.note(&r);

@@ -64,13 +64,14 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
+use super::Watched;
 use super::lanes::Lane;
-use super::seam::Primitive;
-use super::{Watched, check_once, leave_on, renew_once};
+use super::send::{check_once, leave_on, renew_once};
 use crate::error::{Error, Result};
 use crate::store::notify::Watcher;
 use crate::store::waiting::WaitFor;
 use crate::store::{Store, Wake};
+use crate::wire::seam::Primitive;
 use crate::wire::token::new_token;
 use crate::wire::{Broken, Form, Holder, LockKeys, OwnedTtl, Release, ReleaseArgs, Renewal};
 use attempt::UnsettledMap;
@@ -186,7 +187,7 @@ impl OwnedRelease {
             } else {
                 Form::Hash
             },
-            caps: None,
+            routed: false,
         }
     }
 }
@@ -269,13 +270,13 @@ impl Quorum {
         let start = Instant::now();
         let q = majority(self.total());
         let answers = {
-            let (p, k, token) = (p.shared(), keys.clone(), token.to_owned());
             // Where a server notifies losses, renewals go out on its tracked connection (on
             // the server's lane): a renewal must not come back as somebody else's change.
             let ask = if self.stores().any(|s| s.notify.notifies()) {
+                let (p, k, token) = (p.shared(), keys.clone(), token.to_owned());
                 Ask::lane(move |s| renew_once(s, &*p, &k, &token, ttl))
             } else {
-                Ask::request(move |c| p.renew(c, &k, &token, ttl))
+                Ask::request(p.renew(keys, token, ttl))
             };
             self.fan_out(
                 &self.all(),
@@ -311,19 +312,13 @@ impl Quorum {
         };
         drop(unsettled);
         let answers = {
-            let p = p.shared();
             self.fan_out(
                 &servers,
                 // A quorum takes no native path: the lock is a hash.
-                Ask::request(move |c| {
-                    p.release(
-                        c,
-                        &ReleaseArgs {
-                            form: Form::Hash,
-                            ..sent.args()
-                        },
-                    )
-                }),
+                Ask::request(p.release(&ReleaseArgs {
+                    form: Form::Hash,
+                    ..sent.args()
+                })),
                 move |a| {
                     a.ok.iter()
                         .filter(|(_, r)| matches!(r, Release::Released | Release::Kept))
@@ -345,11 +340,8 @@ impl Quorum {
         token: &str,
     ) -> Result<OwnedTtl> {
         let answers = {
-            let (p, k, token) = (p.shared(), keys.clone(), token.to_owned());
-            self.each(move |s| {
-                let mut conn = s.conn()?;
-                p.owned_ttl(&mut conn, &k, &token)
-            })
+            let req = p.owned_ttl(keys, token);
+            self.each(move |s| req.on(&mut s.conn()?))
         };
         let verdict = combine_owned_ttl(self.total(), &answers);
         self.resolve(keys.name(), verdict, answers)
@@ -402,12 +394,8 @@ impl Quorum {
         fresh: &str,
     ) -> Result<OwnedTtl> {
         let answers = {
-            let (p, k) = (p.shared(), keys.clone());
-            let (token, fresh) = (token.to_owned(), fresh.to_owned());
-            self.each(move |s| {
-                let mut conn = s.conn()?;
-                p.transfer(&mut conn, &k, &token, &fresh)
-            })
+            let req = p.transfer(keys, token, fresh);
+            self.each(move |s| req.on(&mut s.conn()?))
         };
         let verdict = combine_owned_ttl(self.total(), &answers);
         self.resolve(keys.name(), verdict, answers)
@@ -415,11 +403,8 @@ impl Quorum {
 
     pub(crate) fn inspect(&self, p: &dyn Primitive, keys: &LockKeys) -> Result<Option<Holder>> {
         let answers = {
-            let (p, k) = (p.shared(), keys.clone());
-            self.each(move |s| {
-                let mut conn = s.conn()?;
-                p.inspect(&mut conn, &k)
-            })
+            let req = p.inspect(keys);
+            self.each(move |s| req.on(&mut s.conn()?))
         };
         let verdict = combine_inspect(self.total(), &answers);
         self.resolve(keys.name(), verdict, answers)
@@ -428,11 +413,8 @@ impl Quorum {
     pub(crate) fn force_release(&self, p: &dyn Primitive, keys: &LockKeys) -> Result<Broken> {
         let grant = new_token()?;
         let answers = {
-            let (p, k) = (p.shared(), keys.clone());
-            self.each(move |s| {
-                let mut conn = s.conn()?;
-                p.force_release(&mut conn, &k, &grant)
-            })
+            let req = p.force_release(keys, &grant);
+            self.each(move |s| req.on(&mut s.conn()?))
         };
         let verdict = if answers.has_hard_error() {
             Verdict::Hard

@@ -122,7 +122,7 @@ pub(crate) struct Start {
     /// Most likely taken on the primitive's native fast path (the attempt was allowed to
     /// take it), rather than through a script, a grant or a claim.
     pub(crate) native: bool,
-    /// What that fast path wrote (`deploy::seam::Native`), when known: a server with a
+    /// What that fast path wrote (`wire::seam::Native`), when known: a server with a
     /// native compare-and-delete releases the lock with it.
     pub(crate) value: Option<String>,
     /// The owner token the release hands to the waiter it wakes.

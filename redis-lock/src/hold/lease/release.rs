@@ -69,7 +69,7 @@ impl Lease {
             cooldown,
             undo: false,
             form: Form::of(self.native, self.value.as_deref()),
-            caps: None,
+            routed: false,
         };
         let deployment = &self.inner.deployment;
         match self.ack {

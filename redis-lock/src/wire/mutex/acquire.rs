@@ -7,16 +7,13 @@ use std::sync::LazyLock;
 
 use redis::{Script, Value};
 
-use super::super::Con;
-use super::super::resp::{self, Decimal};
-use super::super::script::run;
+use super::super::request::Request;
+use super::super::resp::Decimal;
 use super::super::{
-    Attempt, AttemptArgs, FENCE_MIN, Form, LockKeys, ReleaseArgs, decode_attempt_reply, ms,
-    unexpected,
+    Attempt, AttemptArgs, FENCE_MIN, LockKeys, decode_attempt_reply, ms, unexpected,
 };
 use super::{waiter_flags, wake_list};
-use crate::error::{Error, Result};
-use std::time::Duration;
+use crate::error::Result;
 
 /// Acquire, or register as a waiter.
 ///
@@ -273,40 +270,14 @@ pub(crate) fn native_value(a: &AttemptArgs<'_>) -> Option<String> {
 }
 
 /// `ACQUIRE`: take the lock, or find it busy (and register as a waiter if `register` is set).
-/// With `a.native` (see [`native_value`]) the native fast path is tried first
-/// (`acquire_native`); only a busy lock then costs the script's round trip as well.
-pub(crate) fn acquire(con: &mut Con<'_>, a: &AttemptArgs<'_>) -> Result<Attempt> {
-    let mut burned: Option<(u64, bool)> = None;
-    if let Some(value) = a.native {
-        if con.supports_pipelining() {
-            match acquire_native(con, a, value)? {
-                // The counter was gone when its `INCR` ran (the pipeline split, and the
-                // counter expired or was lost in between): made anew from 1, without the
-                // clock's floor or a TTL. The script, which starts such a counter again, counts
-                // this lock's fence (ours, or gone).
-                Ok(fence) if fence < FENCE_MIN => {}
-                Ok(fence) => return Ok(Attempt::Acquired { fence }),
-                Err(used) => burned = Some(used),
-            }
-        } else if let Some(fence) = acquire_string(con, a, value)? {
-            return Ok(Attempt::Acquired { fence });
-        }
-    }
-    acquire_script(con, a, burned)
-}
-
-/// The `ACQUIRE` script (the path every attempt that is not native takes); `burned`: the
-/// fencing number a native attempt used up just before, for the script to give back.
-fn acquire_script(
-    con: &mut Con<'_>,
-    a: &AttemptArgs<'_>,
-    burned: Option<(u64, bool)>,
-) -> Result<Attempt> {
+/// After a native attempt that found the key taken, `a.burned` is the fencing number it used
+/// up, for the script to give back.
+pub(crate) fn acquire(a: &AttemptArgs<'_>) -> Request<Attempt> {
     let keys = a.keys;
     let wake = wake_list(keys, a.waiter, a.fair);
     let [ttl, min_hold, register] = [a.ttl, a.min_hold, a.register].map(|d| Decimal::new(ms(d)));
     let since_meta = since_and_meta(a.since, a.meta);
-    let burned = burned.map(|(n, started)| (Decimal::new(n), started));
+    let burned = a.burned.map(|(n, started)| (Decimal::new(n), started));
     let mut args: Vec<&[u8]> = vec![
         a.token.as_bytes(),
         ttl.as_bytes(),
@@ -324,8 +295,8 @@ fn acquire_script(
             args.push(b"1");
         }
     }
-    let reply: Value = run(
-        con,
+    let k = keys.clone();
+    Request::script(
         &ACQUIRE,
         &[
             keys.lock.as_bytes(),
@@ -336,17 +307,32 @@ fn acquire_script(
             wake.as_bytes(),
         ],
         &args,
-    )?;
-    decode_acquire_reply(keys, reply)
+        move |reply: Value| decode_acquire_reply(&k, reply),
+    )
 }
 
-/// The native fast path: `SET lock "token \n info" NX PX ttl` and `INCR fence` in one
-/// pipeline, one round trip of native commands (no script). `Ok(fence)` when the lock was
-/// free and is ours now; `Err(burned)` when the key exists (busy, granted, kept, or another
-/// type: the script decides which). The `INCR` runs whether or not the `SET` took the lock, so
-/// a busy attempt uses up a fencing number (`burned`); the `ACQUIRE` script that follows gives
-/// it back if nobody counted since, so the counter stays the holder's token (what `inspect`
-/// shows). Either way tokens only go up.
+/// What a native attempt found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NativeTry {
+    /// The lock was free and is ours now, with this fencing token.
+    Acquired(u64),
+    /// Not taken: the `ACQUIRE` script decides what the key is, giving back the fencing
+    /// number the attempt used up (`AttemptArgs::burned`), if any.
+    Busy(Option<(u64, bool)>),
+    /// The fencing counter holds another type; `took`: the `SET` took the lock all the same,
+    /// and it is to be given back (an undo release) so that Redis is left as it was.
+    FenceType { took: bool },
+}
+
+/// The native fast path of attempt `a`, writing `value` (see [`native_value`]): where the
+/// connection takes a pipeline of native commands (`pipelined`), `SET lock "token \n info" NX
+/// PX ttl` and `INCR fence` written together, one round trip of native commands (no script);
+/// elsewhere (a Redis Cluster connection) the same as one script, `ACQUIRE_STRING`.
+///
+/// The `INCR` runs whether or not the `SET` took the lock, so a busy attempt uses up a
+/// fencing number (`NativeTry::Busy`); the `ACQUIRE` script that follows gives it back if
+/// nobody counted since, so the counter stays the holder's token (what `inspect` shows).
+/// Either way tokens only go up.
 ///
 /// Why no `MULTI`/`EXEC` around the two: Redis runs the commands of one read of a client's
 /// socket back to back, and the pair is one write of ~150 bytes, so nothing runs between
@@ -356,76 +342,70 @@ fn acquire_script(
 /// earlier holder's (the `INCR` comes after our `SET`, which came after their release); only
 /// a lock that vanished in that gap (a forced release, or a TTL shorter than the gap) could
 /// let a later holder's `INCR` come first (ARCHITECTURE.md, "The native fast path").
-fn acquire_native(
-    con: &mut Con<'_>,
+pub(crate) fn native_attempt(
     a: &AttemptArgs<'_>,
     value: &str,
-) -> Result<Result<u64, (u64, bool)>> {
+    pipelined: bool,
+) -> Request<NativeTry> {
     let keys = a.keys;
     let ttl = Decimal::new(ms(a.ttl));
     let ttl = ttl.as_bytes();
-    let mut packed = Vec::with_capacity(64 + keys.lock.len() * 2 + value.len());
-    resp::pack_command(
-        &mut packed,
-        &[
-            b"SET",
-            keys.lock.as_bytes(),
-            value.as_bytes(),
-            b"NX",
-            b"PX",
-            ttl,
-        ],
-    );
+    if !pipelined {
+        return Request::script(
+            &ACQUIRE_STRING,
+            &[keys.lock.as_bytes(), keys.fence.as_bytes()],
+            &[value.as_bytes(), ttl],
+            decode_string,
+        );
+    }
     // The counter: started from this machine's clock if it is gone (see `next_fence!` in
     // `lua.rs`: every key of a name expires, so tokens must not restart from 1), incremented,
     // and kept at least as long as the lock (a string lock's fence is the counter's value).
     let floor = Decimal::new(fence_floor());
-    resp::pack_command(
-        &mut packed,
+    Request::commands(
         &[
-            b"SET",
-            keys.fence.as_bytes(),
-            floor.as_bytes(),
-            b"NX",
-            b"PX",
-            ttl,
+            &[
+                b"SET",
+                keys.lock.as_bytes(),
+                value.as_bytes(),
+                b"NX",
+                b"PX",
+                ttl,
+            ],
+            &[
+                b"SET",
+                keys.fence.as_bytes(),
+                floor.as_bytes(),
+                b"NX",
+                b"PX",
+                ttl,
+            ],
+            &[b"INCR", keys.fence.as_bytes()],
+            &[b"PEXPIRE", keys.fence.as_bytes(), ttl, b"GT"],
         ],
-    );
-    resp::pack_command(&mut packed, &[b"INCR", keys.fence.as_bytes()]);
-    resp::pack_command(
-        &mut packed,
-        &[b"PEXPIRE", keys.fence.as_bytes(), ttl, b"GT"],
-    );
-    let reply = con.req_packed_commands(&packed, 0, 4)?;
+        decode_pipeline,
+    )
+}
+
+/// The native pipeline's four replies.
+fn decode_pipeline(reply: Value) -> Result<NativeTry> {
+    let Value::Array(reply) = reply else {
+        return Err(unexpected("unexpected acquire reply"));
+    };
     // A refused `SET` (no permission for the key, say) is the server's error, as a script's
     // would be.
     if let Some(Value::ServerError(e)) = reply.first() {
         return Err(redis::RedisError::from(e.clone()).into());
     }
     match decode_native(&reply) {
-        Native::Acquired(fence) => Ok(Ok(fence)),
-        Native::Busy { burned, started } => Ok(Err((burned, started))),
-        Native::FenceType { took } => {
-            if took {
-                // Give back what the `SET` took: Redis is left as it was.
-                super::release(
-                    con,
-                    &ReleaseArgs {
-                        keys,
-                        token: a.token,
-                        grant: "",
-                        registration: "",
-                        cooldown: Duration::ZERO,
-                        undo: true,
-                        form: Form::String,
-                        caps: None,
-                    },
-                )?;
-            }
-            Err(Error::WrongType {
-                redis_key: keys.fence.clone(),
-            })
-        }
+        // The counter was gone when its `INCR` ran (the pipeline split, and the counter
+        // expired or was lost in between): made anew from 1, without the clock's floor or a
+        // TTL. The script, which starts such a counter again, counts this lock's fence (ours,
+        // or gone).
+        Native::Acquired(fence) if fence < FENCE_MIN => Ok(NativeTry::Busy(None)),
+        Native::Acquired(fence) => Ok(NativeTry::Acquired(fence)),
+        Native::Busy { burned, started } => Ok(NativeTry::Busy(Some((burned, started)))),
+        Native::FenceType { took } => Ok(NativeTry::FenceType { took }),
         Native::Unexpected => Err(unexpected("unexpected acquire reply")),
     }
 }
@@ -453,22 +433,13 @@ static ACQUIRE_STRING: LazyLock<Script> = LazyLock::new(|| {
     ))
 });
 
-/// `ACQUIRE_STRING`: `Some(fence)` when the lock was free and is ours now, `None` when the
-/// key exists (the `ACQUIRE` script decides what it is).
-fn acquire_string(con: &mut Con<'_>, a: &AttemptArgs<'_>, value: &str) -> Result<Option<u64>> {
-    let ttl = Decimal::new(ms(a.ttl));
-    let r: i64 = run(
-        con,
-        &ACQUIRE_STRING,
-        &[a.keys.lock.as_bytes(), a.keys.fence.as_bytes()],
-        &[value.as_bytes(), ttl.as_bytes()],
-    )?;
+/// `ACQUIRE_STRING`'s reply. Unlike the pipeline it burns no fencing number on a busy lock,
+/// and on a fence key of another type it has written nothing.
+fn decode_string(r: i64) -> Result<NativeTry> {
     match r {
-        0 => Ok(None),
-        -3 => Err(Error::WrongType {
-            redis_key: a.keys.fence.clone(),
-        }),
-        fence if fence > 0 => Ok(Some(fence.unsigned_abs())),
+        0 => Ok(NativeTry::Busy(None)),
+        -3 => Ok(NativeTry::FenceType { took: false }),
+        fence if fence > 0 => Ok(NativeTry::Acquired(fence.unsigned_abs())),
         _ => Err(unexpected("unexpected acquire reply")),
     }
 }
@@ -579,6 +550,8 @@ fn wrong_key(keys: &LockKeys, code: i64) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Error;
+    use std::time::Duration;
 
     /// The full path's five integers, through the same decoding as a real reply.
     fn decode_five(k: &LockKeys, (a, b, c, d, e): (i64, i64, i64, i64, i64)) -> Result<Attempt> {
@@ -742,7 +715,7 @@ mod server_tests {
         let keys = LockKeys::new("lock:", "resent").unwrap();
         let ids = new_ids().unwrap();
         let ttl = Duration::from_secs(10);
-        let mut attempt = |ids: &Ids| acquire(&mut con, &args(&keys, ids, ttl, ttl)).unwrap();
+        let mut attempt = |ids: &Ids| acquire(&args(&keys, ids, ttl, ttl)).on(&mut con).unwrap();
         let Attempt::Acquired { fence } = attempt(&ids) else {
             panic!("the lock is free");
         };

@@ -4,11 +4,9 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-use super::super::Con;
+use super::super::request::Request;
 use super::super::resp::Decimal;
-use super::super::script::run;
 use super::super::{Claim, ClaimArgs, decode_claim, ms};
-use crate::error::Result;
 
 /// A waiter that popped a grant it cannot vouch for (it may have been made before the waiter
 /// registered, or the waiter needs its holder information or minimum hold in place at once)
@@ -43,10 +41,9 @@ static CLAIM: LazyLock<Script> = LazyLock::new(|| {
 
 /// `CLAIM`: make a popped grant ours (holder information, minimum hold, full TTL) and forget
 /// the waiter registration `c.registration` (if not empty).
-pub(crate) fn claim(con: &mut Con<'_>, c: &ClaimArgs<'_>) -> Result<Claim> {
+pub(crate) fn claim(c: &ClaimArgs<'_>) -> Request<Claim> {
     let [ttl, min_hold] = [c.ttl, c.min_hold].map(|d| Decimal::new(ms(d)));
-    let r: i64 = run(
-        con,
+    Request::script(
         &CLAIM,
         &[c.keys.lock.as_bytes(), c.keys.waiters.as_bytes()],
         &[
@@ -57,8 +54,8 @@ pub(crate) fn claim(con: &mut Con<'_>, c: &ClaimArgs<'_>) -> Result<Claim> {
             min_hold.as_bytes(),
             c.registration.as_bytes(),
         ],
-    )?;
-    Ok(decode_claim(r))
+        |r: i64| Ok(decode_claim(r)),
+    )
 }
 
 #[cfg(all(test, feature = "testing"))]
@@ -80,18 +77,16 @@ mod server_tests {
         let mut con = server.connection();
         let keys = LockKeys::new("lock:", "claimed").unwrap();
         let mut claim_it = |grant: &str| {
-            claim(
-                &mut con,
-                &ClaimArgs {
-                    keys: &keys,
-                    grant,
-                    ttl: Duration::from_secs(1),
-                    holder: "host\n1\n",
-                    meta: "",
-                    min_hold: Duration::ZERO,
-                    registration: "",
-                },
-            )
+            claim(&ClaimArgs {
+                keys: &keys,
+                grant,
+                ttl: Duration::from_secs(1),
+                holder: "host\n1\n",
+                meta: "",
+                min_hold: Duration::ZERO,
+                registration: "",
+            })
+            .on(&mut con)
             .unwrap()
         };
         assert_eq!(claim_it("nobody-granted-this"), Claim::Gone);
@@ -103,7 +98,7 @@ mod server_tests {
         let value = native_value(&taken);
         taken.native = value.as_deref();
         assert!(matches!(
-            acquire(&mut holder, &taken).unwrap(),
+            acquire(&taken).on(&mut holder).unwrap(),
             Attempt::Acquired { .. }
         ));
         assert_eq!(claim_it("nobody-granted-this"), Claim::NotOurs);

@@ -4,10 +4,8 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-use super::super::Con;
-use super::super::script::run;
+use super::super::request::Request;
 use super::super::{Broken, LockKeys, decode_broken};
-use crate::error::Result;
 
 /// Operator's release: give up whatever lock is there (handing it to a waiter, as a release
 /// does), returning who held it.
@@ -39,9 +37,9 @@ static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| {
 });
 
 /// `FORCE_RELEASE`: break the lock whoever holds it (handing it to a waiter under `grant`).
-pub(crate) fn force_release(con: &mut Con<'_>, keys: &LockKeys, grant: &str) -> Result<Broken> {
-    let v: Vec<String> = run(
-        con,
+pub(crate) fn force_release(keys: &LockKeys, grant: &str) -> Request<Broken> {
+    let k = keys.clone();
+    Request::script(
         &FORCE_RELEASE,
         &[
             keys.lock.as_bytes(),
@@ -51,8 +49,8 @@ pub(crate) fn force_release(con: &mut Con<'_>, keys: &LockKeys, grant: &str) -> 
             keys.queue.as_bytes(),
         ],
         &[grant.as_bytes()],
-    )?;
-    decode_broken(keys, &v, |code| wrong_key(keys, code))
+        move |v: Vec<String>| decode_broken(&k, &v, |code| wrong_key(&k, code)),
+    )
 }
 
 /// The key the reply's code names: `-4` the wake-up list (any other: the lock key).

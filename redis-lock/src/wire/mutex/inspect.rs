@@ -4,8 +4,7 @@ use std::sync::LazyLock;
 
 use redis::{Script, Value};
 
-use super::super::Con;
-use super::super::script::run;
+use super::super::request::Request;
 use super::super::{
     Holder, LockKeys, count, decode_inspect as decode_inspect_reply, int, millis, text, uint,
 };
@@ -74,9 +73,9 @@ static INSPECT: LazyLock<Script> = LazyLock::new(|| {
 });
 
 /// `INSPECT`: who holds the lock, `None` when it is free.
-pub(crate) fn inspect(con: &mut Con<'_>, keys: &LockKeys) -> Result<Option<Holder>> {
-    let v: Vec<Value> = run(
-        con,
+pub(crate) fn inspect(keys: &LockKeys) -> Request<Option<Holder>> {
+    let k = keys.clone();
+    Request::script(
         &INSPECT,
         &[
             keys.lock.as_bytes(),
@@ -85,8 +84,8 @@ pub(crate) fn inspect(con: &mut Con<'_>, keys: &LockKeys) -> Result<Option<Holde
             keys.fence.as_bytes(),
         ],
         &[],
-    )?;
-    decode_inspect(keys, &v)
+        move |v: Vec<Value>| decode_inspect(&k, &v),
+    )
 }
 
 fn decode_inspect(keys: &LockKeys, v: &[Value]) -> Result<Option<Holder>> {

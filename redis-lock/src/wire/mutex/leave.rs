@@ -4,10 +4,8 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-use super::super::Con;
 use super::super::LockKeys;
-use super::super::script::run;
-use crate::error::Result;
+use super::super::request::Request;
 
 /// A waiter gives up: forget it; if a grant is pending for it alone, pass the grant on (or
 /// free the lock when nobody else waits); a shared grant that no registered waiter is left to
@@ -41,10 +39,9 @@ static LEAVE: LazyLock<Script> = LazyLock::new(|| {
 });
 
 /// `LEAVE`: a waiter gives up; a grant made for it is passed on under `grant`.
-pub(crate) fn leave(con: &mut Con<'_>, keys: &LockKeys, waiter: &str, grant: &str) -> Result<()> {
+pub(crate) fn leave(keys: &LockKeys, waiter: &str, grant: &str) -> Request<()> {
     let wake = keys.wake(waiter);
-    run::<i64>(
-        con,
+    Request::script(
         &LEAVE,
         &[
             keys.lock.as_bytes(),
@@ -55,6 +52,6 @@ pub(crate) fn leave(con: &mut Con<'_>, keys: &LockKeys, waiter: &str, grant: &st
             wake.as_bytes(),
         ],
         &[waiter.as_bytes(), grant.as_bytes()],
-    )?;
-    Ok(())
+        |_: i64| Ok(()),
+    )
 }

@@ -69,11 +69,12 @@ mod proclaim;
 mod raise_fence;
 mod release;
 mod renew;
+mod seam;
 mod transfer;
 
 use super::LockKeys;
 
-pub(crate) use acquire::{acquire, native_value};
+pub(crate) use acquire::{NativeTry, acquire, native_attempt, native_value};
 pub(crate) use claim::claim;
 pub(crate) use force_release::force_release;
 pub(crate) use inspect::inspect;
@@ -81,8 +82,9 @@ pub(crate) use leave::leave;
 pub(crate) use owned_ttl::{commit_check, owned_ttl};
 pub(crate) use proclaim::proclaim;
 pub(crate) use raise_fence::raise_fence;
-pub(crate) use release::release;
+pub(crate) use release::{native_release, release};
 pub(crate) use renew::renew;
+pub(crate) use seam::Mutex;
 pub(crate) use transfer::transfer;
 
 /// The `flags` argument of an acquire script that waits the mutex's way (the mutex's and the
@@ -152,6 +154,7 @@ mod server_tests {
             registered: false,
             native: None,
             since: crate::wire::unix_ms_now(),
+            burned: None,
         }
     }
 
@@ -163,19 +166,17 @@ mod server_tests {
         grant: &str,
         registration: &str,
     ) -> Release {
-        release(
-            con,
-            &ReleaseArgs {
-                keys,
-                token,
-                grant,
-                registration,
-                cooldown: Duration::ZERO,
-                undo: false,
-                form: Form::Hash,
-                caps: None,
-            },
-        )
+        release(&ReleaseArgs {
+            keys,
+            token,
+            grant,
+            registration,
+            cooldown: Duration::ZERO,
+            undo: false,
+            form: Form::Hash,
+            routed: false,
+        })
+        .on(con)
         .unwrap()
     }
 
@@ -215,17 +216,19 @@ mod server_tests {
         };
         // Scripts loaded, and a lock held with `b` waiting.
         assert!(matches!(
-            acquire(&mut con, &args(&keys, &a, ttl, ttl)).unwrap(),
+            acquire(&args(&keys, &a, ttl, ttl)).on(&mut con).unwrap(),
             Attempt::Acquired { .. }
         ));
         assert!(matches!(
-            acquire(&mut con, &args(&keys, &b, ttl, ttl)).unwrap(),
+            acquire(&args(&keys, &b, ttl, ttl)).on(&mut con).unwrap(),
             Attempt::Busy { block: Some(_), .. }
         ));
 
         let before = commands(&mut probe);
         assert!(matches!(
-            acquire(&mut con, &args(&keys, &c, ttl, ttl / 3)).unwrap(),
+            acquire(&args(&keys, &c, ttl, ttl / 3))
+                .on(&mut con)
+                .unwrap(),
             Attempt::Busy { block: Some(_), .. }
         ));
         let registering = commands(&mut probe) - before;

@@ -4,11 +4,9 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-use super::super::Con;
 use super::super::commit::{self, Check};
-use super::super::script::run;
+use super::super::request::Request;
 use super::super::{LockKeys, OwnedTtl, decode_owned_ttl};
-use crate::error::Result;
 
 /// Remaining TTL, for the holder only.
 /// KEYS: lock. ARGV: token. Returns the PTTL (`-1` without expiry), `-2` gone, `-3` not ours.
@@ -35,12 +33,11 @@ pub(crate) fn commit_check(keys: &LockKeys) -> Check {
 }
 
 /// `OWNED_TTL`: the remaining TTL of a lock we hold.
-pub(crate) fn owned_ttl(con: &mut Con<'_>, keys: &LockKeys, token: &str) -> Result<OwnedTtl> {
-    let r: i64 = run(
-        con,
+pub(crate) fn owned_ttl(keys: &LockKeys, token: &str) -> Request<OwnedTtl> {
+    Request::script(
         &OWNED_TTL,
         &[keys.lock.as_bytes()],
         &[token.as_bytes()],
-    )?;
-    Ok(decode_owned_ttl(r))
+        |r: i64| Ok(decode_owned_ttl(r)),
+    )
 }

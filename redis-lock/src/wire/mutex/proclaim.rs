@@ -5,10 +5,8 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-use super::super::Con;
-use super::super::script::run;
+use super::super::request::Request;
 use super::super::{LockKeys, OwnedTtl, decode_owned_ttl};
-use crate::error::Result;
 
 /// Replaces the metadata of a lock we hold, in either form: the holder information is
 /// `host \n pid \n since \n meta`, and only `meta` changes; the token, fence and TTL
@@ -40,21 +38,19 @@ static PROCLAIM: LazyLock<Script> = LazyLock::new(|| {
 /// `PROCLAIM`: the lock held under `token` carries `meta` from now on (`holder`: this
 /// process's `host \n pid \n`, for a lock without holder information yet).
 pub(crate) fn proclaim(
-    con: &mut Con<'_>,
     keys: &LockKeys,
     token: &str,
     meta: &str,
     holder: &str,
-) -> Result<OwnedTtl> {
+) -> Request<OwnedTtl> {
     let mut info = String::with_capacity(holder.len() + 16);
     info.push_str(holder);
     info.push_str(&super::super::unix_ms_now().to_string());
     info.push('\n');
-    let r: i64 = run(
-        con,
+    Request::script(
         &PROCLAIM,
         &[keys.lock.as_bytes()],
         &[token.as_bytes(), meta.as_bytes(), info.as_bytes()],
-    )?;
-    Ok(decode_owned_ttl(r))
+        |r: i64| Ok(decode_owned_ttl(r)),
+    )
 }

@@ -4,11 +4,9 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-use super::super::Con;
 use super::super::LockKeys;
+use super::super::request::Request;
 use super::super::resp::Decimal;
-use super::super::script::run;
-use crate::error::Result;
 
 /// Redlock: raise this server's fencing counter to the token the acquisition settled on (the
 /// highest counter of the majority), and record that token with the lock, if the lock is
@@ -31,18 +29,12 @@ static RAISE_FENCE: LazyLock<Script> = LazyLock::new(|| {
 
 /// `RAISE_FENCE` (Redlock): `true` when raised (or already there), `false` when the lock is
 /// not ours on this server.
-pub(crate) fn raise_fence(
-    con: &mut Con<'_>,
-    keys: &LockKeys,
-    token: &str,
-    fence: u64,
-) -> Result<bool> {
+pub(crate) fn raise_fence(keys: &LockKeys, token: &str, fence: u64) -> Request<bool> {
     let fence = Decimal::new(fence);
-    let r: i64 = run(
-        con,
+    Request::script(
         &RAISE_FENCE,
         &[keys.lock.as_bytes(), keys.fence.as_bytes()],
         &[token.as_bytes(), fence.as_bytes()],
-    )?;
-    Ok(r == 1)
+        |r: i64| Ok(r == 1),
+    )
 }

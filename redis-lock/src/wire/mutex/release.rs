@@ -6,11 +6,9 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-use super::super::Con;
+use super::super::request::Request;
 use super::super::resp::Decimal;
-use super::super::script::run;
-use super::super::{Form, LockKeys, Release, ReleaseArgs, decode_release, ms};
-use crate::error::Result;
+use super::super::{Form, Release, ReleaseArgs, decode_release, ms};
 
 /// Release: compare the token, then hand the lock over to a waiter (see `hand_over`) or
 /// delete it. Inside the minimum hold, or with a cool-down, give up ownership but keep the key
@@ -148,10 +146,25 @@ static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     ))
 });
 
+/// The native release of `r`, where it may take one: the usual release (or an undo) of a
+/// string lock we wrote, one `DELIFEQ` (on a server that has it: the deployment asks only
+/// those). A string lock has no minimum hold and nobody waiting for it (a registration makes
+/// it a hash), so deleting it is all the script would do. Anything else (gone, another value,
+/// a hash now, no `DELIFEQ`) goes to the script, which tells which; so does a release with a
+/// cool-down or a registration of its own to forget.
+pub(crate) fn native_release(r: &ReleaseArgs<'_>) -> Option<Request<Option<bool>>> {
+    match r.form {
+        Form::Written(value) if r.registration.is_empty() && r.cooldown.is_zero() => {
+            Some(super::super::commands::delete_if_equal(&r.keys.lock, value))
+        }
+        _ => None,
+    }
+}
+
 /// `RELEASE`: compare the token, then hand the lock to a waiter under `r.grant` or delete it
 /// (or keep it ownerless for the rest of the minimum hold, or for `r.cooldown`; neither when
 /// `r.undo`).
-pub(crate) fn release(con: &mut Con<'_>, r: &ReleaseArgs<'_>) -> Result<Release> {
+pub(crate) fn release(r: &ReleaseArgs<'_>) -> Request<Release> {
     let ReleaseArgs {
         keys,
         token,
@@ -160,21 +173,8 @@ pub(crate) fn release(con: &mut Con<'_>, r: &ReleaseArgs<'_>) -> Result<Release>
         cooldown,
         undo,
         form,
-        caps,
+        routed,
     } = *r;
-    // The usual release (or an undo) of a string lock we wrote, on a server with `DELIFEQ`:
-    // one native command. A string lock has no minimum hold and nobody waiting for it (a
-    // registration makes it a hash), so deleting it is all the script would do. Anything
-    // else (gone, another value, a hash now, no `DELIFEQ`) goes to the script, which tells
-    // which; so does a release with a cool-down or a registration of its own to forget.
-    if let (Form::Written(value), Some(caps)) = (form, caps)
-        && caps.delifeq.may_try()
-        && registration.is_empty()
-        && cooldown.is_zero()
-        && super::super::commands::delete_if_equal(con, caps, &keys.lock, value)? == Some(true)
-    {
-        return Ok(Release::Released);
-    }
     let all_keys = [
         &keys.lock,
         &keys.fence,
@@ -187,10 +187,10 @@ pub(crate) fn release(con: &mut Con<'_>, r: &ReleaseArgs<'_>) -> Result<Release>
     // are declared too (the script does not read them from `KEYS`): while the lock's slot
     // migrates with some of them moved, Redis then answers `TRYAGAIN` before the script
     // runs, instead of the script failing on a key that is not on the node.
-    let names = if con.supports_pipelining() {
-        &all_keys[..1]
-    } else {
+    let names = if routed {
         &all_keys[..]
+    } else {
+        &all_keys[..1]
     };
     let cool = Decimal::new(ms(cooldown));
     let all_args: [&[u8]; 6] = [
@@ -207,24 +207,27 @@ pub(crate) fn release(con: &mut Con<'_>, r: &ReleaseArgs<'_>) -> Result<Release>
     } else {
         &all_args[..3]
     };
-    let r: i64 = run(con, &RELEASE, names, args)?;
-    decode_release(r, |code| wrong_key(keys, code))
+    let signal = keys.signal.clone();
+    Request::script(&RELEASE, names, args, move |r: i64| {
+        decode_release(r, |code| wrong_key(&signal, code))
+    })
 }
 
-/// The key a release's negative code names: `-4` the wake-up list.
-fn wrong_key(keys: &LockKeys, code: i64) -> Option<String> {
-    (code == -4).then(|| keys.signal.clone())
+/// The key a release's negative code names: `-4` the wake-up list (`signal`).
+fn wrong_key(signal: &str, code: i64) -> Option<String> {
+    (code == -4).then(|| signal.to_owned())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::error::Error;
+    use crate::wire::LockKeys;
 
     #[test]
     fn release_codes() {
         let k = LockKeys::new("lock:", "k").unwrap();
-        let decode = |code| decode_release(code, |code| wrong_key(&k, code));
+        let decode = |code| decode_release(code, |code| wrong_key(&k.signal, code));
         assert_eq!(decode(1).unwrap(), Release::Released);
         assert_eq!(decode(2).unwrap(), Release::Kept);
         assert_eq!(decode(0).unwrap(), Release::Late);

@@ -5,11 +5,9 @@ use std::time::Duration;
 
 use redis::Script;
 
-use super::super::Con;
+use super::super::request::Request;
 use super::super::resp::Decimal;
-use super::super::script::run;
 use super::super::{LockKeys, Renewal, decode_renew, ms};
-use crate::error::Result;
 
 /// Renew (compare token, then extend); the lock may be a hash or a string (`owner_of`).
 /// KEYS: lock. ARGV: token, ttl_ms.
@@ -33,18 +31,12 @@ static RENEW: LazyLock<Script> = LazyLock::new(|| {
 });
 
 /// `RENEW`: compare the token, then set the TTL.
-pub(crate) fn renew(
-    con: &mut Con<'_>,
-    keys: &LockKeys,
-    token: &str,
-    ttl: Duration,
-) -> Result<Renewal> {
+pub(crate) fn renew(keys: &LockKeys, token: &str, ttl: Duration) -> Request<Renewal> {
     let ttl = Decimal::new(ms(ttl));
-    let r: i64 = run(
-        con,
+    Request::script(
         &RENEW,
         &[keys.lock.as_bytes()],
         &[token.as_bytes(), ttl.as_bytes()],
-    )?;
-    Ok(decode_renew(r))
+        |r: i64| Ok(decode_renew(r)),
+    )
 }

@@ -5,10 +5,8 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-use super::super::Con;
-use super::super::script::run;
+use super::super::request::Request;
 use super::super::{LockKeys, OwnedTtl, decode_owned_ttl};
-use crate::error::Result;
 
 /// Moves a lock we hold to a fresh owner token, in either form: the string's value keeps its
 /// holder information and TTL (`KEEPTTL`), the hash's `token` field is replaced (fence, holder
@@ -35,17 +33,11 @@ static TRANSFER: LazyLock<Script> = LazyLock::new(|| {
 });
 
 /// `TRANSFER`: the lock held under `token` is held under `fresh` from now on.
-pub(crate) fn transfer(
-    con: &mut Con<'_>,
-    keys: &LockKeys,
-    token: &str,
-    fresh: &str,
-) -> Result<OwnedTtl> {
-    let r: i64 = run(
-        con,
+pub(crate) fn transfer(keys: &LockKeys, token: &str, fresh: &str) -> Request<OwnedTtl> {
+    Request::script(
         &TRANSFER,
         &[keys.lock.as_bytes()],
         &[token.as_bytes(), fresh.as_bytes()],
-    )?;
-    Ok(decode_owned_ttl(r))
+        |r: i64| Ok(decode_owned_ttl(r)),
+    )
 }

@@ -4,8 +4,7 @@ use std::sync::LazyLock;
 
 use redis::{Script, Value};
 
-use super::super::Con;
-use super::super::script::run;
+use super::super::request::Request;
 use super::super::{Attempt, AttemptArgs, LockKeys, decode_attempt_reply};
 use super::Side;
 use crate::error::Result;
@@ -164,12 +163,7 @@ static WRITE: LazyLock<Script> = LazyLock::new(|| {
 /// `READ` / `WRITE`: take a share or the write lock, or register as a waiter. `under`: the
 /// owner token of the write lock this thread holds on the name (a read taken under it is a
 /// downgrade), else `""`.
-pub(crate) fn acquire(
-    con: &mut Con<'_>,
-    side: Side,
-    a: &AttemptArgs<'_>,
-    under: &str,
-) -> Result<Attempt> {
+pub(crate) fn acquire(side: Side, a: &AttemptArgs<'_>, under: &str) -> Request<Attempt> {
     let keys = a.keys;
     let script = match side {
         Side::Read => &*READ,
@@ -191,8 +185,10 @@ pub(crate) fn acquire(
         Side::Read => &args[..],
         Side::Write => &args[..6],
     };
-    let reply: Value = run(con, script, &keys_, args)?;
-    decode_acquire(keys, reply)
+    let k = keys.clone();
+    Request::script(script, &keys_, args, move |reply: Value| {
+        decode_acquire(&k, reply)
+    })
 }
 
 /// `READ`'s fast path answers with the fencing token alone; otherwise five integers.

@@ -5,10 +5,8 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-use super::super::Con;
-use super::super::script::run;
+use super::super::request::Request;
 use super::super::{Broken, LockKeys, decode_broken};
-use crate::error::Result;
 
 /// Operator's release: delete the lock (writer and every share) and wake every waiter.
 /// KEYS: lock, readers, waiters, writers, signal, writers' wake-up list. Returns `{}` when
@@ -45,10 +43,10 @@ static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| {
 });
 
 /// `FORCE_RELEASE`: break the lock whoever holds it, waking every waiter.
-pub(crate) fn force_release(con: &mut Con<'_>, keys: &LockKeys) -> Result<Broken> {
+pub(crate) fn force_release(keys: &LockKeys) -> Request<Broken> {
     let (readers, writers, writer_signal) = (keys.readers(), keys.writers(), keys.writer_signal());
-    let v: Vec<String> = run(
-        con,
+    let k = keys.clone();
+    Request::script(
         &FORCE_RELEASE,
         &[
             keys.lock.as_bytes(),
@@ -59,10 +57,12 @@ pub(crate) fn force_release(con: &mut Con<'_>, keys: &LockKeys) -> Result<Broken
             writer_signal.as_bytes(),
         ],
         &[],
-    )?;
-    decode_broken(keys, &v, |code| match code {
-        "-4" => Some(keys.signal.clone()),
-        "-6" => Some(keys.writer_signal()),
-        _ => None,
-    })
+        move |v: Vec<String>| {
+            decode_broken(&k, &v, |code| match code {
+                "-4" => Some(k.signal.clone()),
+                "-6" => Some(k.writer_signal()),
+                _ => None,
+            })
+        },
+    )
 }

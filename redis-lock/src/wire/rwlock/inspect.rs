@@ -4,8 +4,7 @@ use std::sync::LazyLock;
 
 use redis::{Script, Value};
 
-use super::super::Con;
-use super::super::script::run;
+use super::super::request::Request;
 use super::super::{
     Holder, Info, LockKeys, count, decode_inspect as decode_inspect_reply, int, millis, text, uint,
 };
@@ -46,10 +45,10 @@ static INSPECT: LazyLock<Script> = LazyLock::new(|| {
 /// `INSPECT`: who holds the lock, `None` when it is free;
 /// [`Error::WrongType`](crate::Error::WrongType) when the key is not a read-write lock (a
 /// mutex, or foreign data).
-pub(crate) fn inspect(con: &mut Con<'_>, keys: &LockKeys) -> Result<Option<Holder>> {
+pub(crate) fn inspect(keys: &LockKeys) -> Request<Option<Holder>> {
     let (readers, writers) = (keys.readers(), keys.writers());
-    let v: Vec<Value> = run(
-        con,
+    let k = keys.clone();
+    Request::script(
         &INSPECT,
         &[
             keys.lock.as_bytes(),
@@ -58,8 +57,8 @@ pub(crate) fn inspect(con: &mut Con<'_>, keys: &LockKeys) -> Result<Option<Holde
             writers.as_bytes(),
         ],
         &[],
-    )?;
-    decode_inspect(keys, &v)
+        move |v: Vec<Value>| decode_inspect(&k, &v),
+    )
 }
 
 fn decode_inspect(keys: &LockKeys, v: &[Value]) -> Result<Option<Holder>> {

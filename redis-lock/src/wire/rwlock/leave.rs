@@ -4,10 +4,8 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-use super::super::Con;
 use super::super::LockKeys;
-use super::super::script::run;
-use crate::error::Result;
+use super::super::request::Request;
 
 /// A waiter gives up: unregister it; a writer that was the last one waiting lets the readers
 /// it kept out in (every waiter is woken, unless a writer holds the lock or it cools down).
@@ -31,10 +29,9 @@ static LEAVE: LazyLock<Script> = LazyLock::new(|| {
 });
 
 /// `LEAVE`: a waiter gives up.
-pub(crate) fn leave(con: &mut Con<'_>, keys: &LockKeys, waiter: &str) -> Result<()> {
+pub(crate) fn leave(keys: &LockKeys, waiter: &str) -> Request<()> {
     let (writers, writer_signal) = (keys.writers(), keys.writer_signal());
-    run::<i64>(
-        con,
+    Request::script(
         &LEAVE,
         &[
             keys.lock.as_bytes(),
@@ -44,6 +41,6 @@ pub(crate) fn leave(con: &mut Con<'_>, keys: &LockKeys, waiter: &str) -> Result<
             writer_signal.as_bytes(),
         ],
         &[waiter.as_bytes()],
-    )?;
-    Ok(())
+        |_: i64| Ok(()),
+    )
 }

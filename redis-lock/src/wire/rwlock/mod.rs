@@ -224,6 +224,7 @@ mod leave;
 mod owned_ttl;
 mod release;
 mod renew;
+mod seam;
 mod transfer;
 
 pub(crate) use acquire::acquire;
@@ -233,6 +234,7 @@ pub(crate) use leave::leave;
 pub(crate) use owned_ttl::{commit_check, owned_ttl};
 pub(crate) use release::release;
 pub(crate) use renew::renew;
+pub(crate) use seam::RwLock;
 pub(crate) use transfer::transfer;
 
 /// Read or write: which scripts a call uses.

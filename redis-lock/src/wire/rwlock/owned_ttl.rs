@@ -5,12 +5,10 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-use super::super::Con;
 use super::super::commit::{self, Check};
-use super::super::script::run;
+use super::super::request::Request;
 use super::super::{LockKeys, OwnedTtl, decode_owned_ttl};
 use super::Side;
-use crate::error::Result;
 
 /// Remaining TTL of a read share. KEYS: lock, readers. ARGV: token.
 /// Returns the ms left, `-2` gone, `-3` another type is there.
@@ -59,28 +57,23 @@ pub(crate) fn commit_check(side: Side, keys: &LockKeys) -> Check {
 }
 
 /// `OWNED_TTL_READ` / `OWNED_TTL_WRITE`.
-pub(crate) fn owned_ttl(
-    con: &mut Con<'_>,
-    side: Side,
-    keys: &LockKeys,
-    token: &str,
-) -> Result<OwnedTtl> {
-    let r: i64 = match side {
+pub(crate) fn owned_ttl(side: Side, keys: &LockKeys, token: &str) -> Request<OwnedTtl> {
+    let decode = |r: i64| Ok(decode_owned_ttl(r));
+    match side {
         Side::Read => {
             let readers = keys.readers();
-            run(
-                con,
+            Request::script(
                 &OWNED_TTL_READ,
                 &[keys.lock.as_bytes(), readers.as_bytes()],
                 &[token.as_bytes()],
-            )?
+                decode,
+            )
         }
-        Side::Write => run(
-            con,
+        Side::Write => Request::script(
             &OWNED_TTL_WRITE,
             &[keys.lock.as_bytes()],
             &[token.as_bytes()],
-        )?,
-    };
-    Ok(decode_owned_ttl(r))
+            decode,
+        ),
+    }
 }

@@ -4,12 +4,10 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-use super::super::Con;
+use super::super::request::Request;
 use super::super::resp::Decimal;
-use super::super::script::run;
 use super::super::{LockKeys, Release, ReleaseArgs, decode_release, ms};
 use super::Side;
-use crate::error::Result;
 
 /// Give a read share up. When it was the last one (and no writer holds the lock), the lock is
 /// deleted, or kept ownerless for the cool-down, and every waiter is woken.
@@ -135,7 +133,7 @@ static RELEASE_WRITE: LazyLock<Script> = LazyLock::new(|| {
 
 /// `RELEASE_READ` / `RELEASE_WRITE`. `r.undo`: the acquisition is undone (no cool-down).
 /// Nothing is granted through a read-write lock's wake-up lists, so `r.grant` goes unused.
-pub(crate) fn release(con: &mut Con<'_>, side: Side, r: &ReleaseArgs<'_>) -> Result<Release> {
+pub(crate) fn release(side: Side, r: &ReleaseArgs<'_>) -> Request<Release> {
     let keys = r.keys;
     let script = match side {
         Side::Read => &*RELEASE_READ,
@@ -143,8 +141,8 @@ pub(crate) fn release(con: &mut Con<'_>, side: Side, r: &ReleaseArgs<'_>) -> Res
     };
     let (readers, writers, writer_signal) = (keys.readers(), keys.writers(), keys.writer_signal());
     let cooldown = Decimal::new(ms(r.cooldown));
-    let code: i64 = run(
-        con,
+    let k = keys.clone();
+    Request::script(
         script,
         &[
             keys.lock.as_bytes(),
@@ -160,8 +158,8 @@ pub(crate) fn release(con: &mut Con<'_>, side: Side, r: &ReleaseArgs<'_>) -> Res
             r.registration.as_bytes(),
             cooldown.as_bytes(),
         ],
-    )?;
-    decode_release(code, |code| wrong_key(keys, code))
+        move |code: i64| decode_release(code, |code| wrong_key(&k, code)),
+    )
 }
 
 /// The key a release's negative code names: `-4` the readers' wake-up list, `-6` the

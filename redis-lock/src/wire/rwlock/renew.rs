@@ -5,12 +5,10 @@ use std::time::Duration;
 
 use redis::Script;
 
-use super::super::Con;
+use super::super::request::Request;
 use super::super::resp::Decimal;
-use super::super::script::run;
 use super::super::{LockKeys, Renewal, decode_renew, ms};
 use super::Side;
-use crate::error::Result;
 
 /// Renew a read share: compare, then move its expiry (the lock lives at least as long).
 /// KEYS: lock, readers. ARGV: token, ttl_ms.
@@ -71,29 +69,23 @@ static RENEW_WRITE: LazyLock<Script> = LazyLock::new(|| {
 });
 
 /// `RENEW_READ` / `RENEW_WRITE`.
-pub(crate) fn renew(
-    con: &mut Con<'_>,
-    side: Side,
-    keys: &LockKeys,
-    token: &str,
-    ttl: Duration,
-) -> Result<Renewal> {
+pub(crate) fn renew(side: Side, keys: &LockKeys, token: &str, ttl: Duration) -> Request<Renewal> {
     let ttl = Decimal::new(ms(ttl));
     let readers = keys.readers();
-    let r: i64 = match side {
-        Side::Read => run(
-            con,
+    let decode = |r: i64| Ok(decode_renew(r));
+    match side {
+        Side::Read => Request::script(
             &RENEW_READ,
             &[keys.lock.as_bytes(), readers.as_bytes()],
             &[token.as_bytes(), ttl.as_bytes()],
-        )?,
+            decode,
+        ),
         // The shares' key as an argument: see `RENEW_WRITE`.
-        Side::Write => run(
-            con,
+        Side::Write => Request::script(
             &RENEW_WRITE,
             &[keys.lock.as_bytes()],
             &[token.as_bytes(), ttl.as_bytes(), readers.as_bytes()],
-        )?,
-    };
-    Ok(decode_renew(r))
+            decode,
+        ),
+    }
 }

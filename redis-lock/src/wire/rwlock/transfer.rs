@@ -5,11 +5,9 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-use super::super::Con;
-use super::super::script::run;
+use super::super::request::Request;
 use super::super::{LockKeys, OwnedTtl, decode_owned_ttl};
 use super::Side;
-use crate::error::Result;
 
 /// Moves a live read share to a fresh token: its field (fence and holder information) and its
 /// expiry in `readers` go over unchanged. KEYS: lock, readers. ARGV: token, fresh token.
@@ -46,25 +44,19 @@ static TRANSFER_WRITE: LazyLock<Script> = LazyLock::new(|| {
 });
 
 /// `TRANSFER_READ` / `TRANSFER_WRITE`.
-pub(crate) fn transfer(
-    con: &mut Con<'_>,
-    side: Side,
-    keys: &LockKeys,
-    token: &str,
-    fresh: &str,
-) -> Result<OwnedTtl> {
+pub(crate) fn transfer(side: Side, keys: &LockKeys, token: &str, fresh: &str) -> Request<OwnedTtl> {
     let argv = [token.as_bytes(), fresh.as_bytes()];
-    let r: i64 = match side {
+    let decode = |r: i64| Ok(decode_owned_ttl(r));
+    match side {
         Side::Read => {
             let readers = keys.readers();
-            run(
-                con,
+            Request::script(
                 &TRANSFER_READ,
                 &[keys.lock.as_bytes(), readers.as_bytes()],
                 &argv,
-            )?
+                decode,
+            )
         }
-        Side::Write => run(con, &TRANSFER_WRITE, &[keys.lock.as_bytes()], &argv)?,
-    };
-    Ok(decode_owned_ttl(r))
+        Side::Write => Request::script(&TRANSFER_WRITE, &[keys.lock.as_bytes()], &argv, decode),
+    }
 }

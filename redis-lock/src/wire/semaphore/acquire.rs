@@ -4,10 +4,9 @@ use std::sync::LazyLock;
 
 use redis::{Script, Value};
 
-use super::super::Con;
 use super::super::mutex::{waiter_flags, wake_list};
+use super::super::request::Request;
 use super::super::resp::Decimal;
-use super::super::script::run;
 use super::super::{Attempt, AttemptArgs, LockKeys, decode_attempt_reply};
 use crate::error::Result;
 
@@ -166,7 +165,7 @@ static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
 
 /// `ACQUIRE`: take a permit, or find none free (and register as a waiter if `register` is
 /// set). `limit` is stored if the semaphore has none yet.
-pub(crate) fn acquire(con: &mut Con<'_>, a: &AttemptArgs<'_>, limit: u32) -> Result<Attempt> {
+pub(crate) fn acquire(a: &AttemptArgs<'_>, limit: u32) -> Request<Attempt> {
     let keys = a.keys;
     let (wake, holders, limit_key) = (
         wake_list(keys, a.waiter, a.fair),
@@ -176,8 +175,8 @@ pub(crate) fn acquire(con: &mut Con<'_>, a: &AttemptArgs<'_>, limit: u32) -> Res
     let numbers = a.numbers();
     let [token, ttl, holder, meta, waiter, register] = a.script_args(&numbers);
     let limit = Decimal::new(u64::from(limit));
-    let reply: Value = run(
-        con,
+    let k = keys.clone();
+    Request::script(
         &ACQUIRE,
         &[
             keys.lock.as_bytes(),
@@ -199,8 +198,8 @@ pub(crate) fn acquire(con: &mut Con<'_>, a: &AttemptArgs<'_>, limit: u32) -> Res
             waiter_flags(a.fair, a.registered).as_bytes(),
             limit.as_bytes(),
         ],
-    )?;
-    decode_acquire(keys, reply)
+        move |reply: Value| decode_acquire(&k, reply),
+    )
 }
 
 /// The fast path answers with the fencing token alone; the full path with five integers.

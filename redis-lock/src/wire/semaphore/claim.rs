@@ -4,11 +4,9 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-use super::super::Con;
+use super::super::request::Request;
 use super::super::resp::Decimal;
-use super::super::script::run;
 use super::super::{Claim, ClaimArgs, decode_claim, ms};
-use crate::error::Result;
 
 /// A waiter makes a granted permit it popped its own: holder information and the full TTL.
 /// KEYS: permits, waiters, holders, grants. ARGV: grant token, ttl_ms, holder, meta, waiter
@@ -43,12 +41,11 @@ static CLAIM: LazyLock<Script> = LazyLock::new(|| {
 /// `CLAIM`: make a popped grant ours and forget the registration `c.registration` (if not
 /// empty). A permit has no minimum hold (refused before anything is sent), so `c.min_hold`
 /// goes unused.
-pub(crate) fn claim(con: &mut Con<'_>, c: &ClaimArgs<'_>) -> Result<Claim> {
+pub(crate) fn claim(c: &ClaimArgs<'_>) -> Request<Claim> {
     let keys = c.keys;
     let (holders, grants) = (keys.holders(), keys.grants());
     let ttl = Decimal::new(ms(c.ttl));
-    let r: i64 = run(
-        con,
+    Request::script(
         &CLAIM,
         &[
             keys.lock.as_bytes(),
@@ -63,6 +60,6 @@ pub(crate) fn claim(con: &mut Con<'_>, c: &ClaimArgs<'_>) -> Result<Claim> {
             c.meta.as_bytes(),
             c.registration.as_bytes(),
         ],
-    )?;
-    Ok(decode_claim(r))
+        |r: i64| Ok(decode_claim(r)),
+    )
 }

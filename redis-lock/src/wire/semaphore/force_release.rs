@@ -4,10 +4,8 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-use super::super::Con;
-use super::super::script::run;
+use super::super::request::Request;
 use super::super::{Broken, LockKeys, decode_broken};
-use crate::error::Result;
 
 /// Operator's release of every permit: the permits go, registered waiters are woken to look
 /// again (as `SET_LIMIT` does), the limit stays.
@@ -44,10 +42,10 @@ static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| {
 });
 
 /// `FORCE_RELEASE`: drop every permit; the holder of the first one, `None` when none was held.
-pub(crate) fn force_release(con: &mut Con<'_>, keys: &LockKeys) -> Result<Broken> {
+pub(crate) fn force_release(keys: &LockKeys) -> Request<Broken> {
     let (holders, limit, grants) = (keys.holders(), keys.limit(), keys.grants());
-    let v: Vec<String> = run(
-        con,
+    let k = keys.clone();
+    Request::script(
         &FORCE_RELEASE,
         &[
             keys.lock.as_bytes(),
@@ -59,7 +57,9 @@ pub(crate) fn force_release(con: &mut Con<'_>, keys: &LockKeys) -> Result<Broken
             grants.as_bytes(),
         ],
         &[],
-    )?;
-    // No code names a key of another type but the permits'.
-    decode_broken(keys, &v, |_| None)
+        move |v: Vec<String>| {
+            // No code names a key of another type but the permits'.
+            decode_broken(&k, &v, |_| None)
+        },
+    )
 }

@@ -5,8 +5,7 @@ use std::time::Duration;
 
 use redis::{Script, Value};
 
-use super::super::Con;
-use super::super::script::run;
+use super::super::request::Request;
 use super::super::{Info, LockKeys, count, decode_inspect as decode_inspect_reply, text, uint};
 use super::{PermitHolder, Permits};
 use crate::error::Result;
@@ -41,10 +40,10 @@ static INSPECT: LazyLock<Script> = LazyLock::new(|| {
 });
 
 /// `INSPECT`: the limit, the holders and the waiters; `None` for a semaphore never used.
-pub(crate) fn inspect(con: &mut Con<'_>, keys: &LockKeys) -> Result<Option<Permits>> {
+pub(crate) fn inspect(keys: &LockKeys) -> Request<Option<Permits>> {
     let (holders, limit) = (keys.holders(), keys.limit());
-    let v: Vec<Value> = run(
-        con,
+    let k = keys.clone();
+    Request::script(
         &INSPECT,
         &[
             keys.lock.as_bytes(),
@@ -54,8 +53,8 @@ pub(crate) fn inspect(con: &mut Con<'_>, keys: &LockKeys) -> Result<Option<Permi
             limit.as_bytes(),
         ],
         &[],
-    )?;
-    decode_inspect(keys, &v)
+        move |v: Vec<Value>| decode_inspect(&k, &v),
+    )
 }
 
 fn decode_inspect(keys: &LockKeys, v: &[Value]) -> Result<Option<Permits>> {

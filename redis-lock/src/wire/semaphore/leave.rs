@@ -4,10 +4,8 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-use super::super::Con;
 use super::super::LockKeys;
-use super::super::script::run;
-use crate::error::Result;
+use super::super::request::Request;
 
 /// A waiter gives up: forget it; a grant pending for it alone goes to the next waiter (or is
 /// freed); shared grants that no registered waiter is left to take are freed.
@@ -53,15 +51,14 @@ static LEAVE: LazyLock<Script> = LazyLock::new(|| {
 });
 
 /// `LEAVE`: a waiter gives up; a grant made for it is passed on under `grant`.
-pub(crate) fn leave(con: &mut Con<'_>, keys: &LockKeys, waiter: &str, grant: &str) -> Result<()> {
+pub(crate) fn leave(keys: &LockKeys, waiter: &str, grant: &str) -> Request<()> {
     let (wake, holders, limit, grants) = (
         keys.wake(waiter),
         keys.holders(),
         keys.limit(),
         keys.grants(),
     );
-    run::<i64>(
-        con,
+    Request::script(
         &LEAVE,
         &[
             keys.lock.as_bytes(),
@@ -75,6 +72,6 @@ pub(crate) fn leave(con: &mut Con<'_>, keys: &LockKeys, waiter: &str, grant: &st
             grants.as_bytes(),
         ],
         &[waiter.as_bytes(), grant.as_bytes()],
-    )?;
-    Ok(())
+        |_: i64| Ok(()),
+    )
 }

@@ -145,6 +145,7 @@ mod leave;
 mod owned_ttl;
 mod release;
 mod renew;
+mod seam;
 mod set_limit;
 mod transfer;
 
@@ -156,6 +157,7 @@ pub(crate) use leave::leave;
 pub(crate) use owned_ttl::{commit_check, owned_ttl};
 pub(crate) use release::release;
 pub(crate) use renew::renew;
+pub(crate) use seam::Semaphore;
 pub(crate) use set_limit::set_limit;
 pub(crate) use transfer::transfer;
 

@@ -4,11 +4,9 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-use super::super::Con;
 use super::super::commit::{self, Check};
-use super::super::script::run;
+use super::super::request::Request;
 use super::super::{LockKeys, OwnedTtl, decode_owned_ttl};
-use crate::error::Result;
 
 /// The remaining TTL of one permit, for its holder only.
 /// KEYS: permits. ARGV: token. Returns the ms left, `-2` gone, `-3` another type.
@@ -36,13 +34,14 @@ pub(crate) fn commit_check(keys: &LockKeys) -> Check {
 }
 
 /// `OWNED_TTL`: the remaining TTL of one permit.
-pub(crate) fn owned_ttl(con: &mut Con<'_>, keys: &LockKeys, token: &str) -> Result<OwnedTtl> {
-    let r: i64 = run(
-        con,
+pub(crate) fn owned_ttl(keys: &LockKeys, token: &str) -> Request<OwnedTtl> {
+    Request::script(
         &OWNED_TTL,
         &[keys.lock.as_bytes()],
         &[token.as_bytes()],
-    )?;
-    // The script never answers `-1` (no expiry): a permit always has one.
-    Ok(decode_owned_ttl(r))
+        |r: i64| {
+            // The script never answers `-1` (no expiry): a permit always has one.
+            Ok(decode_owned_ttl(r))
+        },
+    )
 }

@@ -4,10 +4,8 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-use super::super::Con;
-use super::super::script::run;
+use super::super::request::Request;
 use super::super::{LockKeys, Release, ReleaseArgs, decode_release};
-use crate::error::Result;
 
 /// Release one permit, and grant the freed permit to a waiter if there is room under the
 /// limit (a lowered limit may leave none).
@@ -77,7 +75,7 @@ static RELEASE: LazyLock<Script> = LazyLock::new(|| {
 /// `RELEASE`: give one permit back, granting it to a waiter under `r.grant` if there is room.
 /// A permit is given back at once: no minimum hold or cool-down applies (both are refused
 /// before anything is sent), so an undo is an ordinary release.
-pub(crate) fn release(con: &mut Con<'_>, r: &ReleaseArgs<'_>) -> Result<Release> {
+pub(crate) fn release(r: &ReleaseArgs<'_>) -> Request<Release> {
     let ReleaseArgs {
         keys,
         token,
@@ -86,8 +84,8 @@ pub(crate) fn release(con: &mut Con<'_>, r: &ReleaseArgs<'_>) -> Result<Release>
         ..
     } = *r;
     let (holders, limit, grants) = (keys.holders(), keys.limit(), keys.grants());
-    let code: i64 = run(
-        con,
+    let k = keys.clone();
+    Request::script(
         &RELEASE,
         &[
             keys.lock.as_bytes(),
@@ -100,8 +98,8 @@ pub(crate) fn release(con: &mut Con<'_>, r: &ReleaseArgs<'_>) -> Result<Release>
             grants.as_bytes(),
         ],
         &[token.as_bytes(), grant.as_bytes(), registration.as_bytes()],
-    )?;
-    decode_release(code, |code| wrong_key(keys, code))
+        move |code: i64| decode_release(code, |code| wrong_key(&k, code)),
+    )
 }
 
 /// The key a release's negative code names: `-4` the wake-up list. (It never answers `2`,

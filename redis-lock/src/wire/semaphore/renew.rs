@@ -5,11 +5,9 @@ use std::time::Duration;
 
 use redis::Script;
 
-use super::super::Con;
+use super::super::request::Request;
 use super::super::resp::Decimal;
-use super::super::script::run;
 use super::super::{LockKeys, Renewal, decode_renew, ms};
-use crate::error::Result;
 
 /// Renew one permit: extend its expiry, never touching another.
 /// KEYS: permits, holders. ARGV: token, ttl_ms.
@@ -34,18 +32,12 @@ static RENEW: LazyLock<Script> = LazyLock::new(|| {
 });
 
 /// `RENEW`: extend one permit.
-pub(crate) fn renew(
-    con: &mut Con<'_>,
-    keys: &LockKeys,
-    token: &str,
-    ttl: Duration,
-) -> Result<Renewal> {
+pub(crate) fn renew(keys: &LockKeys, token: &str, ttl: Duration) -> Request<Renewal> {
     let (holders, ttl) = (keys.holders(), Decimal::new(ms(ttl)));
-    let r: i64 = run(
-        con,
+    Request::script(
         &RENEW,
         &[keys.lock.as_bytes(), holders.as_bytes()],
         &[token.as_bytes(), ttl.as_bytes()],
-    )?;
-    Ok(decode_renew(r))
+        |r: i64| Ok(decode_renew(r)),
+    )
 }

@@ -5,11 +5,10 @@ use std::time::Duration;
 
 use redis::Script;
 
-use super::super::Con;
+use super::super::request::Request;
 use super::super::resp::Decimal;
-use super::super::script::run;
 use super::super::{LockKeys, ms};
-use crate::error::{Error, Result};
+use crate::error::Error;
 
 /// Change the limit. Held permits are never revoked: with the limit lowered below the permits
 /// in use, new acquisitions wait until fewer than the new limit are held. With room made,
@@ -64,16 +63,11 @@ static SET_LIMIT: LazyLock<Script> = LazyLock::new(|| {
 
 /// `SET_LIMIT`: store a new limit, waking waiters that now fit; returns the previous limit
 /// (`None`: none was stored).
-pub(crate) fn set_limit(
-    con: &mut Con<'_>,
-    keys: &LockKeys,
-    limit: u32,
-    keep: Duration,
-) -> Result<Option<u32>> {
+pub(crate) fn set_limit(keys: &LockKeys, limit: u32, keep: Duration) -> Request<Option<u32>> {
     let (limit_key, holders) = (keys.limit(), keys.holders());
     let (limit, keep) = (Decimal::new(u64::from(limit)), Decimal::new(ms(keep)));
-    let r: i64 = run(
-        con,
+    let k = keys.clone();
+    Request::script(
         &SET_LIMIT,
         &[
             limit_key.as_bytes(),
@@ -84,12 +78,12 @@ pub(crate) fn set_limit(
             keys.queue.as_bytes(),
         ],
         &[limit.as_bytes(), keep.as_bytes()],
-    )?;
-    match r {
-        -2 => Err(Error::WrongType {
-            redis_key: keys.lock.clone(),
-        }),
-        0 => Ok(None),
-        old => Ok(u32::try_from(old).ok()),
-    }
+        move |r: i64| match r {
+            -2 => Err(Error::WrongType {
+                redis_key: k.lock.clone(),
+            }),
+            0 => Ok(None),
+            old => Ok(u32::try_from(old).ok()),
+        },
+    )
 }

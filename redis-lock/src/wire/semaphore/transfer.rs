@@ -5,10 +5,8 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-use super::super::Con;
-use super::super::script::run;
+use super::super::request::Request;
 use super::super::{LockKeys, OwnedTtl, decode_owned_ttl};
-use crate::error::Result;
 
 /// Moves a live permit to a fresh token: its expiry, its holder entry (fence and holder
 /// information) and, for a grant not claimed yet, its entry among the grants go over
@@ -41,19 +39,15 @@ static TRANSFER: LazyLock<Script> = LazyLock::new(|| {
 });
 
 /// `TRANSFER`: the permit held under `token` is held under `fresh` from now on.
-pub(crate) fn transfer(
-    con: &mut Con<'_>,
-    keys: &LockKeys,
-    token: &str,
-    fresh: &str,
-) -> Result<OwnedTtl> {
+pub(crate) fn transfer(keys: &LockKeys, token: &str, fresh: &str) -> Request<OwnedTtl> {
     let (holders, grants) = (keys.holders(), keys.grants());
-    let r: i64 = run(
-        con,
+    Request::script(
         &TRANSFER,
         &[keys.lock.as_bytes(), holders.as_bytes(), grants.as_bytes()],
         &[token.as_bytes(), fresh.as_bytes()],
-    )?;
-    // Never `-1` (no expiry): a permit always has one.
-    Ok(decode_owned_ttl(r))
+        |r: i64| {
+            // Never `-1` (no expiry): a permit always has one.
+            Ok(decode_owned_ttl(r))
+        },
+    )
 }

@@ -587,7 +587,7 @@ impl ConnectionLike for Plain {
 
 /// A handshake whose reply did not come within the connect timeout (the socket's own error,
 /// "resource temporarily unavailable", says nothing useful). Also the `redis` crate's
-/// connections' (`connection.rs`).
+/// connections' (`connection/link.rs`).
 pub(super) fn no_answer() -> RedisError {
     std::io::Error::new(
         std::io::ErrorKind::TimedOut,

@@ -337,7 +337,7 @@ impl FromStr for LeaseHandle {
 }
 
 /// Whether a handle made on deployment `made` is for a client of deployment `here` (both as
-/// `builder.rs`'s `origin` writes them: `kind;db;server;...`, each server the places it is
+/// `builder/source.rs`'s `origin` writes them: `kind;db;server;...`, each server the places it is
 /// reached at, joined by `,`). The kind and database must be the same; a server, or each
 /// server of a Redlock, must share a place (an address as written or resolved) with one of
 /// the client's; a Sentinel master's name must be the same. A handle that recorded nothing

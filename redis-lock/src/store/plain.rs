@@ -26,6 +26,23 @@ enum Socket {
 }
 
 impl Socket {
+    /// The socket to `addr`, connected by `deadline` (a Unix socket connects at once).
+    fn connect(addr: &ConnectionAddr, deadline: Instant) -> RedisResult<Socket> {
+        match addr {
+            ConnectionAddr::Tcp(host, port) => {
+                let stream = connect_tcp(host, *port, deadline)?;
+                stream.set_nodelay(true)?;
+                Ok(Socket::Tcp(stream))
+            }
+            #[cfg(unix)]
+            ConnectionAddr::Unix(path) => Ok(Socket::Unix(UnixStream::connect(path)?)),
+            _ => Err(RedisError::from((
+                redis::ErrorKind::InvalidClientConfig,
+                "not a plain connection",
+            ))),
+        }
+    }
+
     fn set_read_timeout(&self, d: Option<Duration>) -> io::Result<()> {
         match self {
             Socket::Tcp(s) => s.set_read_timeout(d),
@@ -41,6 +58,34 @@ impl Socket {
             Socket::Unix(s) => s.set_write_timeout(d),
         }
     }
+}
+
+/// A TCP connection to `host`, trying the addresses it resolves to in turn until one
+/// accepts, all of them within the one `deadline`; the last failure when none does.
+fn connect_tcp(host: &str, port: u16, deadline: Instant) -> RedisResult<TcpStream> {
+    let mut last = None;
+    for addr in (host, port).to_socket_addrs()? {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            last = Some(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "connecting timed out (connect timeout)",
+            ));
+            break;
+        }
+        match TcpStream::connect_timeout(&addr, left) {
+            Ok(s) => return Ok(s),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last
+        .unwrap_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::NotFound,
+                "the host name resolved to no address",
+            )
+        })
+        .into())
 }
 
 /// Ends a [`Plain`] connection from another thread: a read blocked on it returns at once
@@ -202,50 +247,7 @@ impl Plain {
         io_timeout: Duration,
     ) -> RedisResult<Plain> {
         let deadline = Instant::now() + connect_timeout;
-        let socket = match info.addr() {
-            ConnectionAddr::Tcp(host, port) => {
-                let mut last = None;
-                let mut stream = None;
-                for addr in (host.as_str(), *port).to_socket_addrs()? {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    if left.is_zero() {
-                        last = Some(io::Error::new(
-                            io::ErrorKind::TimedOut,
-                            "connecting timed out (connect timeout)",
-                        ));
-                        break;
-                    }
-                    match TcpStream::connect_timeout(&addr, left) {
-                        Ok(s) => {
-                            stream = Some(s);
-                            break;
-                        }
-                        Err(e) => last = Some(e),
-                    }
-                }
-                let stream = match (stream, last) {
-                    (Some(s), _) => s,
-                    (None, Some(e)) => return Err(e.into()),
-                    (None, None) => {
-                        return Err(io::Error::new(
-                            io::ErrorKind::NotFound,
-                            "the host name resolved to no address",
-                        )
-                        .into());
-                    }
-                };
-                stream.set_nodelay(true)?;
-                Socket::Tcp(stream)
-            }
-            #[cfg(unix)]
-            ConnectionAddr::Unix(path) => Socket::Unix(UnixStream::connect(path)?),
-            _ => {
-                return Err(RedisError::from((
-                    redis::ErrorKind::InvalidClientConfig,
-                    "not a plain connection",
-                )));
-            }
-        };
+        let socket = Socket::connect(info.addr(), deadline)?;
         socket.set_read_timeout(Some(io_timeout))?;
         socket.set_write_timeout(Some(io_timeout))?;
         let settings = info.redis_settings();
@@ -257,6 +259,17 @@ impl Plain {
             db: settings.db(),
             open: true,
         };
+        con.greet(settings, deadline)?;
+        Ok(con)
+    }
+
+    /// The handshake, every reply due by `deadline`: `AUTH` and `SELECT` where the URL asks
+    /// for them, else one `PING`, so that even a server that needs neither has answered once.
+    fn greet(
+        &mut self,
+        settings: &redis::RedisConnectionInfo,
+        deadline: Instant,
+    ) -> RedisResult<()> {
         if let Some(password) = settings.password() {
             let mut auth = redis::cmd("AUTH");
             if let Some(user) = settings.username() {
@@ -265,7 +278,7 @@ impl Plain {
             auth.arg(password);
             // An `AuthenticationFailed` error, as the `redis` crate reports it, so a refused
             // password is told from an unreachable server.
-            con.handshake(&auth, deadline).map_err(|e| {
+            self.handshake(&auth, deadline).map_err(|e| {
                 if e.kind() == redis::ErrorKind::Io {
                     e
                 } else {
@@ -280,12 +293,12 @@ impl Plain {
         if settings.db() != 0 {
             let mut select = redis::cmd("SELECT");
             select.arg(settings.db());
-            con.handshake(&select, deadline)?;
+            self.handshake(&select, deadline)?;
         }
         if settings.password().is_none() && settings.db() == 0 {
-            con.handshake(&redis::cmd("PING"), deadline)?;
+            self.handshake(&redis::cmd("PING"), deadline)?;
         }
-        Ok(con)
+        Ok(())
     }
 
     /// One command of the handshake, its reply due by `deadline`; a server error is an error.
@@ -574,7 +587,7 @@ impl ConnectionLike for Plain {
 
 /// A handshake whose reply did not come within the connect timeout (the socket's own error,
 /// "resource temporarily unavailable", says nothing useful). Also the `redis` crate's
-/// connections' (`connection.rs`).
+/// connections' (`connection/link.rs`).
 pub(super) fn no_answer() -> RedisError {
     std::io::Error::new(
         std::io::ErrorKind::TimedOut,

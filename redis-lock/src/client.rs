@@ -388,14 +388,7 @@ impl LockClient {
     /// ```
     pub fn inspect(&self, key: &str) -> Result<Option<LockInfo>> {
         let keys = self.inner.keys(key)?;
-        let deployment = &self.inner.deployment;
-        let holder = match deployment.inspect(&*Kind::Mutex.make(Params::DEFAULT), &keys) {
-            // Not a mutex: a read-write lock, perhaps (its own script tells).
-            Err(Error::WrongType { redis_key }) if redis_key == keys.lock => {
-                deployment.inspect(&*Kind::Read.make(Params::DEFAULT), &keys)?
-            }
-            other => other?,
-        };
+        let holder = self.inner.inspect_any(&keys)?;
         Ok(holder.map(|h| LockInfo::from_holder(key, h)))
     }
 
@@ -421,14 +414,7 @@ impl LockClient {
     /// ```
     pub fn force_release(&self, key: &str) -> Result<Option<(String, u32)>> {
         let keys = self.inner.keys(key)?;
-        let deployment = &self.inner.deployment;
-        match deployment.force_release(&*Kind::Mutex.make(Params::DEFAULT), &keys) {
-            // Not a mutex: a read-write lock, perhaps (its own script tells).
-            Err(Error::WrongType { redis_key }) if redis_key == keys.lock => {
-                deployment.force_release(&*Kind::Write.make(Params::DEFAULT), &keys)
-            }
-            other => other,
-        }
+        self.inner.force_release_any(&keys)
     }
 
     /// Releases every lock this client (any of its clones) still holds, and returns how many

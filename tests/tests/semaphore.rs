@@ -1035,3 +1035,31 @@ fn an_uncontended_permit_cycle_takes_the_fast_paths() {
     assert!(matches!(third, Ok(None)), "both permits held: {third:?}");
     drop((first, second));
 }
+
+/// `LockClient::inspect` and `force_release` ask each primitive shown as one holder's lock in
+/// turn; a semaphore is not one (`Semaphore::inspect` lists every permit): on its name they
+/// answer `WrongType`, write nothing, and the semaphore's own calls see and break its permits.
+#[test]
+fn the_clients_inspect_and_force_release_leave_a_semaphore_to_its_own_calls() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let semaphore = locks.semaphore("pool", 2).unwrap();
+    let permit = semaphore.try_acquire().unwrap().expect("a permit is free");
+    let before = keys_of(&server);
+    assert!(matches!(
+        locks.inspect("pool"),
+        Err(Error::WrongType { redis_key }) if redis_key == "lock:{pool}"
+    ));
+    assert!(matches!(
+        locks.force_release("pool"),
+        Err(Error::WrongType { .. })
+    ));
+    assert_eq!(keys_of(&server), before);
+    assert_eq!(semaphore.inspect().unwrap().in_use, 1);
+    assert!(!permit.is_lost());
+    assert_eq!(
+        semaphore.force_release().unwrap().map(|(_, pid)| pid),
+        Some(std::process::id())
+    );
+    assert_eq!(semaphore.inspect().unwrap().in_use, 0);
+}

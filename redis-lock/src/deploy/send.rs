@@ -12,13 +12,12 @@ use super::again_after_failover;
 use crate::error::{Error, Result};
 use crate::store::connection::PooledConn;
 use crate::store::{Ack, Store};
-use crate::wire::mutex::NativeTry;
 use crate::wire::request::Request;
 use crate::wire::seam::Primitive;
 use crate::wire::token::new_token;
 use crate::wire::{
-    Attempt, AttemptArgs, Claim, ClaimArgs, Con, Form, LockKeys, OwnedTtl, Release, ReleaseArgs,
-    Renewal,
+    Attempt, AttemptArgs, Claim, ClaimArgs, Con, Form, LockKeys, NativeTry, OwnedTtl, Release,
+    ReleaseArgs, Renewal,
 };
 
 /// One attempt on one store; with replica acknowledgement asked for, an acquisition that too

@@ -143,6 +143,49 @@ impl Inner {
         Ok(())
     }
 
+    /// Who holds the lock of `keys`, whichever primitive's it is (see [`any_primitive`]).
+    ///
+    /// [`any_primitive`]: Self::any_primitive
+    pub(crate) fn inspect_any(&self, keys: &wire::LockKeys) -> Result<Option<wire::Holder>> {
+        self.any_primitive(keys, |p| self.deployment.inspect(p, keys))
+    }
+
+    /// Breaks the lock of `keys`, whichever primitive's it is (see `any_primitive`).
+    pub(crate) fn force_release_any(&self, keys: &wire::LockKeys) -> Result<wire::Broken> {
+        self.any_primitive(keys, |p| self.deployment.force_release(p, keys))
+    }
+
+    /// `op` with each primitive of the table shown as a lock (`Lock::shown_as_lock`) in turn,
+    /// until one finds the lock key of its type: every primitive's scripts answer `WrongType`
+    /// naming the lock key on another's, and touch nothing. So a primitive added to the table
+    /// is found by `inspect`, `force_release` and `list` without a change here. The mutex
+    /// comes first: most locks are mutexes, and a name nobody holds costs one request.
+    fn any_primitive<T>(
+        &self,
+        keys: &wire::LockKeys,
+        op: impl Fn(&dyn Lock) -> Result<T>,
+    ) -> Result<T> {
+        let mut tried = Vec::with_capacity(Kind::ALL.len());
+        let mut last = None;
+        for kind in Kind::ALL {
+            let primitive = kind.make(primitive::Params::DEFAULT);
+            // The two sides of a read-write lock read and break it alike: asked once.
+            if !primitive.shown_as_lock() || tried.contains(&primitive.family()) {
+                continue;
+            }
+            tried.push(primitive.family());
+            match op(&*primitive) {
+                Err(Error::WrongType { redis_key }) if redis_key == keys.lock => {
+                    last = Some(redis_key);
+                }
+                other => return other,
+            }
+        }
+        Err(Error::WrongType {
+            redis_key: last.unwrap_or_else(|| keys.lock.clone()),
+        })
+    }
+
     /// `InvalidInput` (about `what`, the caller's argument) when `primitive` is not sound on
     /// this client's deployment: a Redlock quorum, for a primitive without the `Redlock`
     /// capability (`deploy::seam`). Nothing is sent.

@@ -28,6 +28,21 @@ pub(crate) trait Lock: Primitive {
     /// holders (read shares, permits), whose `inspect` shows one of them.
     fn holder_fence(&self) -> bool;
 
+    /// The primitive its keys belong to, for the calls that find a lock's primitive by
+    /// asking each of the table (`Inner::any_primitive`): the sides of a read-write lock
+    /// are one. By default its kind.
+    fn family(&self) -> Kind {
+        self.kind()
+    }
+
+    /// Shown by the calls about any lock (`LockClient::inspect`, `force_release`, `list`) as
+    /// one holder's lock. A primitive of many holders with a view of its own answers `false`
+    /// (the semaphore: `Semaphore::inspect` lists its permits), and those calls answer
+    /// `WrongType` on its keys, as on any key not a lock's.
+    fn shown_as_lock(&self) -> bool {
+        true
+    }
+
     /// What an acquisition does when this thread already holds the same name through this
     /// client, by a lease of kind `held` under `token`. By default: join it (if reentrant)
     /// when it is of this kind; anything else is a new attempt.

@@ -53,6 +53,11 @@ impl Lock for RwLock {
         Ok(())
     }
 
+    /// Both sides are one lock on the same keys.
+    fn family(&self) -> Kind {
+        Kind::Read
+    }
+
     /// The write lock has one holder; read shares are many.
     fn holder_fence(&self) -> bool {
         self.side == Side::Write

@@ -54,6 +54,11 @@ impl Lock for Semaphore {
     fn holder_fence(&self) -> bool {
         false
     }
+
+    /// Its permits are shown by `Semaphore::inspect`, all of them.
+    fn shown_as_lock(&self) -> bool {
+        false
+    }
 }
 
 /// A semaphore under Redlock, refused when it is made (`LockClient::semaphore`): each server

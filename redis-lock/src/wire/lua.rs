@@ -142,6 +142,48 @@ macro_rules! waiter_margin_ms {
     };
 }
 
+/// Registering a caller that will wait, for every primitive that queues waiters:
+/// `register(waiters, queue, id, fair, waited, head, pttl, cap, now)` records waiter `id` in
+/// the sorted set `waiters` until it is due back, and a fair one (`fair`) at the tail of
+/// `queue`, unless it is queued already (`waited`: it registered earlier in this
+/// acquisition). It blocks until the holder's TTL (`pttl`, `-1` none) runs out, at most `cap`
+/// ms, and, behind a queue head that is not itself (`head`, or the queue's first), no longer
+/// than until the head's registration lapses, so a dead head cannot keep it waiting. Both keys
+/// live at least as long as the registration. Returns how long it blocks and how long its
+/// registration lives (`now`: the server clock, ms).
+///
+/// A resent first attempt keeps the first copy's ticket (`ZADD NX`); the registration's
+/// lifetime is the wait plus [`waiter_margin_ms`].
+macro_rules! register_waiter {
+    () => {
+        concat!(
+            "local function register(waiters, queue, id, fair, waited, head, pttl, cap, now)\n",
+            "  local wait = cap\n",
+            "  if pttl >= 0 then wait = pttl + 1 end\n",
+            "  local ticket = nil\n",
+            "  if fair and not (waited and redis.call('ZSCORE', queue, id)) then\n",
+            "    local tail = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')\n",
+            "    ticket = (tonumber(tail[2]) or 0) + 1\n",
+            "    if not head then head = redis.call('ZRANGE', queue, 0, 0)[1] end\n",
+            "  end\n",
+            "  if head and head ~= id then\n",
+            "    local lapse = redis.call('ZSCORE', waiters, head)\n",
+            "    if lapse then wait = math.min(wait, tonumber(lapse) - now + 1) end\n",
+            "  end\n",
+            "  local block = math.max(1, math.min(wait, cap))\n",
+            "  local life = block + ",
+            waiter_margin_ms!(),
+            "\n",
+            "  redis.call('ZADD', waiters, now + life, id)\n",
+            "  if ticket then redis.call('ZADD', queue, 'NX', ticket, id) end\n",
+            "  if redis.call('PTTL', waiters) < life then redis.call('PEXPIRE', waiters, life) end\n",
+            "  if fair and redis.call('PTTL', queue) < life then redis.call('PEXPIRE', queue, life) end\n",
+            "  return block, life\n",
+            "end\n",
+        )
+    };
+}
+
 /// How long a release's grant lives unless its waiter claims or renews it, in ms; also the
 /// lifetime of the wake-up element (`HANDOFF_GRACE` in Rust).
 macro_rules! handoff_grace_ms {

@@ -1,5 +1,7 @@
-//! Everything Redis sees: the key layout, the Lua scripts, the commands, and one typed function
-//! per script or command that takes a connection and typed arguments and returns a typed reply.
+//! Everything Redis sees: the key layout, the Lua scripts, the commands, and for each
+//! protocol operation a function that takes typed arguments and returns its request as a
+//! value (`request.rs`: the bytes to send and the decoder of the reply), built without a
+//! connection. The seam every primitive implements (`seam.rs`) is made of these.
 //!
 //! Reply codes, the order of `KEYS` and `ARGV`, and the string formats that travel through
 //! Redis (holder information, grants, waiter flags) are known here and nowhere else: the layers
@@ -8,10 +10,10 @@
 //! One protocol operation is one unit, the way mini-redis keeps one command's format in one
 //! file: each primitive is a folder (`mutex/`, `rwlock/`, `semaphore/`) with a file per
 //! operation (`acquire.rs`, `renew.rs`, `release.rs`, ...) that holds the operation's script
-//! (with its `KEYS`, `ARGV` and reply codes in its doc comment), the typed function that sends
-//! it (through `script::run`) and what decodes its reply (shared decoders in `reply.rs`), and
-//! their tests. What this file holds is what every operation shares: the arguments of the
-//! seam's operations and the millisecond rounding.
+//! (with its `KEYS`, `ARGV` and reply codes in its doc comment), the function that builds its
+//! request and what decodes its reply (shared decoders in `reply.rs`), and their tests; the
+//! folder's `mod.rs` implements the seam with them. What this file holds is what every
+//! operation shares: the arguments of the seam's operations and the millisecond rounding.
 
 pub(crate) mod commands;
 #[macro_use]
@@ -42,10 +44,10 @@ pub(crate) use keys::LockKeys;
 pub(crate) type Con<'a> = dyn redis::ConnectionLike + 'a;
 pub(crate) use lua::{FENCE_MIN, HANDOFF_GRACE};
 pub(crate) use reply::{
-    Attempt, Broken, BusyHolder, Claim, Grant, Holder, Info, OwnedTtl, Release, Renewal,
+    Attempt, Broken, BusyHolder, Claim, Grant, Holder, Info, NativeTry, OwnedTtl, Release, Renewal,
     parse_grant,
 };
-// The shared decoders, for every primitive's typed calls (the test-only primitive that proves
+// The shared decoders, for every primitive's requests (the test-only primitive that proves
 // the seam, `hold/stash.rs`, is one file outside this layer, and uses them too).
 use reply::{count, int, millis, text, uint, unexpected};
 pub(crate) use reply::{

@@ -3,7 +3,7 @@
 //! shape across primitives, so each is decoded here, once (`decode_attempt_reply`,
 //! `decode_claim`, `decode_renew`, `decode_release`, `decode_owned_ttl`, `decode_broken`). A
 //! script's own reply codes are stated in its doc comment; where a code names a key of another
-//! type, the script's typed call says which key (`wrong_key`).
+//! type, the script's request says which key (`wrong_key`).
 
 use std::time::Duration;
 
@@ -376,6 +376,19 @@ pub(crate) fn decode_broken(
             redis_key: keys.lock.clone(),
         }),
     }
+}
+
+/// What a native attempt found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NativeTry {
+    /// The lock was free and is ours now, with this fencing token.
+    Acquired(u64),
+    /// Not taken: the `ACQUIRE` script decides what the key is, giving back the fencing
+    /// number the attempt used up (`AttemptArgs::burned`), if any.
+    Busy(Option<(u64, bool)>),
+    /// The fencing counter holds another type; `took`: the `SET` took the lock all the same,
+    /// and it is to be given back (an undo release) so that Redis is left as it was.
+    FenceType { took: bool },
 }
 
 #[cfg(test)]

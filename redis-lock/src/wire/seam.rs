@@ -30,10 +30,9 @@ use std::time::Duration;
 
 use super::commit::Check;
 use super::multi::{AllArgs, AllAttempt};
-use super::mutex::NativeTry;
 use super::request::Request;
 use super::{
-    Attempt, AttemptArgs, Broken, Claim, ClaimArgs, Holder, LockKeys, OwnedTtl, Release,
+    Attempt, AttemptArgs, Broken, Claim, ClaimArgs, Holder, LockKeys, NativeTry, OwnedTtl, Release,
     ReleaseArgs, Renewal,
 };
 use crate::error::Error;

@@ -7,7 +7,7 @@
 //! calling thread itself on every server with an idle plain connection, and its replies are
 //! read as they arrive (`poll(2)`, `store/direct.rs`), so an uncontended call wakes no other
 //! thread. Everything else, and every server the direct path cannot serve (no idle
-//! connection, TLS, Cluster, Sentinel, a request the typed call cannot make alone), is asked
+//! connection, TLS, Cluster, Sentinel, an operation of several requests), is asked
 //! on the server's lane (`lanes.rs`), whose answers wake a polling caller through the call's
 //! wake socket. Once the call has decided, a lane thread reads each direct reply still to
 //! come, so late answers are handled the same way wherever they were asked.

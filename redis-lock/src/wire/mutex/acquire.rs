@@ -10,7 +10,7 @@ use redis::{Script, Value};
 use super::super::request::Request;
 use super::super::resp::Decimal;
 use super::super::{
-    Attempt, AttemptArgs, FENCE_MIN, LockKeys, decode_attempt_reply, ms, unexpected,
+    Attempt, AttemptArgs, FENCE_MIN, LockKeys, NativeTry, decode_attempt_reply, ms, unexpected,
 };
 use super::{waiter_flags, wake_list};
 use crate::error::Result;
@@ -226,35 +226,9 @@ static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
         "  redis.call('HSET', KEYS[1], 'token', h[1], 'info', str)\n",
         "  if pttl > 0 then redis.call('PEXPIRE', KEYS[1], pttl) end\n",
         "end\n",
+        register_waiter!(),
         "local now = clock()\n",
-        "local wait = cap\n",
-        "if pttl >= 0 then wait = pttl + 1 end\n",
-        "local ticket = nil\n",
-        // A caller that has not registered in this acquisition is in no queue (its waiter id
-        // is new); `ZADD NX` below keeps the first ticket of a resent first attempt.
-        "if fair and not (waited and redis.call('ZSCORE', KEYS[4], id)) then\n",
-        "  local tail = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')\n",
-        "  ticket = (tonumber(tail[2]) or 0) + 1\n",
-        "  if not head then head = redis.call('ZRANGE', KEYS[4], 0, 0)[1] end\n",
-        "end\n",
-        // Behind a head that dies, nothing would wake us: come back when its registration
-        // lapses at the latest.
-        "if head and head ~= id then\n",
-        "  local lapse = redis.call('ZSCORE', KEYS[3], head)\n",
-        "  if lapse then wait = math.min(wait, tonumber(lapse) - now + 1) end\n",
-        "end\n",
-        "local block = math.max(1, math.min(wait, cap))\n",
-        "local life = block + ",
-        waiter_margin_ms!(),
-        "\n",
-        "redis.call('ZADD', KEYS[3], now + life, id)\n",
-        "if ticket then redis.call('ZADD', KEYS[4], 'NX', ticket, id) end\n",
-        "if redis.call('PTTL', KEYS[3]) < life then redis.call('PEXPIRE', KEYS[3], life) end\n",
-        // A queue that did not exist was made by this `ZADD`: it has no TTL yet.
-        "if fair then\n",
-        "  if not queued then redis.call('PEXPIRE', KEYS[4], life)\n",
-        "  elseif redis.call('PTTL', KEYS[4]) < life then redis.call('PEXPIRE', KEYS[4], life) end\n",
-        "end\n",
+        "local block = register(KEYS[3], KEYS[4], id, fair, waited, head, pttl, cap, now)\n",
         "return {0, pttl, block, fresh, now, held}\n",
     ))
 });
@@ -309,19 +283,6 @@ pub(crate) fn acquire(a: &AttemptArgs<'_>) -> Request<Attempt> {
         &args,
         move |reply: Value| decode_acquire_reply(&k, reply),
     )
-}
-
-/// What a native attempt found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum NativeTry {
-    /// The lock was free and is ours now, with this fencing token.
-    Acquired(u64),
-    /// Not taken: the `ACQUIRE` script decides what the key is, giving back the fencing
-    /// number the attempt used up (`AttemptArgs::burned`), if any.
-    Busy(Option<(u64, bool)>),
-    /// The fencing counter holds another type; `took`: the `SET` took the lock all the same,
-    /// and it is to be given back (an undo release) so that Redis is left as it was.
-    FenceType { took: bool },
 }
 
 /// The native fast path of attempt `a`, writing `value` (see [`native_value`]): where the

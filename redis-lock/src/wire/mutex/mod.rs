@@ -1,7 +1,10 @@
 //! The mutex on the wire: one file per operation (`acquire`, `claim`, `leave`, `renew`,
-//! `release`, `owned_ttl`, `inspect`, `force_release`, `raise_fence`, `transfer`), each with its script,
-//! the typed function that sends it and what decodes its reply; here, what they share: the
-//! lock's two forms and its keys (below), and the wake-up lists waiters block on.
+//! `release`, `owned_ttl`, `inspect`, `force_release`, `raise_fence`, `transfer`,
+//! `proclaim`), each with its script, the function that builds its request and what decodes
+//! its reply; here, what they share: the lock's two forms and its keys (below), the wake-up
+//! lists waiters block on, and [`Mutex`], the mutex as a primitive of the seam
+//! (`wire/seam.rs`) with every capability: grants, the native fast path, Redlock, and several
+//! locks at once (the multi-lock).
 //! Every state change of a lock is one of these scripts, run atomically by Redis, but for the
 //! native fast path's acquisition (`SET NX PX` + `INCR`, see "Two forms").
 //!
@@ -69,12 +72,20 @@ mod proclaim;
 mod raise_fence;
 mod release;
 mod renew;
-mod seam;
 mod transfer;
 
-use super::LockKeys;
+use std::time::Duration;
 
-pub(crate) use acquire::{NativeTry, acquire, native_attempt, native_value};
+use super::commit::Check;
+use super::multi::{self, AllArgs, AllAttempt};
+use super::request::Request;
+use super::seam::{AllAtOnce, Grants, Native, Primitive, Redlock};
+use super::{
+    Attempt, AttemptArgs, Broken, Claim, ClaimArgs, Holder, LockKeys, NativeTry, OwnedTtl, Release,
+    ReleaseArgs, Renewal,
+};
+
+pub(crate) use acquire::{acquire, native_attempt, native_value};
 pub(crate) use claim::claim;
 pub(crate) use force_release::force_release;
 pub(crate) use inspect::inspect;
@@ -84,7 +95,6 @@ pub(crate) use proclaim::proclaim;
 pub(crate) use raise_fence::raise_fence;
 pub(crate) use release::{native_release, release};
 pub(crate) use renew::renew;
-pub(crate) use seam::Mutex;
 pub(crate) use transfer::transfer;
 
 /// The `flags` argument of an acquire script that waits the mutex's way (the mutex's and the
@@ -108,6 +118,105 @@ pub(crate) fn wake_list(keys: &LockKeys, waiter: &str, fair: bool) -> String {
     }
 }
 
+/// One owner at a time.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Mutex;
+
+impl Primitive for Mutex {
+    fn attempt(&self, args: &AttemptArgs<'_>) -> Request<Attempt> {
+        acquire(args)
+    }
+
+    fn renew(&self, keys: &LockKeys, token: &str, ttl: Duration) -> Request<Renewal> {
+        renew(keys, token, ttl)
+    }
+
+    fn release(&self, args: &ReleaseArgs<'_>) -> Request<Release> {
+        release(args)
+    }
+
+    fn owned_ttl(&self, keys: &LockKeys, token: &str) -> Request<OwnedTtl> {
+        owned_ttl(keys, token)
+    }
+
+    fn commit_check(&self, keys: &LockKeys) -> Check {
+        commit_check(keys)
+    }
+
+    fn transfer(&self, keys: &LockKeys, token: &str, fresh: &str) -> Request<OwnedTtl> {
+        transfer(keys, token, fresh)
+    }
+
+    fn leave(&self, keys: &LockKeys, waiter: &str, grant: &str) -> Request<()> {
+        leave(keys, waiter, grant)
+    }
+
+    fn inspect(&self, keys: &LockKeys) -> Request<Option<Holder>> {
+        inspect(keys)
+    }
+
+    fn force_release(&self, keys: &LockKeys, grant: &str) -> Request<Broken> {
+        force_release(keys, grant)
+    }
+
+    fn wake_list(&self, keys: &LockKeys, waiter: &str, fair: bool) -> String {
+        wake_list(keys, waiter, fair)
+    }
+
+    fn grants(&self) -> Option<&dyn Grants> {
+        Some(self)
+    }
+
+    fn native(&self) -> Option<&dyn Native> {
+        Some(self)
+    }
+
+    fn redlock(&self) -> Option<&dyn Redlock> {
+        Some(self)
+    }
+
+    fn all_at_once(&self) -> Option<&dyn AllAtOnce> {
+        Some(self)
+    }
+}
+
+impl Grants for Mutex {
+    fn claim(&self, args: &ClaimArgs<'_>) -> Request<Claim> {
+        claim(args)
+    }
+}
+
+impl Native for Mutex {
+    fn value(&self, args: &AttemptArgs<'_>) -> Option<String> {
+        native_value(args)
+    }
+
+    fn attempt_native(
+        &self,
+        args: &AttemptArgs<'_>,
+        value: &str,
+        pipelined: bool,
+    ) -> Request<NativeTry> {
+        native_attempt(args, value, pipelined)
+    }
+
+    fn release_native(&self, args: &ReleaseArgs<'_>) -> Option<Request<Option<bool>>> {
+        native_release(args)
+    }
+}
+
+impl Redlock for Mutex {
+    fn raise_fence(&self, keys: &LockKeys, token: &str, fence: u64) -> Request<bool> {
+        raise_fence(keys, token, fence)
+    }
+}
+
+impl AllAtOnce for Mutex {
+    fn attempt_all(&self, args: &AllArgs<'_>) -> Request<AllAttempt> {
+        multi::acquire_all(args)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -124,7 +233,7 @@ mod tests {
     }
 }
 
-/// The scripts together against a real server, through their typed calls on a plain
+/// The scripts together against a real server, through their requests on a plain
 /// connection (each operation's own are beside it), and what those share.
 #[cfg(all(test, feature = "testing"))]
 mod server_tests {

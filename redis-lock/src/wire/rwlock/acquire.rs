@@ -52,7 +52,7 @@ static READ: LazyLock<Script> = LazyLock::new(|| {
         rw_drop_expired!(),
         rw_writers_wait!(),
         rw_stretch!(),
-        rw_register!(),
+        register_waiter!(),
         rw_holder!(),
         "local h = redis.pcall('HMGET', KEYS[1], 'mode', 'wtoken')\n",
         "if h['err'] then return {-2, 0, 0, 0, 0} end\n",
@@ -104,7 +104,7 @@ static READ: LazyLock<Script> = LazyLock::new(|| {
         "local held, lttl = holder(KEYS[1], KEYS[5], mode)\n",
         "local cap = tonumber(ARGV[6])\n",
         "if cap <= 0 then return {0, pttl, -1, 0, 0, held, lttl} end\n",
-        "local block = register(KEYS[3], ARGV[5], pttl, cap)\n",
+        "local block = register(KEYS[3], nil, ARGV[5], false, false, nil, pttl, cap, now)\n",
         "return {0, pttl, block, 0, now, held, lttl}\n",
     ))
 });
@@ -122,7 +122,7 @@ static WRITE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         clock!(),
         rw_drop_expired!(),
-        rw_register!(),
+        register_waiter!(),
         rw_holder!(),
         "local h = redis.pcall('HMGET', KEYS[1], 'mode', 'wtoken', 'wfence')\n",
         "if h['err'] then return {-2, 0, 0, 0, 0} end\n",
@@ -153,7 +153,7 @@ static WRITE: LazyLock<Script> = LazyLock::new(|| {
         "local held, lttl = holder(KEYS[1], KEYS[5], mode)\n",
         "local cap = tonumber(ARGV[6])\n",
         "if cap <= 0 then return {0, pttl, -1, 0, 0, held, lttl} end\n",
-        "local block, life = register(KEYS[3], ARGV[5], pttl, cap)\n",
+        "local block, life = register(KEYS[3], nil, ARGV[5], false, false, nil, pttl, cap, now)\n",
         "redis.call('ZADD', KEYS[4], now + life, ARGV[5])\n",
         "if redis.call('PTTL', KEYS[4]) < life then redis.call('PEXPIRE', KEYS[4], life) end\n",
         "return {0, pttl, block, 0, now, held, lttl}\n",

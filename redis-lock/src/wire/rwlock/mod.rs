@@ -1,8 +1,12 @@
 //! The read-write lock on the wire: one file per operation (`acquire`, `renew`, `release`,
-//! `owned_ttl`, `leave`, `inspect`, `force_release`, `transfer`), each with its scripts (one per side where
-//! the sides differ), the typed function that sends them and what decodes their replies; here,
-//! what they share: the layout (below), the Lua functions their scripts define, `Side` and
-//! the wake-up lists. Many readers or one writer; a waiting writer keeps new readers out.
+//! `owned_ttl`, `leave`, `inspect`, `force_release`, `transfer`), each with its scripts (one
+//! per side where the sides differ), the function that builds its request and what decodes
+//! its reply; here, what they share: the layout (below), the Lua functions their scripts
+//! define, `Side`, the wake-up lists, and [`RwLock`], one side as a primitive of the seam
+//! (`wire/seam.rs`), with none of its capabilities: nothing is granted through its wake-up
+//! lists (a woken waiter attempts again), it has no native fast path, and it is not available
+//! under Redlock (the quorum rules were designed and tested for one owner per server).
+//! Many readers or one writer; a waiting writer keeps new readers out.
 //!
 //! The lock is the same key as a mutex's, `ns{name}`, a hash told apart by its `mode` field
 //! (a mutex's hash never has one, and a read-write lock's never has `token`, so each
@@ -38,7 +42,14 @@
 //! Every acquisition, read or write, takes the next value of the name's fencing counter
 //! `ns{name}:fence` (the mutex's), so a writer's token is above every token issued before it.
 
-use super::LockKeys;
+use std::time::Duration;
+
+use super::commit::Check;
+use super::request::Request;
+use super::seam::Primitive;
+use super::{
+    Attempt, AttemptArgs, Broken, Holder, LockKeys, OwnedTtl, Release, ReleaseArgs, Renewal,
+};
 
 /// What a read-write lock looks like in `inspect`, besides its holder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -197,25 +208,6 @@ macro_rules! rw_holder {
     };
 }
 
-/// How long a caller that cannot enter waits at most, and its registration.
-macro_rules! rw_register {
-    () => {
-        concat!(
-            "local function register(waiters, id, pttl, cap)\n\
-               local wait = cap\n\
-               if pttl >= 0 then wait = pttl + 1 end\n\
-               local block = math.max(1, math.min(wait, cap))\n\
-               local life = block + ",
-            waiter_margin_ms!(),
-            "\n\
-               redis.call('ZADD', waiters, clock() + life, id)\n\
-               if redis.call('PTTL', waiters) < life then redis.call('PEXPIRE', waiters, life) end\n\
-               return block, life\n\
-             end\n",
-        )
-    };
-}
-
 // After the macros: the scripts use them.
 mod acquire;
 mod force_release;
@@ -224,7 +216,6 @@ mod leave;
 mod owned_ttl;
 mod release;
 mod renew;
-mod seam;
 mod transfer;
 
 pub(crate) use acquire::acquire;
@@ -234,7 +225,6 @@ pub(crate) use leave::leave;
 pub(crate) use owned_ttl::{commit_check, owned_ttl};
 pub(crate) use release::release;
 pub(crate) use renew::renew;
-pub(crate) use seam::RwLock;
 pub(crate) use transfer::transfer;
 
 /// Read or write: which scripts a call uses.
@@ -250,5 +240,65 @@ pub(crate) fn wake_list(keys: &LockKeys, side: Side) -> String {
     match side {
         Side::Read => keys.signal.clone(),
         Side::Write => keys.writer_signal(),
+    }
+}
+
+/// One side of a read-write lock; `under`: the write lock's owner token a read share is
+/// taken under by the thread that holds it (a downgrade), or empty.
+#[derive(Clone)]
+pub(crate) struct RwLock {
+    pub(crate) side: Side,
+    pub(crate) under: String,
+}
+
+impl std::fmt::Debug for RwLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The writer's token is left out: it is what allows renewing and releasing.
+        f.debug_struct("RwLock")
+            .field("side", &self.side)
+            .field("downgrade", &!self.under.is_empty())
+            .finish()
+    }
+}
+
+impl Primitive for RwLock {
+    fn attempt(&self, args: &AttemptArgs<'_>) -> Request<Attempt> {
+        acquire(self.side, args, &self.under)
+    }
+
+    fn renew(&self, keys: &LockKeys, token: &str, ttl: Duration) -> Request<Renewal> {
+        renew(self.side, keys, token, ttl)
+    }
+
+    fn release(&self, args: &ReleaseArgs<'_>) -> Request<Release> {
+        release(self.side, args)
+    }
+
+    fn owned_ttl(&self, keys: &LockKeys, token: &str) -> Request<OwnedTtl> {
+        owned_ttl(self.side, keys, token)
+    }
+
+    fn commit_check(&self, keys: &LockKeys) -> Check {
+        commit_check(self.side, keys)
+    }
+
+    fn transfer(&self, keys: &LockKeys, token: &str, fresh: &str) -> Request<OwnedTtl> {
+        transfer(self.side, keys, token, fresh)
+    }
+
+    fn leave(&self, keys: &LockKeys, waiter: &str, _grant: &str) -> Request<()> {
+        leave(keys, waiter)
+    }
+
+    fn inspect(&self, keys: &LockKeys) -> Request<Option<Holder>> {
+        inspect(keys)
+    }
+
+    fn force_release(&self, keys: &LockKeys, _grant: &str) -> Request<Broken> {
+        force_release(keys)
+    }
+
+    fn wake_list(&self, keys: &LockKeys, _waiter: &str, _fair: bool) -> String {
+        wake_list(keys, self.side)
     }
 }

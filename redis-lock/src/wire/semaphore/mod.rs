@@ -1,7 +1,10 @@
 //! The semaphore on the wire: one file per operation (`acquire`, `claim`, `renew`, `release`,
-//! `leave`, `owned_ttl`, `inspect`, `set_limit`, `force_release`, `transfer`), each with its script, the
-//! typed function that sends it and what decodes its reply; here, what they share: the layout
-//! (below), the Lua its scripts define (`permits_lua`), and what `inspect` tells.
+//! `leave`, `owned_ttl`, `inspect`, `set_limit`, `force_release`, `transfer`), each with its
+//! script, the function that builds its request and what decodes its reply; here, what they
+//! share: the layout (below), the Lua its scripts define (`permits_lua`), what `inspect`
+//! tells, and [`Semaphore`], the semaphore as a primitive of the seam (`wire/seam.rs`), with
+//! grants (a release grants a freed permit to a waiter) but not Redlock (each server would
+//! count its own permits).
 //! A semaphore of `limit` permits, each permit with its own owner token and expiry, like
 //! Redisson's `RPermitExpirableSemaphore`.
 //!
@@ -30,6 +33,14 @@
 //! per freed permit), so a push never deletes the list first.
 
 use std::time::Duration;
+
+use super::commit::Check;
+use super::request::Request;
+use super::seam::{Grants, Primitive};
+use super::{
+    Attempt, AttemptArgs, Broken, Claim, ClaimArgs, Holder, LockKeys, OwnedTtl, Release,
+    ReleaseArgs, Renewal,
+};
 
 /// The largest number of permits a semaphore may have. Every permit is an entry in a sorted
 /// set that each acquisition scans for expired ones; ten thousand keeps every script short.
@@ -145,7 +156,6 @@ mod leave;
 mod owned_ttl;
 mod release;
 mod renew;
-mod seam;
 mod set_limit;
 mod transfer;
 
@@ -157,7 +167,6 @@ pub(crate) use leave::leave;
 pub(crate) use owned_ttl::{commit_check, owned_ttl};
 pub(crate) use release::release;
 pub(crate) use renew::renew;
-pub(crate) use seam::Semaphore;
 pub(crate) use set_limit::set_limit;
 pub(crate) use transfer::transfer;
 
@@ -183,4 +192,83 @@ pub(crate) struct Permits {
     pub(crate) holders: Vec<PermitHolder>,
     pub(crate) waiters: u32,
     pub(crate) queued: u32,
+}
+
+/// Permits of one name; `permits`: the limit stored if the name has none yet.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Semaphore {
+    pub(crate) permits: u32,
+}
+
+impl Primitive for Semaphore {
+    fn attempt(&self, args: &AttemptArgs<'_>) -> Request<Attempt> {
+        acquire(args, self.permits)
+    }
+
+    fn renew(&self, keys: &LockKeys, token: &str, ttl: Duration) -> Request<Renewal> {
+        renew(keys, token, ttl)
+    }
+
+    fn release(&self, args: &ReleaseArgs<'_>) -> Request<Release> {
+        release(args)
+    }
+
+    fn owned_ttl(&self, keys: &LockKeys, token: &str) -> Request<OwnedTtl> {
+        owned_ttl(keys, token)
+    }
+
+    fn commit_check(&self, keys: &LockKeys) -> Check {
+        commit_check(keys)
+    }
+
+    fn transfer(&self, keys: &LockKeys, token: &str, fresh: &str) -> Request<OwnedTtl> {
+        transfer(keys, token, fresh)
+    }
+
+    fn leave(&self, keys: &LockKeys, waiter: &str, grant: &str) -> Request<()> {
+        leave(keys, waiter, grant)
+    }
+
+    /// One of the permits' holders, as a lock's holder (`inspect_permits` has them all).
+    fn inspect(&self, keys: &LockKeys) -> Request<Option<Holder>> {
+        inspect(keys).map(|permits| {
+            permits.and_then(|p| {
+                let (waiters, queued) = (p.waiters, p.queued);
+                p.holders.into_iter().next().map(|h| Holder {
+                    remaining_ttl: Some(h.remaining_ttl),
+                    owned: !h.host.is_empty(),
+                    host: h.host,
+                    pid: h.pid,
+                    since_ms: h.since_ms,
+                    fence: h.fence,
+                    meta: h.meta,
+                    hold_until_ms: None,
+                    cool_until_ms: None,
+                    waiters,
+                    queued,
+                    queue_head: None,
+                    rw: None,
+                    fence_is_counter: false,
+                })
+            })
+        })
+    }
+
+    fn force_release(&self, keys: &LockKeys, _grant: &str) -> Request<Broken> {
+        force_release(keys)
+    }
+
+    fn wake_list(&self, keys: &LockKeys, waiter: &str, fair: bool) -> String {
+        super::mutex::wake_list(keys, waiter, fair)
+    }
+
+    fn grants(&self) -> Option<&dyn Grants> {
+        Some(self)
+    }
+}
+
+impl Grants for Semaphore {
+    fn claim(&self, args: &ClaimArgs<'_>) -> Request<Claim> {
+        claim(args)
+    }
 }

@@ -15,28 +15,28 @@
 //!    claims it later) or claims it at once (`take_grant`).
 //! 4. A waiter whose budget runs out leaves, passing on a grant made for it.
 
-use std::cell::Cell;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tracing::Span;
+mod entry;
+mod handoff;
 
-use super::lease::{Lease, Start};
-use super::observe::{self, Hold, Labels};
-use super::primitive::{Lock, Nested};
-use super::{Inner, giveback, registry, watchdog};
+pub(crate) use entry::{Report, observed};
+use handoff::Registration;
+
 use crate::cancel::CancelToken;
 use crate::deploy::Attempted;
 use crate::error::{Error, HolderInfo, Result};
-use crate::options::{LockOptions, validate};
+use crate::hold::lease::{Lease, Start};
+use crate::hold::observe::{self, Hold};
+use crate::hold::primitive::Lock;
+use crate::hold::{Inner, giveback, registry, watchdog};
+use crate::options::LockOptions;
 use crate::retry::{RetryStrategy, Step};
-use crate::store::{Ack, FAILED_WAIT_PAUSE, Wake};
+use crate::store::Ack;
+use crate::wire::token::Ids;
 use crate::wire::token::random_below;
-use crate::wire::token::{Ids, new_ids};
-use crate::wire::{
-    Attempt, AttemptArgs, BusyHolder, Claim, ClaimArgs, Form, Grant, HANDOFF_GRACE, LockKeys,
-    ReleaseArgs,
-};
+use crate::wire::{Attempt, AttemptArgs, BusyHolder, LockKeys};
 
 /// Longest single wait of a fair waiter: it checks in at least this often, so a dead one is
 /// noticed within `FAIR_CHECK_IN + WAITER_MARGIN`.
@@ -109,18 +109,6 @@ pub(crate) fn holder_info(holder: Option<Box<BusyHolder>>) -> Option<HolderInfo>
     })
 }
 
-/// What a registered waiter remembers of its latest registration, to judge a grant it pops.
-#[derive(Debug, Clone, Copy)]
-struct Registration {
-    /// When the registering attempt was sent: any grant made later expires no earlier than
-    /// this plus the handoff grace.
-    sent: Instant,
-    fresh: bool,
-    /// Server time of the registration, Unix ms: a grant stamped at or after it was made
-    /// after the registration.
-    server_ms: u64,
-}
-
 /// One acquisition: what it asked for, and who it is.
 struct Acquisition<'a> {
     inner: &'a Arc<Inner>,
@@ -139,265 +127,7 @@ struct Acquisition<'a> {
     member: bool,
 }
 
-/// What a grant we popped is worth.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum GrantUse {
-    /// Ours on our own estimate of its life: no round trip; the watchdog claims it.
-    Adopt,
-    /// Claim it now (one round trip): it may predate our registration, or we need our
-    /// holder information, minimum hold or replica acknowledgement in place at once.
-    Claim,
-}
-
-/// How to use a grant popped at `now`, given the registration that made us a waiter: adopt
-/// it only if the registration vouches that it was made afterwards (so it lives at least until
-/// the registration was sent plus the grace) and there is time left in the first half of the
-/// grace for the watchdog to claim it.
-pub(crate) fn grant_use(
-    grant_server_ms: u64,
-    registration: Option<(Instant, bool, u64)>,
-    now: Instant,
-    needs_claim: bool,
-) -> GrantUse {
-    let vouched = registration.is_some_and(|(sent, fresh, server_ms)| {
-        fresh && grant_server_ms >= server_ms && now.duration_since(sent) < HANDOFF_GRACE / 2
-    });
-    if vouched && !needs_claim {
-        GrantUse::Adopt
-    } else {
-        GrantUse::Claim
-    }
-}
-
-/// Where an acquisition reports what happened: its labels, the span its hold goes under (the
-/// caller's, not the acquire span), and the attempts sent so far (for the acquire span).
-#[derive(Clone, Copy)]
-pub(crate) struct Report<'a> {
-    pub(crate) labels: &'a Labels,
-    pub(crate) parent: &'a Span,
-    pub(crate) attempts: &'a Cell<u32>,
-}
-
-impl Inner {
-    /// The acquire loop: attempt, then wait as the retry strategy says, until acquired, the
-    /// wait budget is spent, or the strategy gives up (`Taken::Busy`).
-    pub(crate) fn acquire(
-        self: &Arc<Self>,
-        primitive: &Arc<dyn Lock>,
-        name: &str,
-        opts: &LockOptions,
-        deadline: &Deadline,
-    ) -> Result<Taken<Arc<Lease>>> {
-        self.acquire_observed(primitive, name, opts, deadline, false)
-    }
-
-    /// [`acquire`](Self::acquire) of one member of a multi-lock, taken alone while the set
-    /// waits for it (`hold/multi.rs`): no native fast path, so the member is a hash whose
-    /// fencing token is stored (what `inspect` shows is the holder's exactly, not the counter
-    /// a busy native attempt may have bumped), and a grant it is handed is claimed at once
-    /// rather than adopted: an adopted grant lives on the 1 s handoff grace until its
-    /// watchdog's claim gets through, while the set may wait longer than that for its other
-    /// members.
-    pub(crate) fn acquire_member(
-        self: &Arc<Self>,
-        primitive: &Arc<dyn Lock>,
-        name: &str,
-        opts: &LockOptions,
-        deadline: &Deadline,
-    ) -> Result<Taken<Arc<Lease>>> {
-        self.acquire_observed(primitive, name, opts, deadline, true)
-    }
-
-    /// [`acquire`](Self::acquire) or [`acquire_member`](Self::acquire_member) (`member`), in
-    /// the acquisition's span and metrics.
-    fn acquire_observed(
-        self: &Arc<Self>,
-        primitive: &Arc<dyn Lock>,
-        name: &str,
-        opts: &LockOptions,
-        deadline: &Deadline,
-        member: bool,
-    ) -> Result<Taken<Arc<Lease>>> {
-        observed(
-            self,
-            name,
-            primitive.kind().word(),
-            opts,
-            deadline,
-            |report| self.acquire_in_span(primitive, name, opts, deadline, report, member),
-        )
-    }
-
-    fn acquire_in_span(
-        self: &Arc<Self>,
-        primitive: &Arc<dyn Lock>,
-        name: &str,
-        opts: &LockOptions,
-        deadline: &Deadline,
-        report: Report<'_>,
-        member: bool,
-    ) -> Result<Taken<Arc<Lease>>> {
-        let keys = self.keys(name)?;
-        let ttl = opts.ttl.unwrap_or(self.config.default_ttl);
-        let retry = opts.retry.as_ref().unwrap_or(&self.config.default_retry);
-        // Bad input is refused before anything is sent: the limits every acquisition is held
-        // to, then what this primitive cannot honour.
-        validate(ttl, opts)?;
-        primitive.check(opts, retry.is_fair())?;
-        self.check_ttl(ttl)?;
-        if opts.cancel.as_ref().is_some_and(CancelToken::is_cancelled) {
-            return Err(cancelled(name));
-        }
-        let primitive = match self.nested(primitive, name, opts)? {
-            Held::Joined(lease) => return Ok(Taken::Acquired(lease)),
-            Held::Attempt(other) => other.unwrap_or_else(|| Arc::clone(primitive)),
-        };
-        self.check_quorum(primitive.as_ref(), "primitive")?;
-        if retry.is_fair() && !self.deployment.allows_fair() {
-            return Err(Error::invalid(
-                "retry",
-                "fair waiting is not available under Redlock: each server would keep its own \
-                 queue, and no one order holds across a majority; use a non-fair strategy",
-            ));
-        }
-        let a = Acquisition {
-            inner: self,
-            primitive: &primitive,
-            name,
-            keys,
-            opts,
-            ttl,
-            ack: opts.replicas.map(|r| Ack {
-                count: r.count,
-                timeout: r.timeout,
-                fsync: r.fsync,
-            }),
-            watchdog: opts.watchdog.unwrap_or(self.config.watchdog),
-            ids: new_ids()?,
-            fair: retry.is_fair(),
-            report,
-            member,
-        };
-        a.run(retry, deadline)
-    }
-
-    /// What this thread already holds of `name` decides, and a lease the request would join
-    /// wins over the others: a thread that holds a write lock and a share taken under it (a
-    /// downgrade) and asks for a read joins that share, not a second one.
-    fn nested(
-        self: &Arc<Self>,
-        primitive: &Arc<dyn Lock>,
-        name: &str,
-        opts: &LockOptions,
-    ) -> Result<Held> {
-        let (mut join, mut refuse, mut other) = (None, false, None);
-        for lease in registry::all_held_here(self, name) {
-            match primitive.nested(lease.kind(), &lease.token) {
-                Nested::Join => join = join.or(Some(lease)),
-                Nested::Refuse => refuse = true,
-                Nested::Attempt(instead) => other = other.or(instead),
-            }
-        }
-        if let Some(lease) = join {
-            if !opts.reentrant {
-                // Waiting would wait for this very thread: say so at once.
-                return Err(Error::AlreadyHeld {
-                    key: name.to_owned(),
-                });
-            }
-            lease.add_hold();
-            tracing::debug!(target: "redis_lock", key = name, "lock re-entered");
-            return Ok(Held::Joined(lease));
-        }
-        if refuse {
-            return Err(Error::UpgradeRefused {
-                key: name.to_owned(),
-            });
-        }
-        Ok(Held::Attempt(other))
-    }
-}
-
-/// Runs an acquisition of `name` (`primitive`: its name in spans and metrics) inside its
-/// acquire span, given where to report (`run`), and records what came of it: acquired, busy
-/// or timed out (busy if it could not wait), or the error; its attempts, and the fence it got
-/// (the highest, for several locks). The one place an acquisition is reported.
-pub(crate) fn observed<T: Fenced>(
-    inner: &Inner,
-    name: &str,
-    primitive: &'static str,
-    opts: &LockOptions,
-    deadline: &Deadline,
-    run: impl FnOnce(Report<'_>) -> Result<Taken<T>>,
-) -> Result<Taken<T>> {
-    let labels = Labels {
-        label: opts
-            .label
-            .clone()
-            .unwrap_or(std::borrow::Cow::Borrowed(observe::OTHER)),
-        primitive,
-    };
-    // The hold span's parent: the caller's span, not the acquire span.
-    let parent = Span::current();
-    // Not acquired: a timeout if it could wait, else busy (as `acquire_with` reports it).
-    let retry = opts.retry.as_ref().unwrap_or(&inner.config.default_retry);
-    let waits = deadline.at > deadline.started && *retry != RetryStrategy::none();
-    let span = observe::acquire_span(name, &labels, waits, deadline.budget());
-    let attempts = Cell::new(0);
-    let report = Report {
-        labels: &labels,
-        parent: &parent,
-        attempts: &attempts,
-    };
-    let result = span.in_scope(|| run(report));
-    let outcome = match &result {
-        Ok(Taken::Acquired(_)) => Ok(observe::Outcome::Acquired),
-        Ok(Taken::Busy(_)) if waits => Ok(observe::Outcome::Timeout),
-        Ok(Taken::Busy(_)) => Ok(observe::Outcome::Busy),
-        Err(e) => Err(e),
-    };
-    let fence = match &result {
-        Ok(Taken::Acquired(l)) => l.fence(),
-        _ => None,
-    };
-    observe::acquired(
-        &span,
-        &labels,
-        deadline.started,
-        outcome,
-        attempts.get(),
-        fence,
-    );
-    result
-}
-
-/// What an acquisition got, for its report: a lease, or several.
-pub(crate) trait Fenced {
-    /// Its fencing token (the highest, for several locks).
-    fn fence(&self) -> Option<u64>;
-}
-
-impl Fenced for Arc<Lease> {
-    fn fence(&self) -> Option<u64> {
-        Some(self.fence)
-    }
-}
-
-impl Fenced for Vec<Arc<Lease>> {
-    fn fence(&self) -> Option<u64> {
-        self.iter().map(|l| l.fence).max()
-    }
-}
-
-/// What a thread that holds the name already does (see [`Inner::nested`]).
-enum Held {
-    /// It joined the lease it holds.
-    Joined(Arc<Lease>),
-    /// It attempts, with this primitive instead of the one asked for (`None`: the same).
-    Attempt(Option<Arc<dyn Lock>>),
-}
-
-fn cancelled(name: &str) -> Error {
+pub(super) fn cancelled(name: &str) -> Error {
     Error::Cancelled {
         key: name.to_owned(),
     }
@@ -666,129 +396,6 @@ impl Acquisition<'_> {
         self.inner.give_back_now(job);
     }
 
-    /// Gives a grant we popped but will not use to the next waiter (the release's handoff),
-    /// and forgets our registration.
-    fn pass_on(&self, grant: &Grant) {
-        let registration = if self.fair { "" } else { &self.ids.waiter };
-        let passed = self.inner.deployment.release(
-            &**self.primitive,
-            &ReleaseArgs {
-                keys: &self.keys,
-                token: &grant.token,
-                grant: &self.ids.grant,
-                registration,
-                cooldown: Duration::ZERO,
-                undo: true,
-                // A grant is a hash.
-                form: Form::Hash,
-                routed: false,
-            },
-        );
-        if let Err(error) = passed {
-            tracing::warn!(target: "redis_lock", key = self.name, %error, "could not pass on a grant of a cancelled acquisition; it lapses after the handoff grace");
-        }
-    }
-
-    /// Blocks until a release pushes a grant to the wake-up list, a cancel wakes us, or
-    /// `timeout` passes.
-    fn wait(
-        &self,
-        list: &str,
-        timeout: Duration,
-        wait_on: Option<usize>,
-        cancelled: Option<&dyn Fn() -> bool>,
-    ) -> Option<Grant> {
-        let (keys, waiter) = (&self.keys, &self.ids.waiter);
-        match (self.inner.deployment).wait(keys, list, waiter, timeout, wait_on, cancelled) {
-            Wake::Grant(grant) => Some(grant),
-            Wake::Nothing => None,
-            Wake::Failed => {
-                // Do not spin against a Redis that fails at once.
-                self.sleep(timeout.min(FAILED_WAIT_PAUSE));
-                None
-            }
-        }
-    }
-
-    /// A release granted us the lock through the wake-up list: adopt the grant, or claim it.
-    /// `Ok(None)` when somebody took the grant first (it had lapsed), or when this primitive
-    /// makes no grants (it has no `Grants`: what its releases push only says "look again"):
-    /// keep waiting.
-    fn take_grant(
-        &self,
-        grant: Grant,
-        registration: Option<Registration>,
-        deadline: &Deadline,
-    ) -> Result<Option<Arc<Lease>>> {
-        if self.primitive.grants().is_none() {
-            return Ok(None);
-        }
-        // Fair waiters left the registry with the grant; a non-fair registration is removed by
-        // the claim or the release.
-        let leftover = if self.fair {
-            String::new()
-        } else {
-            self.ids.waiter.clone()
-        };
-        let now = Instant::now();
-        // A TTL shorter than the grace is claimed at once too: an adopted grant lives for the
-        // grace, and a holder that died at once would leave it taken that long, not its TTL.
-        let needs_claim = !self.watchdog
-            || self.member
-            || !self.opts.hold_at_least.is_zero()
-            || self.ack.is_some()
-            || self.ttl < HANDOFF_GRACE;
-        let reg = registration.map(|r| (r.sent, r.fresh, r.server_ms));
-        if let (GrantUse::Adopt, Some(r)) = (
-            grant_use(grant.server_ms, reg, now, needs_claim),
-            registration,
-        ) {
-            // Ours without another round trip. The watchdog claims it (holder information,
-            // full TTL) at its first renewal.
-            let lease = self.hold(Start {
-                token: grant.token,
-                fence: grant.fence,
-                acquired: now,
-                sent: r.sent,
-                set_ttl: HANDOFF_GRACE,
-                ttl: self.ttl,
-                unclaimed: Some(self.meta().to_owned()),
-                registration: leftover,
-                native: false,
-                value: None,
-                grant: self.ids.grant.clone(),
-                max_hold: self.opts.max_hold,
-                cooldown: self.opts.cooldown.unwrap_or_default(),
-                on_lost: self.on_lost(),
-                ack: self.ack,
-            })?;
-            observe::handoff(self.report.labels);
-            tracing::debug!(target: "redis_lock", key = self.name, fence = grant.fence, waited = ?deadline.started.elapsed(), "lock handed over");
-            return Ok(Some(lease));
-        }
-        let sent = Instant::now();
-        let claimed = self.inner.deployment.claim(
-            &**self.primitive,
-            &ClaimArgs {
-                keys: &self.keys,
-                grant: &grant.token,
-                ttl: self.ttl,
-                holder: &self.inner.holder,
-                meta: self.meta(),
-                min_hold: self.opts.hold_at_least,
-                registration: &leftover,
-            },
-            self.ack,
-        )?;
-        let Some(Claim::Claimed { fence }) = claimed else {
-            return Ok(None);
-        };
-        let lease = self.hold(self.taken(grant.token, fence, sent, None))?;
-        observe::handoff(self.report.labels);
-        tracing::debug!(target: "redis_lock", key = self.name, fence, waited = ?deadline.started.elapsed(), "lock handed over and claimed");
-        Ok(Some(lease))
-    }
-
     /// How a lease starts that was taken under `token` by a request (attempt or claim) sent
     /// at `sent`, which set the full TTL and the holder information.
     /// `value`: what the native fast path wrote, when the attempt took it (see
@@ -865,7 +472,9 @@ pub(crate) fn start_lease(
 
 #[cfg(test)]
 mod tests {
+    use super::handoff::{GrantUse, grant_use};
     use super::*;
+    use crate::wire::HANDOFF_GRACE;
 
     const MS: Duration = Duration::from_millis(1);
 

@@ -70,9 +70,10 @@ impl LockClient {
     /// the held keys tracked), and the guard's [`is_lost`](crate::LockGuard::is_lost),
     /// [`ensure_held`](crate::LockGuard::ensure_held) and `on_lost` know within milliseconds.
     /// [`Renewal`](LossDetection::Renewal): the server (or an ACL) refuses tracking, or the
-    /// connections cannot receive it (TLS, RESP3, an application's pool); a loss is
-    /// found at the lock's next renewal, a third of its TTL later at most, and a warning event
-    /// said so once. [`NotStarted`](LossDetection::NotStarted): no lock was held long enough
+    /// connections cannot receive it (TLS, RESP3, an application's pool), or for now the
+    /// server's tracking table is full (`tracking-table-max-keys`) and it forgets tracked keys;
+    /// a loss is found at the lock's next renewal, a third of its TTL later at most, and a
+    /// warning event said so (a full table is probed again, and `Notified` once it has room). [`NotStarted`](LossDetection::NotStarted): no lock was held long enough
     /// (2 ms) to ask yet. On a Redlock quorum, `Notified` only when every server notifies.
     ///
     /// # Examples

@@ -183,7 +183,7 @@ pub use hold::observe::describe_metrics;
 pub use info::LockInfo;
 pub use leader::{Leader, Leadership};
 pub use multi::MultiGuard;
-pub use observe::{LockChange, LockObserver};
+pub use observe::{LockChange, LockObserver, PermitsChange};
 pub use options::{LockMode, LockOptions, LostEvent, MAX_METADATA_LEN, MAX_TTL};
 pub use retry::RetryStrategy;
 pub use semaphore::{PermitInfo, Semaphore, SemaphoreInfo};

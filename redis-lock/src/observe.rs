@@ -1,5 +1,6 @@
 //! Watching a lock from outside: `LockClient::observe` and `LockObserver`, which reports who
-//! holds a lock name, then each change, as Redis announces it.
+//! holds a lock name (a lock, a read-write lock, or a semaphore's permits), then each change,
+//! as Redis announces it.
 //!
 //! An observer is a thread of its own (`redis-lock-observe`) that reads the lock's state on
 //! the client's tracked connection (`store/notify.rs`), so that Redis announces the next
@@ -7,6 +8,12 @@
 //! Redlock quorum, an ACL without tracking), it reads every third of the client's default TTL,
 //! the interval at which a holder renews. The watchdogs' renewals change the key too; they
 //! are read again and not reported (only a change of holder or of its state is).
+//!
+//! The kind of lock a name is shows in the reply: each kind's read fails with `WrongType` on
+//! another kind's key, and the observer tries the next kind (a mutex, a read-write lock, a
+//! semaphore), remembering the one that answered. A semaphore's permit that runs out changes
+//! no key until somebody next touches the semaphore, so nothing is announced: the observer
+//! reads again when the first permit it saw would expire.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, TryRecvError, channel};
@@ -20,7 +27,10 @@ use crate::error::{Error, Result};
 use crate::hold::primitive::Params;
 use crate::hold::{Inner, Kind};
 use crate::info::LockInfo;
+use crate::semaphore::{PermitInfo, SemaphoreInfo};
 use crate::store::notify::Watcher;
+use crate::wire::LockKeys;
+use crate::wire::semaphore::Permits;
 
 /// One change of an observed lock, as the client learnt of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,22 +38,95 @@ use crate::store::notify::Watcher;
 pub struct LockChange {
     /// The lock name (without namespace).
     pub key: String,
-    /// The state before this change; `None` when the lock was free, and for the first
-    /// change an observer reports (the state it found).
+    /// The state before this change; `None` when the lock was free or a semaphore, and for
+    /// the first change an observer reports (the state it found).
     pub before: Option<LockInfo>,
-    /// The state now; `None`: free (released, expired or broken). As
-    /// [`LockClient::inspect`] shows it: for a lock taken on the native fast path, whose
-    /// fencing token Redis does not keep with it, the token shown is the fencing counter's
-    /// value, which others' attempts move ahead of the holder's own while it is contended.
+    /// The state now; `None`: free (released, expired or broken), or a semaphore (see
+    /// [`permits`](Self::permits)). As [`LockClient::inspect`] shows it: for a lock taken on
+    /// the native fast path, whose fencing token Redis does not keep with it, the token shown
+    /// is the fencing counter's value, which others' attempts move ahead of the holder's own
+    /// while it is contended.
     pub now: Option<LockInfo>,
+    /// For a name that is a semaphore: its permits in use before and now. `None` for a lock or
+    /// a read-write lock (and for a free name the observer has not seen a semaphore at).
+    pub permits: Option<PermitsChange>,
     /// When the observer read the new state.
     pub seen_at: Instant,
 }
 
+/// A change of an observed semaphore's permits in use ([`LockChange::permits`]): each
+/// acquisition, release, expiry or break of a permit. Renewals, waiters and a change of the
+/// limit alone are not changes (the limit and waiters shown are those read with the change).
+///
+/// # Examples
+///
+/// ```no_run
+/// # fn main() -> redis_lock::Result<()> {
+/// # let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+/// for change in locks.observe("exports")?.iter() {
+///     if let Some(permits) = &change.permits {
+///         println!("{} -> {} permits in use", permits.in_use_before(), permits.in_use());
+///         for p in permits.taken() {
+///             println!("  taken by pid {:?} on {:?}, token {}", p.pid, p.host, p.fencing_token);
+///         }
+///     }
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PermitsChange {
+    /// The semaphore as the previous change showed it; `None` for the first change an
+    /// observer reports, and when the name was free or another kind of lock before.
+    pub before: Option<SemaphoreInfo>,
+    /// The semaphore now, as [`Semaphore::inspect`](crate::Semaphore::inspect) shows it
+    /// (no owner tokens); its `limit` is 0 when none is stored (the semaphore's keys expired
+    /// after its last permit was released).
+    pub now: SemaphoreInfo,
+}
+
+impl PermitsChange {
+    /// Permits in use before this change (0 when [`before`](Self::before) is `None`).
+    pub fn in_use_before(&self) -> u32 {
+        self.before.as_ref().map_or(0, |b| b.in_use)
+    }
+
+    /// Permits in use now.
+    pub fn in_use(&self) -> u32 {
+        self.now.in_use
+    }
+
+    /// The permits held now that were not before (by fencing token): taken, or granted to a
+    /// waiter by a release.
+    pub fn taken(&self) -> impl Iterator<Item = &PermitInfo> + '_ {
+        self.now.holders.iter().filter(|p| {
+            !self
+                .before
+                .as_ref()
+                .is_some_and(|b| b.holders.iter().any(|q| q.fencing_token == p.fencing_token))
+        })
+    }
+
+    /// The permits held before that are not now: released, expired or broken.
+    pub fn freed(&self) -> impl Iterator<Item = &PermitInfo> + '_ {
+        self.before.iter().flat_map(|b| &b.holders).filter(|p| {
+            !self
+                .now
+                .holders
+                .iter()
+                .any(|q| q.fencing_token == p.fencing_token)
+        })
+    }
+}
+
 impl LockChange {
     /// Taken by a holder that was not there before (from free, or handed over to another
-    /// acquisition: the fencing token or the time it was acquired changed).
+    /// acquisition: the fencing token or the time it was acquired changed). For a semaphore:
+    /// a permit was taken ([`PermitsChange::taken`]).
     pub fn is_taken(&self) -> bool {
+        if let Some(permits) = &self.permits {
+            return permits.taken().next().is_some();
+        }
         match (&self.before, &self.now) {
             (_, None) => false,
             (None, Some(_)) => true,
@@ -53,8 +136,11 @@ impl LockChange {
         }
     }
 
-    /// Free now, after it was held.
+    /// Free now, after it was held. For a semaphore: no permit in use now, after one was.
     pub fn is_freed(&self) -> bool {
+        if let Some(permits) = &self.permits {
+            return permits.in_use() == 0 && (permits.in_use_before() > 0 || self.before.is_some());
+        }
         self.before.is_some() && self.now.is_none()
     }
 }
@@ -159,11 +245,13 @@ fn ended() -> Error {
 }
 
 impl LockClient {
-    /// Watches lock `key` (a lock or a read-write lock) from outside, without holding it:
-    /// the returned observer reports who holds it now, then each change (taken, handed over,
-    /// freed by a release, an expiry or a break) as Redis announces it, within about a round
-    /// trip. Where the server does not notify (see [`LockObserver::notified`]) it reads every
-    /// third of the default TTL instead. A holder's renewals are not changes.
+    /// Watches lock `key` (a lock, a read-write lock or a semaphore) from outside, without
+    /// holding it: the returned observer reports who holds it now, then each change (taken,
+    /// handed over, freed by a release, an expiry or a break) as Redis announces it, within
+    /// about a round trip. For a semaphore, each change of its permits in use
+    /// ([`LockChange::permits`]); a permit's expiry is seen when it would have expired. Where
+    /// the server does not notify (see [`LockObserver::notified`]) it reads every third of the
+    /// default TTL instead. A holder's renewals are not changes.
     ///
     /// One thread and one read per change; dropping the observer ends both.
     ///
@@ -202,23 +290,98 @@ impl LockClient {
     }
 }
 
+/// The kinds of lock an observer can read, in the order it tries them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Seen {
+    Mutex,
+    ReadWrite,
+    Semaphore,
+}
+
+impl Seen {
+    fn next(self) -> Seen {
+        match self {
+            Seen::Mutex => Seen::ReadWrite,
+            Seen::ReadWrite => Seen::Semaphore,
+            Seen::Semaphore => Seen::Mutex,
+        }
+    }
+}
+
+/// One read of an observed name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum State {
+    /// A lock or a read-write lock (or a free name): its holder.
+    Lock(Option<LockInfo>),
+    /// A semaphore: its permits.
+    Permits(SemaphoreInfo),
+}
+
 /// What tells two states apart: everything but what moves without a change of holder (the
-/// time left, which renewals move, and the waiters).
-fn identity(info: &Option<LockInfo>) -> Option<LockInfo> {
-    info.clone().map(|mut i| {
-        i.remaining_ttl = None;
-        i.waiters = 0;
-        i.queued = 0;
-        i.queue_head = None;
-        i.writers_waiting = 0;
-        i
-    })
+/// time left, which renewals move, and the waiters; for a semaphore also the order of its
+/// permits, earliest expiry first, which renewals move, and its limit).
+fn identity(state: &State) -> State {
+    match state {
+        State::Lock(info) => State::Lock(info.clone().map(|mut i| {
+            i.remaining_ttl = None;
+            i.waiters = 0;
+            i.queued = 0;
+            i.queue_head = None;
+            i.writers_waiting = 0;
+            i
+        })),
+        State::Permits(info) => {
+            let mut info = info.clone();
+            info.limit = 0;
+            info.available = 0;
+            info.waiters = 0;
+            info.queued = 0;
+            for p in &mut info.holders {
+                p.remaining_ttl = Duration::ZERO;
+            }
+            info.holders.sort_by_key(|p| p.fencing_token);
+            State::Permits(info)
+        }
+    }
+}
+
+/// Reads a semaphore's permits the way `Deployment::observe` reads a lock: registered as a
+/// watcher of its key, on the connection that keeps the key tracked where the store notifies
+/// (else, or when that fails, on a pooled connection). The permits, and whether changes are
+/// notified.
+fn observe_permits(
+    inner: &Inner,
+    keys: &LockKeys,
+    id: u64,
+    watcher: &Weak<dyn Watcher>,
+) -> (Result<Option<Permits>>, bool) {
+    let store = match inner.semaphore_store() {
+        Ok(store) => store,
+        Err(error) => return (Err(error), false),
+    };
+    let notifier = store.notifier(&keys.lock);
+    let watching = notifier
+        .as_ref()
+        .and_then(|n| n.watch(&keys.lock, id, Weak::clone(watcher)));
+    if let (Some(_), Some(notifier)) = (watching, &notifier) {
+        match notifier.on_tracked(1, |c| crate::wire::semaphore::inspect(c, keys)) {
+            Some(Err(error)) if !matches!(error, Error::WrongType { .. }) => {
+                // A broken connection, or on a Cluster a slot that moved: read again through
+                // the pool (and the cluster's routing).
+                store.slots_moved();
+                tracing::debug!(target: "redis_lock", %error, "observing a semaphore on the tracked connection failed");
+            }
+            Some(read) => return (read, true),
+            None => {}
+        }
+    }
+    (inner.permits(keys), watching.is_some())
 }
 
 fn run(
     inner: &Inner,
     key: &str,
-    keys: &crate::wire::LockKeys,
+    keys: &LockKeys,
     shared: &Arc<Shared>,
     changes: &Sender<LockChange>,
 ) {
@@ -227,35 +390,50 @@ fn run(
     let mutex = Kind::Mutex.make(Params::DEFAULT);
     let rwlock = Kind::Read.make(Params::DEFAULT);
     let poll = inner.config.default_ttl / 3;
-    // Whether the name was a read-write lock when last read (else a mutex is tried first).
-    let mut rw = false;
-    let mut last: Option<Option<LockInfo>> = None;
-    let mut last_identity: Option<Option<LockInfo>> = None;
-    while !shared.stop.load(Ordering::SeqCst) {
-        let first = if rw { &rwlock } else { &mutex };
-        let (read, notified) = match inner.deployment.observe(&**first, keys, id, &watcher) {
-            // Not the kind read last: the other one (its own script tells), remembered, so
-            // that a read-write lock costs one request per read, not two.
-            (Err(Error::WrongType { redis_key }), _) if redis_key == keys.lock => {
-                rw = !rw;
-                let other = if rw { &rwlock } else { &mutex };
-                inner.deployment.observe(&**other, keys, id, &watcher)
+    let read = |kind: Seen| -> (Result<State>, bool) {
+        match kind {
+            Seen::Mutex | Seen::ReadWrite => {
+                let p = if kind == Seen::Mutex { &mutex } else { &rwlock };
+                let (read, notified) = inner.deployment.observe(&**p, keys, id, &watcher);
+                let state = read.map(|h| State::Lock(h.map(|h| LockInfo::from_holder(key, h))));
+                (state, notified)
             }
-            other => other,
-        };
+            Seen::Semaphore => {
+                let (read, notified) = observe_permits(inner, keys, id, &watcher);
+                let state = read.map(|p| State::Permits(SemaphoreInfo::new(key, 0, p)));
+                (state, notified)
+            }
+        }
+    };
+    // The kind of lock the name was when last read (a mutex first); another kind's key
+    // answers `WrongType`, and the next kind is read, so that each read is one request.
+    let mut kind = Seen::Mutex;
+    let mut last: Option<State> = None;
+    let mut last_identity: Option<State> = None;
+    while !shared.stop.load(Ordering::SeqCst) {
+        let (mut state, mut notified) = read(kind);
+        for _ in 0..2 {
+            match &state {
+                Err(Error::WrongType { redis_key }) if *redis_key == keys.lock => {
+                    kind = kind.next();
+                    (state, notified) = read(kind);
+                }
+                _ => break,
+            }
+        }
         shared.notified.store(notified, Ordering::SeqCst);
-        match read {
-            Ok(holder) => {
-                let now = holder.map(|h| LockInfo::from_holder(key, h));
+        // A semaphore's permit that runs out is announced by nobody: read again then.
+        let mut wait = poll;
+        match state {
+            Ok(now) => {
+                if let State::Permits(info) = &now
+                    && let Some(first) = info.holders.iter().map(|p| p.remaining_ttl).min()
+                {
+                    wait = wait.min(first + Duration::from_millis(1));
+                }
                 let now_identity = identity(&now);
                 if last_identity.as_ref() != Some(&now_identity) {
-                    let change = LockChange {
-                        key: key.to_owned(),
-                        before: last.take().flatten(),
-                        now: now.clone(),
-                        seen_at: Instant::now(),
-                    };
-                    if changes.send(change).is_err() {
+                    if changes.send(change(key, last.take(), &now)).is_err() {
                         break;
                     }
                     last_identity = Some(now_identity);
@@ -268,9 +446,35 @@ fn run(
         }
         let mut nudged = shared.nudged.lock();
         if !*nudged && !shared.stop.load(Ordering::SeqCst) {
-            shared.wake.wait_for(&mut nudged, poll);
+            shared.wake.wait_for(&mut nudged, wait);
         }
         *nudged = false;
     }
     inner.deployment.unwatch(keys, id);
+}
+
+/// The change from `before` (`None`: nothing reported yet) to `now`.
+fn change(key: &str, before: Option<State>, now: &State) -> LockChange {
+    let (lock_before, permits_before) = match before {
+        Some(State::Lock(info)) => (info, None),
+        Some(State::Permits(info)) => (None, Some(info)),
+        None => (None, None),
+    };
+    let (lock_now, permits) = match now {
+        State::Lock(info) => (info.clone(), None),
+        State::Permits(info) => (
+            None,
+            Some(PermitsChange {
+                before: permits_before,
+                now: info.clone(),
+            }),
+        ),
+    };
+    LockChange {
+        key: key.to_owned(),
+        before: lock_before,
+        now: lock_now,
+        permits,
+        seen_at: Instant::now(),
+    }
 }

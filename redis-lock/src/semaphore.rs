@@ -490,7 +490,11 @@ pub struct PermitInfo {
 }
 
 impl SemaphoreInfo {
-    fn new(name: &str, permits: u32, p: Option<crate::wire::semaphore::Permits>) -> Self {
+    pub(crate) fn new(
+        name: &str,
+        permits: u32,
+        p: Option<crate::wire::semaphore::Permits>,
+    ) -> Self {
         let Some(p) = p else {
             return SemaphoreInfo {
                 name: name.to_owned(),

@@ -525,3 +525,99 @@ fn a_short_lock_costs_notification_one_check_and_nothing_per_renewal() {
         );
     }
 }
+
+/// Commands from another connection in a loop until `stop`: each one the server runs makes it
+/// evict from a full tracking table (as any busy server's traffic would). Bounded: at most
+/// ten million.
+fn traffic(
+    server: &RedisServer,
+    stop: &Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<u64> {
+    let stop = Arc::clone(stop);
+    let mut redis = server.connection();
+    std::thread::spawn(move || {
+        let mut sent = 0;
+        while !stop.load(Ordering::SeqCst) && sent < 10_000_000 {
+            let _: String = redis::cmd("PING").query(&mut redis).unwrap();
+            sent += 1;
+        }
+        sent
+    })
+}
+
+/// A server whose tracking table is full (`tracking-table-max-keys 2`, five locks held) forgets
+/// tracked keys to make room, announcing each as a change; a check then tracks its key again
+/// and pushes another out, at the pace of the server's other commands, and a key pushed out by
+/// the client's own command is not announced at all. The client says so (`Renewal`), sends
+/// about its renewals and nothing more while another connection keeps the server busy, finds a
+/// loss at the next renewal, and once the table has room again says `Notified` and notices a
+/// loss within milliseconds.
+#[test]
+fn a_full_tracking_table_falls_back_to_renewals_until_it_has_room() {
+    let server = RedisServer::start();
+    admin(&server, &["CONFIG", "SET", "tracking-table-max-keys", "2"]);
+    let locks = client(&server);
+    // Renewed every second.
+    let ttl = Duration::from_secs(3);
+    let held: Vec<LockGuard> = (0..5)
+        .map(|i| {
+            locks
+                .acquire_with(&format!("n-evict-{i}"), &LockOptions::new().ttl(ttl))
+                .unwrap()
+        })
+        .collect();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let busy = traffic(&server, &stop);
+    assert!(
+        wait_until(Duration::from_secs(5), || locks.loss_detection()
+            == LossDetection::Renewal),
+        "{:?} with a full tracking table",
+        locks.loss_detection()
+    );
+    // A quiet second for the client, a busy one for the server: a renewal per lock, and a
+    // probe or two (the canary, a check per lock, the checks of the evictions until the canary
+    // is evicted again), 16 to 40 requests; a check per eviction would be thousands.
+    let (sent, ()) = redis_lock_tests::requests(&locks, || {
+        std::thread::sleep(Duration::from_secs(1));
+    });
+    eprintln!("a full tracking table: {sent} requests in a second");
+    assert!(
+        sent <= 100,
+        "{sent} requests in a second of 5 locks renewed every second"
+    );
+    assert_eq!(locks.loss_detection(), LossDetection::Renewal);
+    // A loss is found by the next renewal, a second away at most.
+    let changed = Instant::now();
+    client(&server).force_release("n-evict-2").unwrap();
+    assert!(
+        wait_until(ttl * 2 / 3, || held[2].is_lost()),
+        "not noticed after {:?}",
+        changed.elapsed()
+    );
+    eprintln!(
+        "a full tracking table: a loss noticed after {:?}",
+        changed.elapsed()
+    );
+    assert!(held.iter().enumerate().all(|(i, g)| i == 2 || !g.is_lost()));
+
+    // Room again: notified again, and a loss is announced (the default TTL's first renewal
+    // is 10 s away).
+    admin(&server, &["CONFIG", "SET", "tracking-table-max-keys", "0"]);
+    let at = Instant::now();
+    assert!(
+        wait_until(Duration::from_secs(40), || locks.loss_detection()
+            == LossDetection::Notified),
+        "{:?} after the table has room",
+        locks.loss_detection()
+    );
+    eprintln!("notified again after {:?}", at.elapsed());
+    let (guard, called, _) = watched(&locks, "n-evict-late");
+    std::thread::sleep(Duration::from_millis(20));
+    let changed = Instant::now();
+    client(&server).force_release("n-evict-late").unwrap();
+    let took = noticed(&guard, changed);
+    assert!(wait_until(NOTICED, || called.load(Ordering::SeqCst) > 0));
+    eprintln!("room again: a loss noticed after {took:?}");
+    stop.store(true, Ordering::SeqCst);
+    assert!(busy.join().unwrap() > 0);
+}

@@ -2,7 +2,8 @@
 //! finds, then every change of a contended lock in order (tokens increasing), each within
 //! milliseconds of the change through client-side tracking; a holder's renewals are not
 //! changes; where the server does not notify (Redlock) it reads every third of the TTL and
-//! says so; dropping it ends its thread and its registration.
+//! says so; dropping it ends its thread and its registration; an observer of a semaphore
+//! reports each change of its permits in use, a permit's expiry included.
 
 use std::time::{Duration, Instant};
 
@@ -243,4 +244,158 @@ fn an_observer_follows_a_read_write_lock() {
         Some(Some(redis_lock::LockMode::Write))
     );
     drop(write);
+}
+
+/// One permit holder on a thread of its own, with a client of its own: told to take a permit
+/// (it answers the permit's fencing token) and to release it (it answers 0).
+fn permit_holder(
+    url: String,
+    name: &'static str,
+    worker: usize,
+) -> (
+    std::sync::mpsc::Sender<bool>,
+    std::sync::mpsc::Receiver<u64>,
+    std::thread::JoinHandle<()>,
+) {
+    let (to_thread, orders) = std::sync::mpsc::channel::<bool>();
+    let (answer, answers) = std::sync::mpsc::channel::<u64>();
+    let thread = std::thread::spawn(move || {
+        let locks = redis_lock_tests::client_for(&url);
+        let semaphore = locks.semaphore(name, 4).unwrap();
+        let mut held = None;
+        while let Ok(take) = orders.recv() {
+            if take {
+                let opts = redis_lock::LockOptions::new().metadata(format!("worker {worker}"));
+                let guard = semaphore.acquire_with(&opts).unwrap();
+                answer.send(guard.fencing_token()).unwrap();
+                held = Some(guard);
+            } else {
+                held.take().expect("a permit to release").release().unwrap();
+                answer.send(0).unwrap();
+            }
+        }
+    });
+    (to_thread, answers, thread)
+}
+
+/// Four threads take permits one after the other and release them in another order: the
+/// observer reports each change in order, with the permits in use before and after and the
+/// permit taken or freed. A permit that runs out is reported when it expires, though no key
+/// changed; another permit's renewals are not changes.
+#[test]
+fn an_observer_follows_a_semaphores_permits_in_use() {
+    let server = RedisServer::start();
+    let observer = client(&server).observe("pool").unwrap();
+    let first = observer
+        .recv_timeout(Duration::from_secs(5))
+        .unwrap()
+        .expect("the state now");
+    assert!(first.now.is_none() && first.permits.is_none(), "{first:?}");
+    assert!(wait_until(Duration::from_secs(5), || observer.notified()));
+    let holders: Vec<_> = (0..4)
+        .map(|i| permit_holder(server.url(), "pool", i))
+        .collect();
+    let next = || {
+        observer
+            .recv_timeout(Duration::from_secs(5))
+            .unwrap()
+            .expect("a change")
+    };
+    // Taken one after the other (each seen before the next is taken): 1, 2, 3, 4 in use,
+    // each change naming the permit taken.
+    let mut tokens = [0; 4];
+    for (i, (order, answer, _)) in holders.iter().enumerate() {
+        order.send(true).unwrap();
+        tokens[i] = answer.recv_timeout(Duration::from_secs(5)).unwrap();
+        let change = next();
+        let permits = change.permits.as_ref().expect("a semaphore's change");
+        assert_eq!(
+            (permits.in_use_before(), permits.in_use()),
+            (i as u32, i as u32 + 1),
+            "{change:?}"
+        );
+        let taken: Vec<_> = permits.taken().collect();
+        assert_eq!(taken.len(), 1, "{change:?}");
+        assert_eq!(taken[0].fencing_token, tokens[i]);
+        assert_eq!(
+            taken[0].metadata.as_deref(),
+            Some(format!("worker {i}").as_str())
+        );
+        assert_eq!(taken[0].pid, Some(std::process::id()));
+        assert_eq!(permits.freed().count(), 0);
+        assert!(change.is_taken() && !change.is_freed(), "{change:?}");
+        assert!(change.now.is_none());
+    }
+    // Released in another order: 3, 2, 1, 0 in use, each change naming the permit freed.
+    for (step, i) in [2, 0, 3, 1].into_iter().enumerate() {
+        let (order, answer, _) = &holders[i];
+        order.send(false).unwrap();
+        assert_eq!(answer.recv_timeout(Duration::from_secs(5)).unwrap(), 0);
+        let change = next();
+        let permits = change.permits.as_ref().expect("a semaphore's change");
+        let left = 3 - step as u32;
+        assert_eq!(
+            (permits.in_use_before(), permits.in_use()),
+            (left + 1, left),
+            "{change:?}"
+        );
+        let freed: Vec<u64> = permits.freed().map(|p| p.fencing_token).collect();
+        assert_eq!(freed, [tokens[i]], "{change:?}");
+        assert_eq!(permits.taken().count(), 0);
+        assert!(!change.is_taken());
+        assert_eq!(change.is_freed(), left == 0, "{change:?}");
+    }
+    assert_eq!(
+        observer.try_recv().unwrap(),
+        None,
+        "no change was reported twice"
+    );
+    for (order, _, thread) in holders {
+        drop(order);
+        thread.join().unwrap();
+    }
+
+    // A permit that runs out while another is held changes no key until somebody touches the
+    // semaphore: it is seen when it would have expired. The other one's renewals (every
+    // 100 ms) are not changes.
+    let locks = client(&server);
+    let pool = locks.semaphore("pool", 4).unwrap();
+    let renewed = pool
+        .acquire_with(&redis_lock::LockOptions::new().ttl(Duration::from_millis(300)))
+        .unwrap();
+    assert_eq!(next().permits.unwrap().in_use(), 1);
+    let ttl = Duration::from_millis(400);
+    let taken_at = Instant::now();
+    // Another client: a thread holds one permit of a semaphore per client.
+    let expiring = client(&server)
+        .semaphore("pool", 4)
+        .unwrap()
+        .acquire_with(&redis_lock::LockOptions::new().ttl(ttl).watchdog(false))
+        .unwrap();
+    let change = next();
+    assert_eq!(change.permits.as_ref().unwrap().in_use(), 2, "{change:?}");
+    let change = next();
+    let permits = change.permits.as_ref().unwrap();
+    assert_eq!(
+        (permits.in_use_before(), permits.in_use()),
+        (2, 1),
+        "{change:?}"
+    );
+    let freed: Vec<u64> = permits.freed().map(|p| p.fencing_token).collect();
+    assert_eq!(freed, [expiring.fencing_token()]);
+    let after = change.seen_at.saturating_duration_since(taken_at);
+    println!("a permit's expiry seen {after:?} after it was taken with a {ttl:?} TTL");
+    assert!(
+        after >= ttl && after <= ttl + Duration::from_millis(500),
+        "{after:?}"
+    );
+    assert_eq!(
+        observer.recv_timeout(Duration::from_millis(400)).unwrap(),
+        None,
+        "renewals are not changes"
+    );
+    assert!(!renewed.is_lost());
+    drop(expiring);
+    drop(renewed);
+    assert!(next().is_freed());
 }

@@ -156,7 +156,9 @@
 //! [`LockClient::inspect`](crate::LockClient::inspect) returns a
 //! [`LockInfo`](crate::LockInfo) (holder host, pid, since, metadata, TTL, fencing token);
 //! [`LockClient::observe`](crate::LockClient::observe) reports it, then every change of
-//! holder as Redis announces it (a dashboard, a process that must know the current leader):
+//! holder as Redis announces it (a dashboard, a process that must know the current leader).
+//! On a semaphore's name it reports each change of the permits in use
+//! ([`LockChange::permits`](crate::LockChange::permits)):
 //!
 //! ```no_run
 //! # fn main() -> redis_lock::Result<()> {

@@ -19,6 +19,21 @@
 //! [`Watcher::changed`], and the lease checks its ownership again. A release unregisters first,
 //! so the invalidation its own release causes finds nobody.
 //!
+//! **A full tracking table.** A server whose tracking table is full (`tracking-table-max-keys`)
+//! forgets a tracked key to make room for each new one and announces it as a change. Every
+//! watcher so told checks, which tracks its key again and pushes another out: the checks run
+//! at the pace of the server's other commands. Worse, a key forgotten while the tracked
+//! connection's own command runs is not announced at all (`NOLOOP`), so keys fall out of
+//! tracking silently. The tracked connection therefore also reads a **canary**, a key nobody
+//! writes (the first watched key's name with `:notify-canary`): its invalidation can only be
+//! such an eviction. Then notification is **evicting**: [`LossDetection::Renewal`] is reported,
+//! renewals and checks go out on pooled connections, invalidations of watched keys are not
+//! passed on (the renewals find losses), and after a pause (1 s, doubling up to 30 s while it
+//! lasts) the client **probes**: it reads the canary again and has every watcher check on the
+//! tracked connection; if the canary is not evicted for a second, notification is on again
+//! (`Notified`), else evicting again. While on, an invalidation of a watched key also reads the
+//! canary again (at most once a second), in case the canary was itself forgotten silently.
+//!
 //! When either connection breaks (a restart, a failover: on a sentinel master a connection of
 //! a former epoch counts as broken), both are opened again and every watcher is told to check
 //! (the keys are no longer tracked, and whatever happened meanwhile was not announced). Where
@@ -30,7 +45,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, MutexGuard};
 use redis::{ConnectionLike, RedisResult, Value};
@@ -42,6 +57,19 @@ use crate::wire::tracking::{self, Message};
 /// How long the listener waits for a message before it looks whether its client is gone or
 /// its master moved.
 const LISTEN_SLICE: Duration = Duration::from_millis(500);
+
+/// The first pause of an evicting server's notification before it probes again (doubling up to
+/// `EVICTING_MAX` while the server still evicts), and how long a probe's canary must stay
+/// tracked for notification to be on again.
+const EVICTING_FIRST: Duration = Duration::from_secs(1);
+const EVICTING_MAX: Duration = Duration::from_secs(30);
+const PROBE_WINDOW: Duration = Duration::from_secs(1);
+
+/// While notification is on, the canary is read again after an invalidation at most this often.
+const CANARY_REARM: Duration = Duration::from_secs(1);
+
+/// What the canary's name adds to the first watched key's.
+const CANARY_SUFFIX: &str = ":notify-canary";
 
 /// Waits between attempts to reconnect a broken listener (doubling up to the second).
 const RECONNECT_FIRST: Duration = Duration::from_millis(20);
@@ -63,8 +91,12 @@ pub enum LossDetection {
     /// else is known lost within a round trip of the change.
     Notified,
     /// The server refuses tracking (or the connection cannot receive it: TLS, RESP3,
-    /// an application's pool): a loss is found at the lock's next renewal (a third of its TTL)
-    /// or by [`check_held`](crate::LockGuard::check_held).
+    /// an application's pool), or for now its tracking table is full
+    /// (`tracking-table-max-keys`): it forgets tracked keys to make room, and a forgotten key's
+    /// change is not announced. A loss is found at the lock's next renewal (a third of its
+    /// TTL) or by [`check_held`](crate::LockGuard::check_held). A full table is probed again
+    /// after a pause (1 s, doubling up to 30 s while it lasts); once it has room this says
+    /// [`Notified`](Self::Notified) again.
     Renewal,
     /// Notification was interrupted (a notification connection closed: a restart, a
     /// failover, a server or proxy `timeout`, an operator's `CLIENT KILL`) and is being set up
@@ -84,6 +116,12 @@ enum Phase {
     Starting,
     /// Listening, the held keys tracked.
     On,
+    /// Listening, but the server's tracking table is full: the canary was evicted. Renewals
+    /// and checks go out on pooled connections, invalidations are not passed on.
+    Evicting,
+    /// After a pause in `Evicting`: the canary and the watched keys are read again on the
+    /// tracked connection; on again if the canary stays tracked for `PROBE_WINDOW`.
+    Probing,
     /// A connection closed (the listener, or the tracked one): the keys are not tracked until
     /// both are open again and every watcher has read its key.
     Blind,
@@ -116,6 +154,24 @@ struct Shared {
     /// Ends the listener's blocked read when the client is dropped, so its connections do not
     /// outlive the client.
     closer: Mutex<Option<Closer>>,
+    /// The canary's key (see the module's documentation), from the first watched key.
+    canary: Mutex<Option<String>>,
+    /// The timing of a full tracking table's pause and probe.
+    eviction: Mutex<Eviction>,
+}
+
+/// The timing of the `Evicting` and `Probing` phases, and of the canary's reads.
+#[derive(Debug)]
+struct Eviction {
+    /// The pause before the next probe (doubles each time a probe finds the table full).
+    pause: Duration,
+    /// `Evicting`: when to probe. `Probing`: when the probe succeeds.
+    next: Option<Instant>,
+    /// When the canary was last read (tracked again).
+    canary_read: Option<Instant>,
+    /// When a probe last found room: an eviction soon after is the same full table, and the
+    /// pause goes on doubling.
+    room_at: Option<Instant>,
 }
 
 impl std::fmt::Debug for Notifier {
@@ -158,6 +214,13 @@ impl Notifier {
                 listener: AtomicU64::new(0),
                 closed: AtomicBool::new(false),
                 closer: Mutex::new(None),
+                canary: Mutex::new(None),
+                eviction: Mutex::new(Eviction {
+                    pause: EVICTING_FIRST,
+                    next: None,
+                    canary_read: None,
+                    room_at: None,
+                }),
             }),
         }
     }
@@ -170,6 +233,8 @@ impl Notifier {
             }
             Phase::On => LossDetection::Notified,
             Phase::Blind => LossDetection::Reconnecting,
+            // A full tracking table: the renewals find losses (`Renewal`'s documentation).
+            Phase::Evicting | Phase::Probing => LossDetection::Renewal,
             _ => LossDetection::Renewal,
         }
     }
@@ -179,6 +244,13 @@ impl Notifier {
     /// listener is still connecting: the watcher is told to check once it listens (its key
     /// could not be tracked before), so a check now would be one request for nothing.
     pub(crate) fn watch(&self, key: &str, id: u64, watcher: Weak<dyn Watcher>) -> Option<bool> {
+        {
+            // Before the listener starts: the tracked connection reads the canary when it opens.
+            let mut canary = self.shared.canary.lock();
+            if canary.is_none() {
+                *canary = Some(format!("{key}{CANARY_SUFFIX}"));
+            }
+        }
         // Under the phase's lock: a listener that starts listening meanwhile tells every
         // watcher registered before it did, this one among them.
         let phase = self.start()?;
@@ -208,9 +280,14 @@ impl Notifier {
     }
 
     /// Whether the server notifies (or did until a connection closed, and will again once
-    /// it is open): a lock's own renewals go out on the tracked connection.
+    /// it is open; or is being probed after its tracking table was full): a lock's own
+    /// renewals go out on the tracked connection. Not while the table is full (`Evicting`):
+    /// each key read there would push another out.
     pub(crate) fn notifies(&self) -> bool {
-        matches!(*self.shared.phase.lock(), Phase::On | Phase::Blind)
+        matches!(
+            *self.shared.phase.lock(),
+            Phase::On | Phase::Blind | Phase::Probing
+        )
     }
 
     /// The tracked connection, if notification is on and it is open (opened again here after
@@ -263,7 +340,9 @@ impl Notifier {
     fn start(&self) -> Option<MutexGuard<'_, Phase>> {
         let mut phase = self.shared.phase.lock();
         match *phase {
-            Phase::On | Phase::Blind | Phase::Starting => return Some(phase),
+            Phase::On | Phase::Blind | Phase::Starting | Phase::Evicting | Phase::Probing => {
+                return Some(phase);
+            }
             Phase::Off => return None,
             Phase::NotStarted => {}
         }
@@ -328,7 +407,7 @@ impl Shared {
         *self.hangup.lock() = conn.as_ref().and_then(Conn::closer);
         if conn.is_none() && slot.is_some() {
             let mut phase = self.phase.lock();
-            if *phase == Phase::On {
+            if matches!(*phase, Phase::On | Phase::Evicting | Phase::Probing) {
                 *phase = Phase::Blind;
             }
         }
@@ -376,7 +455,7 @@ impl Shared {
         self.reopen_tracked();
     }
 
-    /// A tracked connection redirecting to listener `id`.
+    /// A tracked connection redirecting to listener `id`, the canary read (tracked) on it.
     fn open_tracked(&self, id: u64) -> Result<Conn, Refusal> {
         let manager = self
             .manager
@@ -384,7 +463,134 @@ impl Shared {
             .ok_or_else(|| Refusal::Refused(unsupported()))?;
         let mut conn = Conn::open_now(manager).map_err(Refusal::Down)?;
         server_answer::<()>(tracking::track(id).query(&mut conn))?;
+        self.read_canary(&mut conn)
+            .map_err(|e| Refusal::Down(failed_with("reading the canary", &e)))?;
         Ok(conn)
+    }
+
+    /// Reads the canary on `conn` (the tracked connection), so that the server tracks it. A
+    /// refusal (an ACL without `GET` on it) leaves eviction undetected: only a broken
+    /// connection is an error.
+    fn read_canary(&self, conn: &mut Conn) -> RedisResult<()> {
+        let Some(canary) = self.canary.lock().clone() else {
+            return Ok(());
+        };
+        match redis::cmd("GET").arg(&canary).query::<Value>(conn) {
+            Err(e) if crate::error::is_network_error(&e) || !conn.is_open() => Err(e),
+            Err(error) => {
+                tracing::debug!(target: "redis_lock", server = %self.label, %error, "reading the notification canary was refused");
+                Ok(())
+            }
+            Ok(_) => {
+                self.eviction.lock().canary_read = Some(Instant::now());
+                Ok(())
+            }
+        }
+    }
+
+    /// Reads the canary again on the tracked connection (a request), if it is open.
+    fn rearm_canary(&self) {
+        let mut tracked = self.tracked.lock();
+        let Some(conn) = tracked.as_mut() else {
+            return;
+        };
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        if self.read_canary(conn).is_err() || !conn.is_open() {
+            self.put_tracked(&mut tracked, None);
+        }
+    }
+
+    /// The canary was invalidated: the server's tracking table is full. Evicting from now on
+    /// (a probe that found it so doubles the pause before the next).
+    fn canary_evicted(&self) {
+        let mut phase = self.phase.lock();
+        let mut eviction = self.eviction.lock();
+        eviction.canary_read = None;
+        match *phase {
+            Phase::On
+                if eviction
+                    .room_at
+                    .is_some_and(|at| at.elapsed() < EVICTING_MAX) =>
+            {
+                eviction.pause = (eviction.pause * 2).min(EVICTING_MAX);
+                tracing::debug!(target: "redis_lock", server = %self.label, pause = ?eviction.pause,
+                    "the server's tracking table is full again");
+            }
+            Phase::On => {
+                eviction.pause = EVICTING_FIRST;
+                tracing::warn!(target: "redis_lock", server = %self.label,
+                    "the server's tracking table is full (tracking-table-max-keys): it forgets \
+                     tracked keys, so a lock changed by somebody else is noticed at its next \
+                     renewal until it has room again");
+            }
+            Phase::Probing => {
+                eviction.pause = (eviction.pause * 2).min(EVICTING_MAX);
+                tracing::debug!(target: "redis_lock", server = %self.label, pause = ?eviction.pause,
+                    "the server's tracking table is still full");
+            }
+            _ => return,
+        }
+        *phase = Phase::Evicting;
+        eviction.next = Instant::now().checked_add(eviction.pause);
+    }
+
+    /// The listener's timer for a full tracking table: after the pause, a probe (the canary
+    /// and every watched key read again on the tracked connection); after a probe's window
+    /// without the canary's eviction, notification is on again. Returns how long until the
+    /// next step, if one is due.
+    fn eviction_timer(&self) -> Option<Duration> {
+        let now = Instant::now();
+        let phase = *self.phase.lock();
+        let next = self.eviction.lock().next?;
+        if next > now {
+            return Some(next - now);
+        }
+        match phase {
+            Phase::Evicting => {
+                {
+                    let mut phase = self.phase.lock();
+                    if *phase != Phase::Evicting {
+                        return None;
+                    }
+                    *phase = Phase::Probing;
+                    self.eviction.lock().next = now.checked_add(PROBE_WINDOW);
+                }
+                self.rearm_canary();
+                // Every watcher reads its key again on the tracked connection.
+                self.tell_all();
+                Some(PROBE_WINDOW)
+            }
+            Phase::Probing => {
+                let armed = self.eviction.lock().canary_read.is_some();
+                {
+                    let mut phase = self.phase.lock();
+                    if *phase != Phase::Probing {
+                        return None;
+                    }
+                    if armed {
+                        *phase = Phase::On;
+                        let mut eviction = self.eviction.lock();
+                        eviction.next = None;
+                        eviction.room_at = Some(now);
+                    } else {
+                        // The canary could not be read: probed again after the pause.
+                        *phase = Phase::Evicting;
+                        let mut eviction = self.eviction.lock();
+                        eviction.next = now.checked_add(eviction.pause);
+                        return Some(eviction.pause);
+                    }
+                }
+                tracing::info!(target: "redis_lock", server = %self.label,
+                    "the server's tracking table has room again: loss notification is on");
+                // Keys whose invalidation was not passed on while evicting are read again.
+                self.tell_all();
+                None
+            }
+            _ => {
+                self.eviction.lock().next = None;
+                None
+            }
+        }
     }
 
     /// The listener's thread: connects (again after a break, then every watcher checks, since
@@ -419,13 +625,16 @@ impl Shared {
             tracing::debug!(target: "redis_lock", server = %self.label, "loss notification listening");
             self.tell_all();
             while !self.closed.load(Ordering::Acquire) {
+                let slice = self
+                    .eviction_timer()
+                    .map_or(LISTEN_SLICE, |d| d.min(LISTEN_SLICE));
                 let seen = {
                     let hangup = self.hangup.lock();
                     // The watched socket stays open while `hangup` holds it; a replaced one
                     // is looked at again (`tracked_hung_up`) before anything is dropped.
                     let other = hangup.as_ref().map(Closer::try_clone_for_poll);
                     drop(hangup);
-                    listener.wait(other.as_ref().and_then(|o| o.as_ref()), LISTEN_SLICE)
+                    listener.wait(other.as_ref().and_then(|o| o.as_ref()), slice)
                 };
                 let seen = match seen {
                     Ok(seen) => seen,
@@ -448,7 +657,7 @@ impl Shared {
             self.listener.store(0, Ordering::Release);
             {
                 let mut phase = self.phase.lock();
-                if *phase == Phase::On {
+                if matches!(*phase, Phase::On | Phase::Evicting | Phase::Probing) {
                     *phase = Phase::Blind;
                 }
             }
@@ -461,6 +670,18 @@ impl Shared {
     /// from the map here (a lease unregisters itself on every path; this keeps a missed one
     /// from pinning its memory).
     fn dispatch(&self, message: &Message) {
+        if let Message::Keys(keys) = message {
+            let canary = self.canary.lock().clone();
+            if canary.is_some_and(|c| keys.contains(&c)) {
+                self.canary_evicted();
+            }
+        }
+        let phase = *self.phase.lock();
+        if phase == Phase::Evicting && message != &Message::All {
+            // The table is full: an invalidation is most likely an eviction, and the check it
+            // would cause would push another key out. The renewals find losses.
+            return;
+        }
         let mut told: Vec<Arc<dyn Watcher>> = Vec::new();
         {
             let mut watchers = self.watchers.lock();
@@ -490,6 +711,18 @@ impl Shared {
                 }
                 Message::Other => {}
             }
+        }
+        // The canary may have been forgotten silently (evicted while the tracked
+        // connection's own command ran): read again now and then, before the checks.
+        let rearm = phase == Phase::On
+            && !told.is_empty()
+            && self
+                .eviction
+                .lock()
+                .canary_read
+                .is_none_or(|at| at.elapsed() >= CANARY_REARM);
+        if rearm {
+            self.rearm_canary();
         }
         for watcher in told {
             watcher.changed();
@@ -521,6 +754,10 @@ fn unsupported() -> redis::RedisError {
 
 fn failed(what: &'static str) -> redis::RedisError {
     redis::RedisError::from((redis::ErrorKind::Client, what))
+}
+
+fn failed_with(what: &'static str, error: &redis::RedisError) -> redis::RedisError {
+    redis::RedisError::from((redis::ErrorKind::Client, what, error.to_string()))
 }
 
 /// Loss notification on a Redis Cluster: a [`Notifier`] per master (the listener and the

@@ -346,36 +346,22 @@ fn identity(state: &State) -> State {
 }
 
 /// Reads a semaphore's permits the way `Deployment::observe` reads a lock: registered as a
-/// watcher of its key, on the connection that keeps the key tracked where the store notifies
-/// (else, or when that fails, on a pooled connection). The permits, and whether changes are
-/// notified.
+/// watcher of its key, on the connection that keeps the key tracked where the store notifies.
+/// The permits, and whether changes are notified.
 fn observe_permits(
     inner: &Inner,
     keys: &LockKeys,
     id: u64,
     watcher: &Weak<dyn Watcher>,
 ) -> (Result<Option<Permits>>, bool) {
-    let store = match inner.semaphore_store() {
-        Ok(store) => store,
-        Err(error) => return (Err(error), false),
-    };
-    let notifier = store.notifier(&keys.lock);
-    let watching = notifier
-        .as_ref()
-        .and_then(|n| n.watch(&keys.lock, id, Weak::clone(watcher)));
-    if let (Some(_), Some(notifier)) = (watching, &notifier) {
-        match notifier.on_tracked(1, |c| crate::wire::semaphore::inspect(c, keys)) {
-            Some(Err(error)) if !matches!(error, Error::WrongType { .. }) => {
-                // A broken connection, or on a Cluster a slot that moved: read again through
-                // the pool (and the cluster's routing).
-                store.slots_moved();
-                tracing::debug!(target: "redis_lock", %error, "observing a semaphore on the tracked connection failed");
-            }
-            Some(read) => return (read, true),
-            None => {}
-        }
-    }
-    (inner.permits(keys), watching.is_some())
+    let read = crate::wire::semaphore::inspect(keys);
+    inner.deployment.observe_with(
+        keys,
+        &read,
+        id,
+        watcher,
+        crate::hold::semaphore::redlock_refused,
+    )
 }
 
 fn run(

@@ -17,6 +17,7 @@ use crate::store::waiting::WaitFor;
 use crate::store::{Ack, Store, Wake};
 use crate::wire::commit::{self, Check, Committed};
 use crate::wire::multi::{AllArgs, AllAttempt};
+use crate::wire::request::Request;
 use crate::wire::seam::Primitive;
 use crate::wire::token::new_token;
 use crate::wire::{
@@ -293,17 +294,24 @@ impl Deployment {
         watcher: &Weak<dyn Watcher>,
     ) -> (Result<Option<Holder>>, bool) {
         match self {
-            Deployment::Single(store) => {
-                let watching = store
-                    .notifier(&keys.lock)
-                    .and_then(|n| n.watch(&keys.lock, id, Weak::clone(watcher)));
-                let read = match watching {
-                    Some(_) => combined_on(store, &keys.lock, &p.inspect(keys)),
-                    None => self.inspect(p, keys),
-                };
-                (read, watching.is_some())
-            }
+            Deployment::Single(store) => observe_on(store, keys, &p.inspect(keys), id, watcher),
             Deployment::Quorum(q) => (q.inspect(p, keys), false),
+        }
+    }
+
+    /// [`observe`](Self::observe) with the request `read` (a semaphore's permits, say), on
+    /// the one store of a single-store deployment; refused on a quorum (`not_single`).
+    pub(crate) fn observe_with<T>(
+        &self,
+        keys: &LockKeys,
+        read: &Request<T>,
+        id: u64,
+        watcher: &Weak<dyn Watcher>,
+        not_single: impl FnOnce() -> Error,
+    ) -> (Result<T>, bool) {
+        match self {
+            Deployment::Single(store) => observe_on(store, keys, read, id, watcher),
+            Deployment::Quorum(_) => (Err(not_single()), false),
         }
     }
 
@@ -495,6 +503,26 @@ pub(crate) fn is_failover_error(e: &Error) -> bool {
             r.kind(),
             ErrorKind::Server(ServerErrorKind::ReadOnly | ServerErrorKind::MasterDown)
         ))
+}
+
+/// An observer's read of `keys` on `store` (see `Deployment::observe`): registered as a
+/// watcher where the store notifies, and read there on the connection that keeps the key
+/// tracked (`combined_on`), else on a pooled connection.
+fn observe_on<T>(
+    store: &Store,
+    keys: &LockKeys,
+    read: &Request<T>,
+    id: u64,
+    watcher: &Weak<dyn Watcher>,
+) -> (Result<T>, bool) {
+    let watching = store
+        .notifier(&keys.lock)
+        .and_then(|n| n.watch(&keys.lock, id, Weak::clone(watcher)));
+    let answer = match watching {
+        Some(_) => combined_on(store, &keys.lock, read),
+        None => store.conn().and_then(|mut conn| read.on(&mut conn)),
+    };
+    (answer, watching.is_some())
 }
 
 /// A Cluster commit names only keys of one slot, the first lock's (a hash tag shared with

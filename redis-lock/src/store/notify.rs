@@ -68,9 +68,6 @@ const PROBE_WINDOW: Duration = Duration::from_secs(1);
 /// While notification is on, the canary is read again after an invalidation at most this often.
 const CANARY_REARM: Duration = Duration::from_secs(1);
 
-/// What the canary's name adds to the first watched key's.
-const CANARY_SUFFIX: &str = ":notify-canary";
-
 /// Waits between attempts to reconnect a broken listener (doubling up to the second).
 const RECONNECT_FIRST: Duration = Duration::from_millis(20);
 const RECONNECT_MAX: Duration = Duration::from_secs(1);
@@ -248,7 +245,7 @@ impl Notifier {
             // Before the listener starts: the tracked connection reads the canary when it opens.
             let mut canary = self.shared.canary.lock();
             if canary.is_none() {
-                *canary = Some(format!("{key}{CANARY_SUFFIX}"));
+                *canary = Some(tracking::canary(key));
             }
         }
         // Under the phase's lock: a listener that starts listening meanwhile tells every
@@ -475,7 +472,7 @@ impl Shared {
         let Some(canary) = self.canary.lock().clone() else {
             return Ok(());
         };
-        match redis::cmd("GET").arg(&canary).query::<Value>(conn) {
+        match tracking::read_canary(&canary).query::<Value>(conn) {
             Err(e) if crate::error::is_network_error(&e) || !conn.is_open() => Err(e),
             Err(error) => {
                 tracing::debug!(target: "redis_lock", server = %self.label, %error, "reading the notification canary was refused");

@@ -35,6 +35,21 @@ pub(crate) fn track(redirect: u64) -> Cmd {
         .to_owned()
 }
 
+/// The canary of a tracked connection whose first watched key is `watched`: a key nobody
+/// writes, in the same slot and under the same ACL pattern, so that its invalidation can only
+/// mean the server evicted it from its tracking table (`store/notify.rs`).
+pub(crate) fn canary(watched: &str) -> String {
+    let mut key = String::with_capacity(watched.len() + 16);
+    key.push_str(watched);
+    key.push_str(":notify-canary");
+    key
+}
+
+/// `GET canary`: the read that has the server track it.
+pub(crate) fn read_canary(canary: &str) -> Cmd {
+    redis::cmd("GET").arg(canary).to_owned()
+}
+
 /// What a message on the subscribed connection says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Message {

@@ -320,6 +320,39 @@ impl LockGuard {
         self.lease.extend(ttl)
     }
 
+    /// Replaces the metadata others see with this lock ([`LockInfo::metadata`] of
+    /// [`LockClient::inspect`], an observer's changes, the CLI's `status`), without letting
+    /// it go: a job's progress, a leader's address. The owner token, fencing token and TTL
+    /// stay. Works for a mutex, either side of a read-write lock, and a semaphore's permit;
+    /// on one store (a single server, Sentinel, Cluster).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Lost`] when the lock is gone or owned by someone else (nothing is written);
+    /// [`Error::InvalidInput`] for metadata over [`MAX_METADATA_LEN`](crate::MAX_METADATA_LEN)
+    /// bytes, or under Redlock (the metadata stays the one the lock was taken with); a Redis
+    /// or pool error.
+    ///
+    /// [`LockInfo::metadata`]: crate::LockInfo::metadata
+    /// [`LockClient::inspect`]: crate::LockClient::inspect
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redis_lock::Result<()> {
+    /// # let locks = redis_lock::LockClient::open("redis://127.0.0.1/")?;
+    /// let guard = locks.lock("nightly-export")?;
+    /// for batch in 1..=10 {
+    ///     // ... export one batch ...
+    ///     guard.set_metadata(&format!("batch {batch} of 10"))?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn set_metadata(&self, metadata: &str) -> Result<()> {
+        crate::options::validate_metadata(metadata)?;
+        self.lease.proclaim(metadata)
+    }
+
     /// How many guards share this acquisition: more than one only through reentrancy
     /// ([`LockClient::lock_reentrant`](crate::LockClient::lock_reentrant)); the lock is
     /// released when the last one goes.

@@ -8,11 +8,15 @@
 use std::time::{Duration, SystemTime};
 
 use crate::client::LockClient;
-use crate::error::{Error, Result};
+#[cfg(doc)]
+use crate::error::Error;
+use crate::error::Result;
 use crate::guard::LockGuard;
 use crate::hold::lease::ReleaseOutcome;
 use crate::info::LockInfo;
-use crate::options::{LockOptions, MAX_METADATA_LEN};
+use crate::options::LockOptions;
+#[cfg(doc)]
+use crate::options::MAX_METADATA_LEN;
 
 /// This process leads an election while it holds this (see [`LockClient::campaign`]).
 /// Dropping it resigns.
@@ -151,14 +155,8 @@ impl Leadership {
     /// [`Error::InvalidInput`] for a value over [`MAX_METADATA_LEN`] bytes, or under Redlock
     /// (the value stays the one campaigned with); Redis and pool errors.
     pub fn proclaim(&self, value: &str) -> Result<()> {
-        if value.len() > MAX_METADATA_LEN {
-            return Err(Error::invalid(
-                "value",
-                format!("longer than {MAX_METADATA_LEN} bytes"),
-            ));
-        }
         self.guard.ensure_held()?;
-        self.guard.lease.proclaim(value)
+        self.guard.set_metadata(value)
     }
 
     /// Whether this process still leads, as the client last learnt (free; within about a

@@ -67,12 +67,16 @@ pub(crate) fn validate(ttl: Duration, opts: &LockOptions) -> crate::error::Resul
             format!("the acknowledgement timeout is longer than {MAX_TTL:?}"),
         ));
     }
-    if opts
-        .metadata
-        .as_ref()
-        .is_some_and(|m| m.len() > MAX_METADATA_LEN)
-    {
-        return Err(Error::invalid(
+    if let Some(metadata) = &opts.metadata {
+        validate_metadata(metadata)?;
+    }
+    Ok(())
+}
+
+/// Metadata stored with a lock is at most [`MAX_METADATA_LEN`] bytes.
+pub(crate) fn validate_metadata(metadata: &str) -> crate::error::Result<()> {
+    if metadata.len() > MAX_METADATA_LEN {
+        return Err(crate::error::Error::invalid(
             "metadata",
             format!("longer than {MAX_METADATA_LEN} bytes"),
         ));

@@ -260,20 +260,20 @@ impl Deployment {
         }
     }
 
-    /// Replaces the metadata of the mutex lock `token` holds (a leader's value): its time left,
-    /// or why it is not ours. One store only: under Redlock the value is the one campaigned
-    /// with.
+    /// Replaces the metadata of the lock `token` holds: its time left, or why it is not ours.
+    /// One store only: under Redlock the metadata is the one it was taken with.
     pub(crate) fn proclaim(
         &self,
+        p: &dyn Primitive,
         keys: &LockKeys,
         token: &str,
         meta: &str,
         holder: &str,
     ) -> Result<OwnedTtl> {
         match self {
-            Deployment::Single(store) => on_master(store, |conn| {
-                crate::wire::mutex::proclaim(keys, token, meta, holder).on(conn)
-            }),
+            Deployment::Single(store) => {
+                on_master(store, |conn| p.proclaim(keys, token, meta, holder).on(conn))
+            }
             Deployment::Quorum(_) => Err(Error::invalid(
                 "proclaim",
                 "a Redlock leader keeps the value it campaigned with; resign and campaign again",

@@ -24,6 +24,7 @@
 //!         .metadata("settling") // shown by inspect, list and the CLI
 //!         .acquire()?;
 //!     println!("{:?} left", guard.remaining_ttl()?);
+//!     guard.set_metadata("settled 3 of 4")?; // what others see now, still held
 //!     guard.extend(Duration::from_secs(60))?; // one longer lease now
 //!     println!("{:?}", guard.release()?); // Released, Late, Lost, StillHeld or HandedOff
 //!     Ok(())

@@ -141,6 +141,20 @@ return -3
     )
 });
 
+/// KEYS: lock. ARGV: token, value. The PTTL, `-2` gone, `-3` not ours.
+static PROCLAIM: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local t = redis.pcall('HGET', KEYS[1], 'token')
+if type(t) == 'table' then return -3 end
+if t == false then return -2 end
+if t ~= ARGV[1] then return -3 end
+redis.call('HSET', KEYS[1], 'value', ARGV[2])
+return redis.call('PTTL', KEYS[1])
+",
+    )
+});
+
 /// KEYS: waiters. ARGV: waiter id. `1`.
 static LEAVE: LazyLock<Script> =
     LazyLock::new(|| Script::new("redis.call('ZREM', KEYS[1], ARGV[1]) return 1"));
@@ -276,6 +290,16 @@ impl Primitive for Stash {
         Request::script(&TRANSFER, &[k.lock.as_bytes()], &argv, |r: i64| {
             Ok(decode_owned_ttl(r))
         })
+    }
+
+    /// The value is the metadata.
+    fn proclaim(&self, k: &LockKeys, token: &str, meta: &str, _holder: &str) -> Request<OwnedTtl> {
+        Request::script(
+            &PROCLAIM,
+            &[k.lock.as_bytes()],
+            &[token.as_bytes(), meta.as_bytes()],
+            |r: i64| Ok(decode_owned_ttl(r)),
+        )
     }
 
     fn leave(&self, k: &LockKeys, waiter: &str, _grant: &str) -> Request<()> {

@@ -64,6 +64,13 @@ pub(crate) trait Primitive: Shared + Send + Sync + std::fmt::Debug {
     /// or why it is not ours under `token` (nothing is written then).
     fn transfer(&self, keys: &LockKeys, token: &str, fresh: &str) -> Request<OwnedTtl>;
 
+    /// Replace the metadata stored with a lock we hold: its owner token, fencing token, TTL
+    /// and the rest of its holder information stay (`holder`: this process's `host \n pid
+    /// \n`, for a lock without holder information yet). Its remaining TTL, or why it is not
+    /// ours (nothing is written then).
+    fn proclaim(&self, keys: &LockKeys, token: &str, meta: &str, holder: &str)
+    -> Request<OwnedTtl>;
+
     /// A waiter gives up: unregister, passing on a grant made for it under `grant`.
     fn leave(&self, keys: &LockKeys, waiter: &str, grant: &str) -> Request<()>;
 

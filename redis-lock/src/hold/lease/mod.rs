@@ -354,15 +354,16 @@ impl Lease {
         }
     }
 
-    /// Marks the lease lost for `answer` and returns the error to report.
-    /// Replaces the metadata stored with this lock (a leader's value); [`Error::Lost`] (the
-    /// lease marked lost) when it is not ours any more.
+    /// Replaces the metadata stored with this lock (a leader's value, a holder's progress);
+    /// [`Error::Lost`] (the lease marked lost) when it is not ours any more.
     pub(crate) fn proclaim(&self, meta: &str) -> Result<()> {
-        match self
-            .inner
-            .deployment
-            .proclaim(&self.keys, &self.token, meta, &self.inner.holder)?
-        {
+        match self.inner.deployment.proclaim(
+            &*self.primitive,
+            &self.keys,
+            &self.token,
+            meta,
+            &self.inner.holder,
+        )? {
             OwnedTtl::Gone => Err(self.lost(Renewal::Gone)),
             OwnedTtl::NotOurs => Err(self.lost(Renewal::NotOurs)),
             OwnedTtl::Left(_) | OwnedTtl::NoExpiry => Ok(()),
@@ -375,6 +376,7 @@ impl Lease {
         self.state.lock().unclaimed.is_some()
     }
 
+    /// Marks the lease lost for `answer` and returns the error to report.
     fn lost(&self, answer: Renewal) -> Error {
         let expires_at = self.state.lock().expires_at;
         let reason = loss(answer, Instant::now(), expires_at);

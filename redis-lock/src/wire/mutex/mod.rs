@@ -147,6 +147,16 @@ impl Primitive for Mutex {
         transfer(keys, token, fresh)
     }
 
+    fn proclaim(
+        &self,
+        keys: &LockKeys,
+        token: &str,
+        meta: &str,
+        holder: &str,
+    ) -> Request<OwnedTtl> {
+        proclaim(keys, token, meta, holder)
+    }
+
     fn leave(&self, keys: &LockKeys, waiter: &str, grant: &str) -> Request<()> {
         leave(keys, waiter, grant)
     }

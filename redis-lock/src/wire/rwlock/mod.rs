@@ -214,6 +214,7 @@ mod force_release;
 mod inspect;
 mod leave;
 mod owned_ttl;
+mod proclaim;
 mod release;
 mod renew;
 mod transfer;
@@ -223,6 +224,7 @@ pub(crate) use force_release::force_release;
 pub(crate) use inspect::inspect;
 pub(crate) use leave::leave;
 pub(crate) use owned_ttl::{commit_check, owned_ttl};
+pub(crate) use proclaim::proclaim;
 pub(crate) use release::release;
 pub(crate) use renew::renew;
 pub(crate) use transfer::transfer;
@@ -284,6 +286,16 @@ impl Primitive for RwLock {
 
     fn transfer(&self, keys: &LockKeys, token: &str, fresh: &str) -> Request<OwnedTtl> {
         transfer(self.side, keys, token, fresh)
+    }
+
+    fn proclaim(
+        &self,
+        keys: &LockKeys,
+        token: &str,
+        meta: &str,
+        _holder: &str,
+    ) -> Request<OwnedTtl> {
+        proclaim(self.side, keys, token, meta)
     }
 
     fn leave(&self, keys: &LockKeys, waiter: &str, _grant: &str) -> Request<()> {

@@ -12,7 +12,7 @@ use super::Side;
 
 /// Remaining TTL of a read share. KEYS: lock, readers. ARGV: token.
 /// Returns the ms left, `-2` gone, `-3` another type is there.
-const OWNED_TTL_READ_LUA: &str = concat!(
+pub(super) const OWNED_TTL_READ_LUA: &str = concat!(
     clock!(),
     "local f = redis.pcall('HGET', KEYS[1], 'r:' .. ARGV[1])\n",
     "if type(f) == 'table' then return -3 end\n",
@@ -26,7 +26,7 @@ static OWNED_TTL_READ: LazyLock<Script> = LazyLock::new(|| Script::new(OWNED_TTL
 
 /// Remaining TTL of the write lock. KEYS: lock. ARGV: token.
 /// Returns the PTTL, `-2` gone, `-3` not ours.
-const OWNED_TTL_WRITE_LUA: &str = concat!(
+pub(super) const OWNED_TTL_WRITE_LUA: &str = concat!(
     "local t = redis.pcall('HGET', KEYS[1], 'wtoken')\n",
     "if type(t) == 'table' then return -3 end\n",
     "if t == ARGV[1] then return redis.call('PTTL', KEYS[1]) end\n",

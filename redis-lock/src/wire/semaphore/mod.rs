@@ -154,6 +154,7 @@ mod force_release;
 mod inspect;
 mod leave;
 mod owned_ttl;
+mod proclaim;
 mod release;
 mod renew;
 mod set_limit;
@@ -165,6 +166,7 @@ pub(crate) use force_release::force_release;
 pub(crate) use inspect::inspect;
 pub(crate) use leave::leave;
 pub(crate) use owned_ttl::{commit_check, owned_ttl};
+pub(crate) use proclaim::proclaim;
 pub(crate) use release::release;
 pub(crate) use renew::renew;
 pub(crate) use set_limit::set_limit;
@@ -223,6 +225,16 @@ impl Primitive for Semaphore {
 
     fn transfer(&self, keys: &LockKeys, token: &str, fresh: &str) -> Request<OwnedTtl> {
         transfer(keys, token, fresh)
+    }
+
+    fn proclaim(
+        &self,
+        keys: &LockKeys,
+        token: &str,
+        meta: &str,
+        holder: &str,
+    ) -> Request<OwnedTtl> {
+        proclaim(keys, token, meta, holder)
     }
 
     fn leave(&self, keys: &LockKeys, waiter: &str, grant: &str) -> Request<()> {

@@ -10,7 +10,7 @@ use super::super::{LockKeys, OwnedTtl, decode_owned_ttl};
 
 /// The remaining TTL of one permit, for its holder only.
 /// KEYS: permits. ARGV: token. Returns the ms left, `-2` gone, `-3` another type.
-const OWNED_TTL_LUA: &str = concat!(
+pub(super) const OWNED_TTL_LUA: &str = concat!(
     clock!(),
     "local t = redis.call('TYPE', KEYS[1])['ok']\n",
     "if t ~= 'none' and t ~= 'zset' then return -3 end\n",

@@ -324,14 +324,13 @@ impl LockGuard {
     /// [`LockClient::inspect`], an observer's changes, the CLI's `status`), without letting
     /// it go: a job's progress, a leader's address. The owner token, fencing token and TTL
     /// stay. Works for a mutex, either side of a read-write lock, and a semaphore's permit;
-    /// on one store (a single server, Sentinel, Cluster).
+    /// under Redlock, once a majority of the servers replaced it.
     ///
     /// # Errors
     ///
     /// [`Error::Lost`] when the lock is gone or owned by someone else (nothing is written);
     /// [`Error::InvalidInput`] for metadata over [`MAX_METADATA_LEN`](crate::MAX_METADATA_LEN)
-    /// bytes, or under Redlock (the metadata stays the one the lock was taken with); a Redis
-    /// or pool error.
+    /// bytes (nothing is sent); a Redis or pool error.
     ///
     /// [`LockInfo::metadata`]: crate::LockInfo::metadata
     /// [`LockClient::inspect`]: crate::LockClient::inspect

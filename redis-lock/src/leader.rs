@@ -152,8 +152,8 @@ impl Leadership {
     /// # Errors
     ///
     /// [`Error::Lost`] when this process no longer leads (nothing is written);
-    /// [`Error::InvalidInput`] for a value over [`MAX_METADATA_LEN`] bytes, or under Redlock
-    /// (the value stays the one campaigned with); Redis and pool errors.
+    /// [`Error::InvalidInput`] for a value over [`MAX_METADATA_LEN`] bytes; Redis and pool
+    /// errors. Under Redlock the value is replaced once a majority of the servers did.
     pub fn proclaim(&self, value: &str) -> Result<()> {
         self.guard.ensure_held()?;
         self.guard.set_metadata(value)

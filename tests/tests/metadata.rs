@@ -167,7 +167,7 @@ fn a_lock_that_is_not_ours_any_more_is_left_untouched() {
 }
 
 #[test]
-fn bad_metadata_and_redlock_are_refused_before_anything_is_sent() {
+fn bad_metadata_is_refused_before_anything_is_sent() {
     let server = RedisServer::start();
     let locks = client(&server);
     let guard = locks
@@ -191,11 +191,44 @@ fn bad_metadata_and_redlock_are_refused_before_anything_is_sent() {
     let held = quorum
         .acquire_with("q", &LockOptions::new().metadata("first"))
         .unwrap();
-    let on_each: Vec<_> = servers.iter().map(|s| stored(s, "lock:{q}")).collect();
+    let before: Vec<_> = servers.iter().map(|s| stored(s, "lock:{q}")).collect();
     assert!(matches!(
-        held.set_metadata("second"),
+        held.set_metadata(&too_long),
         Err(Error::InvalidInput { .. })
     ));
     let after: Vec<_> = servers.iter().map(|s| stored(s, "lock:{q}")).collect();
-    assert_eq!(after, on_each, "nothing written on any server");
+    assert_eq!(after, before, "nothing written on any server");
+}
+
+/// Under Redlock the metadata is replaced on every server that holds the lock: inspect (a
+/// majority's view) shows it, and the fencing token stays.
+#[test]
+fn a_redlock_holder_replaces_its_metadata_on_a_majority() {
+    let servers = [
+        RedisServer::start(),
+        RedisServer::start(),
+        RedisServer::start(),
+    ];
+    let quorum = redlock_client(&servers.iter().collect::<Vec<_>>());
+    let held = quorum
+        .acquire_with("q", &LockOptions::new().metadata("10.0.0.1:80"))
+        .unwrap();
+    held.set_metadata("10.0.0.2:80").unwrap();
+    let info = quorum.inspect("q").unwrap().expect("held");
+    assert_eq!(info.metadata.as_deref(), Some("10.0.0.2:80"));
+    assert_eq!(info.fencing_token, held.fencing_token());
+    for server in &servers {
+        let fields = stored(server, "lock:{q}");
+        let info = fields
+            .iter()
+            .find(|(f, _)| f == "info")
+            .map(|(_, v)| v.as_str())
+            .unwrap_or("");
+        assert!(info.ends_with("\n10.0.0.2:80"), "{fields:?}");
+    }
+    drop(held);
+    let gone = quorum.acquire_with("q", &LockOptions::new()).unwrap();
+    gone.set_metadata("mine").unwrap();
+    quorum.force_release("q").unwrap();
+    assert!(matches!(gone.set_metadata("late"), Err(Error::Lost { .. })));
 }

@@ -260,8 +260,8 @@ impl Deployment {
         }
     }
 
-    /// Replaces the metadata of the lock `token` holds: its time left, or why it is not ours.
-    /// One store only: under Redlock the metadata is the one it was taken with.
+    /// Replaces the metadata of the lock `token` holds: its time left, or why it is not ours;
+    /// on a quorum once a majority replaced it.
     pub(crate) fn proclaim(
         &self,
         p: &dyn Primitive,
@@ -274,10 +274,7 @@ impl Deployment {
             Deployment::Single(store) => {
                 on_master(store, |conn| p.proclaim(keys, token, meta, holder).on(conn))
             }
-            Deployment::Quorum(_) => Err(Error::invalid(
-                "proclaim",
-                "a Redlock leader keeps the value it campaigned with; resign and campaign again",
-            )),
+            Deployment::Quorum(q) => q.proclaim(p, keys, token, meta, holder),
         }
     }
 

@@ -401,6 +401,25 @@ impl Quorum {
         self.resolve(keys.name(), verdict, answers)
     }
 
+    /// Replaces the metadata on every server that holds the lock under `token`: done once a
+    /// majority did (the answers are combined as remaining TTLs are); a minority that did
+    /// not answer keeps the old metadata until the lock is released or expires there.
+    pub(crate) fn proclaim(
+        &self,
+        p: &dyn Primitive,
+        keys: &LockKeys,
+        token: &str,
+        meta: &str,
+        holder: &str,
+    ) -> Result<OwnedTtl> {
+        let answers = {
+            let req = p.proclaim(keys, token, meta, holder);
+            self.each(move |s| req.on(&mut s.conn()?))
+        };
+        let verdict = combine_owned_ttl(self.total(), &answers);
+        self.resolve(keys.name(), verdict, answers)
+    }
+
     pub(crate) fn inspect(&self, p: &dyn Primitive, keys: &LockKeys) -> Result<Option<Holder>> {
         let answers = {
             let req = p.inspect(keys);

@@ -6,7 +6,9 @@
 use std::time::Duration;
 
 use redis_lock::{Error, LockOptions, MAX_METADATA_LEN};
-use redis_lock_tests::{RedisServer, client, client_without_notification, redlock_client};
+use redis_lock_tests::{
+    RedisServer, client, client_without_notification, holds, redlock_client, wait_until,
+};
 
 /// The fields of the lock hash `key`, or its string value as `("", value)`.
 fn stored(server: &RedisServer, key: &str) -> Vec<(String, String)> {
@@ -191,6 +193,10 @@ fn bad_metadata_is_refused_before_anything_is_sent() {
     let held = quorum
         .acquire_with("q", &LockOptions::new().metadata("first"))
         .unwrap();
+    // Taken once a majority has it: the third server's attempt may still be on its way.
+    assert!(wait_until(Duration::from_secs(5), || servers
+        .iter()
+        .all(|s| holds(s, "q"))));
     let before: Vec<_> = servers.iter().map(|s| stored(s, "lock:{q}")).collect();
     assert!(matches!(
         held.set_metadata(&too_long),

@@ -3,7 +3,7 @@
 //! as Redis announces it.
 //!
 //! An observer is a thread of its own (`redis-lock-observe`) that reads the lock's state on
-//! the client's tracked connection (`store/notify.rs`), so that Redis announces the next
+//! the client's tracked connection (`store/notify/`), so that Redis announces the next
 //! change to the key, and reads again when it does. Where the server does not notify (a
 //! Redlock quorum, an ACL without tracking), it reads every third of the client's default TTL,
 //! the interval at which a holder renews. The watchdogs' renewals change the key too; they

@@ -231,7 +231,7 @@ impl Deployment {
         Ok((committed, acked))
     }
 
-    /// Watches a held lock for changes by anybody else (`store/notify.rs`): registers
+    /// Watches a held lock for changes by anybody else (`store/notify/`): registers
     /// `watcher` (id `id`) for the lock's key on every store and checks, on the connection
     /// that keeps the key tracked, that `token` still owns it. Called again after each
     /// notification.

@@ -76,7 +76,7 @@ impl Store {
             reply = self.combined(packed.to_vec())?;
             if req.wants_script(&reply) {
                 // A `SCRIPT LOAD` writes no key, so the pooled connection's request sends no
-                // invalidation to a tracked one (`store/notify.rs`).
+                // invalidation to a tracked one (`store/notify/`).
                 req.load(&mut self.conn()?)?;
                 reply = self.combined(packed.to_vec())?;
             }

@@ -12,7 +12,7 @@
 //!
 //! | capability | who has it | what needs it |
 //! |---|---|---|
-//! | [`Grants`]: a release hands the lock to one waiter as a grant it pops and claims | mutex, semaphore | the handoff (`hold/acquire.rs`), an adopted grant's first renewal |
+//! | [`Grants`]: a release hands the lock to one waiter as a grant it pops and claims | mutex, semaphore | the handoff (`hold/acquire/handoff.rs`), an adopted grant's first renewal |
 //! | [`Native`]: a native fast path (no script) for some attempts | mutex | the acquire loop (the value the holder keeps for its release) |
 //! | [`Redlock`]: sound under Redlock, with a fencing token of its own that a quorum raises to agree | mutex | every operation on a quorum (others are refused before anything is sent) |
 //! | [`AllAtOnce`]: several locks of it taken all or none by one script | mutex | the multi-lock |

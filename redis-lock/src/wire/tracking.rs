@@ -6,7 +6,7 @@
 //! count) and sends one invalidation the next time anybody else changes, deletes, expires or
 //! evicts it; `NOLOOP` leaves out the tracked connection's own writes. The messages go to
 //! the connection named by `REDIRECT`, subscribed to `__redis__:invalidate` (RESP2's form).
-//! Tested on Redis 7.0, Valkey 8.1 and 9.1 (`store/notify.rs`).
+//! Tested on Redis 7.0, Valkey 8.1 and 9.1 (`store/notify/`).
 
 use redis::{Cmd, Value};
 
@@ -37,7 +37,7 @@ pub(crate) fn track(redirect: u64) -> Cmd {
 
 /// The canary of a tracked connection whose first watched key is `watched`: a key nobody
 /// writes, in the same slot and under the same ACL pattern, so that its invalidation can only
-/// mean the server evicted it from its tracking table (`store/notify.rs`).
+/// mean the server evicted it from its tracking table (`store/notify/`).
 pub(crate) fn canary(watched: &str) -> String {
     let mut key = String::with_capacity(watched.len() + 16);
     key.push_str(watched);

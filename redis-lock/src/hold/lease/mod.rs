@@ -97,7 +97,7 @@ pub(crate) fn loss(answer: Renewal, now: Instant, expires_at: Instant) -> LostRe
 }
 
 /// How long a lock is held before its watchdog asks to be told of changes to it (loss
-/// notification, `store/notify.rs`): one request, which a lock given back sooner never
+/// notification, `store/notify/`): one request, which a lock given back sooner never
 /// sends. A change before then is found by that request itself (it checks the owner), so a
 /// loss is known at most this plus a round trip after it happened.
 pub(crate) const WATCH_AFTER: Duration = Duration::from_millis(2);
@@ -161,7 +161,7 @@ struct State {
     /// When the watchdog first asks to be told of changes to the lock (`watch`): a lock given
     /// back sooner costs nothing for it. `None` once asked.
     watch_at: Option<Instant>,
-    /// A change to the lock was announced (`store/notify.rs`): the watchdog checks at once.
+    /// A change to the lock was announced (`store/notify/`): the watchdog checks at once.
     check: bool,
     /// Registered with the store's notification: a release or loss unregisters.
     watched: bool,

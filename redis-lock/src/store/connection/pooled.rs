@@ -215,7 +215,7 @@ impl ConnectionLike for PooledConn {
         self.count(1);
         let r = self.raw().req_packed_command(cmd);
         // A packed `EVALSHA` the server's script cache lacked is sent again after loading
-        // (`wire::script::run`): counted once, as `req_command` counts it.
+        // (`wire::request::Request::on`): counted once, as `req_command` counts it.
         if is_no_script(&r) {
             self.requests.fetch_sub(1, Ordering::Relaxed);
         }

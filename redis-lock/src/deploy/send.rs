@@ -214,8 +214,9 @@ pub(crate) fn release_with(
     p: &dyn Primitive,
     r: &ReleaseArgs<'_>,
 ) -> Result<Release> {
-    let native = p.native().and_then(|n| n.release_native(r));
-    if let Some(native) = native.filter(|_| store.caps.delifeq.may_try()) {
+    // Asked of the server first: the request is built only where it may be sent.
+    let native = store.caps.delifeq.may_try().then(|| p.native()).flatten();
+    if let Some(native) = native.and_then(|n| n.release_native(r)) {
         match native.on(conn)? {
             Some(true) => {
                 store.caps.delifeq.has();

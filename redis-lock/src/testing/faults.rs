@@ -97,6 +97,9 @@ struct Shared {
     /// Nothing is forwarded before this instant (a [`Fault::Pause`]).
     paused_until: Mutex<Option<Instant>>,
     state: Mutex<State>,
+    /// Held while a fault that acts on the server (a restart, an expiry) runs: taken under
+    /// `state` when the fault is claimed, so that [`FaultProxy::disarm`] can wait it out.
+    acting: Mutex<()>,
     next_id: AtomicU64,
     open: Mutex<HashMap<u64, (TcpStream, TcpStream)>>,
 }
@@ -137,6 +140,7 @@ impl FaultProxy {
                 pause: Duration::from_secs(1),
                 ..State::default()
             }),
+            acting: Mutex::new(()),
             next_id: AtomicU64::new(0),
             open: Mutex::new(HashMap::new()),
         });
@@ -170,10 +174,15 @@ impl FaultProxy {
 
     /// Forgets the faults armed and not fired yet: the traffic that follows (a client's
     /// background requests while a test checks the server) passes untouched.
+    /// A fault claimed before, and still acting on the server, has finished when this
+    /// returns: what follows cannot be caught by it.
     pub fn disarm(&self) {
-        let mut state = locked(&self.shared.state);
-        let next = state.next;
-        state.armed.retain(|&(k, _)| k < next);
+        {
+            let mut state = locked(&self.shared.state);
+            let next = state.next;
+            state.armed.retain(|&(k, _)| k < next);
+        }
+        drop(locked(&self.shared.acting));
     }
 
     /// How long a [`Fault::Pause`] stops the traffic (1 s unless set).
@@ -426,7 +435,7 @@ fn pump_requests(mut from: TcpStream, mut to: TcpStream, conn: &Conn, shared: &S
         // Every complete command in what has come so far, one boundary each.
         while let Some(len) = value_len(&buf) {
             let command: Vec<u8> = buf.drain(..len).collect();
-            let (boundary, fault, pause, patterns) = {
+            let (boundary, fault, pause, patterns, acting) = {
                 let mut state = locked(&shared.state);
                 let boundary = state.next;
                 state.next += 1;
@@ -440,7 +449,9 @@ fn pump_requests(mut from: TcpStream, mut to: TcpStream, conn: &Conn, shared: &S
                     let name = command_name(&command);
                     state.fired.push((boundary, f, name));
                 }
-                (boundary, fault, state.pause, state.patterns.clone())
+                let acting = matches!(fault, Some(Fault::Restart | Fault::Expire))
+                    .then(|| locked(&shared.acting));
+                (boundary, fault, state.pause, state.patterns.clone(), acting)
             };
             let _ = boundary;
             let index = conn.requests.fetch_add(1, Ordering::SeqCst);
@@ -467,6 +478,7 @@ fn pump_requests(mut from: TcpStream, mut to: TcpStream, conn: &Conn, shared: &S
                 }
                 None => {}
             }
+            drop(acting);
             shared.wait_out_pause();
             if shared.dead.load(Ordering::SeqCst) || to.write_all(&command).is_err() {
                 break 'outer;

@@ -216,3 +216,14 @@ impl AttemptArgs<'_> {
 pub(crate) fn holder_prefix(host: &str, pid: u32) -> String {
     format!("{host}\n{pid}\n")
 }
+
+/// `holder` (a [`holder_prefix`]) followed by this machine's clock as the holder's `since`:
+/// `host \n pid \n since \n`, what a holder without stored information yet gets when it
+/// replaces its metadata (a grant not claimed yet).
+pub(crate) fn holder_since_now(holder: &str) -> String {
+    let mut info = String::with_capacity(holder.len() + 16);
+    info.push_str(holder);
+    info.push_str(&unix_ms_now().to_string());
+    info.push('\n');
+    info
+}

@@ -43,10 +43,7 @@ pub(crate) fn proclaim(
     meta: &str,
     holder: &str,
 ) -> Request<OwnedTtl> {
-    let mut info = String::with_capacity(holder.len() + 16);
-    info.push_str(holder);
-    info.push_str(&super::super::unix_ms_now().to_string());
-    info.push('\n');
+    let info = super::super::holder_since_now(holder);
     Request::script(
         &PROCLAIM,
         &[keys.lock.as_bytes()],

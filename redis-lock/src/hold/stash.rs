@@ -25,12 +25,12 @@ use redis::{Script, Value};
 
 use super::Kind;
 use super::primitive::{Lock, Params};
-use crate::wire::seam::{Primitive, Redlock};
 use crate::error::{Error, Result};
 use crate::options::LockOptions;
 use crate::wire::commit::{self, Check};
-use crate::wire::resp::Decimal;
 use crate::wire::request::Request;
+use crate::wire::resp::Decimal;
+use crate::wire::seam::{Primitive, Redlock};
 use crate::wire::{
     Attempt, AttemptArgs, Broken, Holder, LockKeys, OwnedTtl, Release, ReleaseArgs, Renewal,
     decode_attempt_reply, decode_broken, decode_inspect, decode_owned_ttl, decode_release,

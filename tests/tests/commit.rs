@@ -24,6 +24,13 @@ fn get(server: &RedisServer, key: &str) -> Option<String> {
         .unwrap()
 }
 
+fn exists(server: &RedisServer, key: &str) -> bool {
+    redis::cmd("EXISTS")
+        .arg(key)
+        .query(&mut server.connection())
+        .unwrap()
+}
+
 fn set(server: &RedisServer, key: &str, value: i64) {
     let _: () = redis::cmd("SET")
         .arg(key)
@@ -245,8 +252,19 @@ fn redlock_refuses_a_commit_before_sending_and_points_to_fencing() {
         RedisServer::start(),
         RedisServer::start(),
     ];
-    let locks = redlock_client(&servers.iter().collect::<Vec<_>>());
+    // Without loss notification: watching the lock reads it on every server in the
+    // background, which the request count would see.
+    let locks = LockClient::redlock_builder(servers.iter().map(RedisServer::url))
+        .io_timeout(Duration::from_millis(300))
+        .loss_notification(false)
+        .build()
+        .unwrap();
     let guard = locks.lock("q1").unwrap();
+    // Taken once a majority has it: the third server's attempt may still be on its way (a
+    // request is counted before it is sent).
+    assert!(wait_until(Duration::from_secs(5), || servers
+        .iter()
+        .all(|s| exists(s, "lock:{q1}"))));
     let mut pipe = redis::pipe();
     pipe.cmd("SET").arg("q1:data").arg("x");
     let before = locks.request_count();

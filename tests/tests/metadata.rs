@@ -219,19 +219,33 @@ fn a_redlock_holder_replaces_its_metadata_on_a_majority() {
     let held = quorum
         .acquire_with("q", &LockOptions::new().metadata("10.0.0.1:80"))
         .unwrap();
+    // Taken once a majority has it: the third server's attempt may still be on its way, and
+    // one that lands after the new metadata would keep the old.
+    assert!(wait_until(Duration::from_secs(5), || servers
+        .iter()
+        .all(|s| holds(s, "q"))));
     held.set_metadata("10.0.0.2:80").unwrap();
     let info = quorum.inspect("q").unwrap().expect("held");
     assert_eq!(info.metadata.as_deref(), Some("10.0.0.2:80"));
     assert_eq!(info.fencing_token, held.fencing_token());
-    for server in &servers {
-        let fields = stored(server, "lock:{q}");
-        let info = fields
-            .iter()
+    // Replaced once a majority has it; the third server's reply may still be on its way.
+    let info_of = |server: &RedisServer| {
+        stored(server, "lock:{q}")
+            .into_iter()
             .find(|(f, _)| f == "info")
-            .map(|(_, v)| v.as_str())
-            .unwrap_or("");
-        assert!(info.ends_with("\n10.0.0.2:80"), "{fields:?}");
-    }
+            .map(|(_, v)| v)
+            .unwrap_or_default()
+    };
+    let everywhere = wait_until(Duration::from_secs(5), || {
+        servers
+            .iter()
+            .all(|s| info_of(s).ends_with("\n10.0.0.2:80"))
+    });
+    assert!(
+        everywhere,
+        "{:?}",
+        servers.iter().map(info_of).collect::<Vec<_>>()
+    );
     drop(held);
     let gone = quorum.acquire_with("q", &LockOptions::new()).unwrap();
     gone.set_metadata("mine").unwrap();

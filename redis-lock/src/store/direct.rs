@@ -36,9 +36,11 @@ impl Store {
     #[cfg(unix)]
     pub(crate) fn send_direct(&self, packed: &[u8]) -> Option<RedisResult<Sent>> {
         let mut conn = self.pool.try_get(&self.requests)?;
-        let plain = conn.plain()?;
-        let r = plain.send(packed);
+        conn.plain()?;
+        // Counted before it is written, as everywhere: once the server has answered, the
+        // count already says so.
         conn.requests.fetch_add(1, Ordering::Relaxed);
+        let r = conn.plain()?.send(packed);
         Some(r.map(|()| Sent {
             conn,
             buf: Vec::new(),

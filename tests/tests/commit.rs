@@ -14,7 +14,7 @@ use std::time::Duration;
 use redis_lock::testing::RedisCluster;
 use redis_lock::{Error, LockClient, LockGuard, LostReason};
 use redis_lock_tests::{
-    RedisServer, client, client_without_notification, cluster_client, redlock_client, wait_until,
+    RedisServer, client, client_without_notification, cluster_client, wait_until,
 };
 
 fn get(server: &RedisServer, key: &str) -> Option<String> {

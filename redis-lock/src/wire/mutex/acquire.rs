@@ -126,17 +126,17 @@ static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
         "if h[1] == ARGV[1] then\n",
         "  if h[3] then return {1, tonumber(h[3]), 0, 0, 0} end\n",
         // A string lock of ours: the request that took it may not have counted its fence (its
-        // pipeline cut after the `SET`, or split and the counter gone before its `INCR`).
-        // Counted now, above both the counter and the clock's floor, and kept as long as
-        // the lock.
+        // pipeline cut after the `SET`, or split and the counter gone before its `INCR`), or
+        // may have started the counter from an old clock (its pipeline delayed in flight).
+        // Counted now, above both the counter and the clock's floor (the server's, for a
+        // late request), and kept as long as the lock.
         "  local c = redis.pcall('GET', KEYS[2])\n",
         "  if type(c) == 'table' then return {-3, 0, 0, 0, 0} end\n",
         "  local fence = tonumber(c) or 0\n",
-        "  if fence < ",
-        fence_min!(),
-        " then fence = ",
+        "  local floor = ",
         floor_ms!("tonumber(string.match(ARGV[4], '^%d+'))"),
-        " * 1000 end\n",
+        " * 1000\n",
+        "  if fence < floor then fence = floor end\n",
         "  fence = fence + 1\n",
         "  redis.call('SET', KEYS[2], ",
         fence_text!("fence"),
@@ -319,10 +319,12 @@ pub(crate) fn native_attempt(
             decode_string,
         );
     }
-    // The counter: started from this machine's clock if it is gone (see `next_fence!` in
+    // The counter: started from this machine's clock (Unix ms × 1000, as the `ACQUIRE` script
+    // starts one from the `since` the caller sends) if it is gone (see `next_fence!` in
     // `lua.rs`: every key of a name expires, so tokens must not restart from 1), incremented,
     // and kept at least as long as the lock (a string lock's fence is the counter's value).
-    let floor = Decimal::new(fence_floor());
+    let floor_ms = super::super::unix_ms_now();
+    let floor = Decimal::new(floor_ms.saturating_mul(1000));
     Request::commands(
         &[
             &[
@@ -344,12 +346,17 @@ pub(crate) fn native_attempt(
             &[b"INCR", keys.fence.as_bytes()],
             &[b"PEXPIRE", keys.fence.as_bytes(), ttl, b"GT"],
         ],
-        decode_pipeline,
+        move |reply| decode_pipeline(reply, floor_ms, super::super::unix_ms_now()),
     )
 }
 
-/// The native pipeline's four replies.
-fn decode_pipeline(reply: Value) -> Result<NativeTry> {
+/// How much later than the clock a native pipeline started its counter from its reply may
+/// come before that counter is counted again from the server's clock: `floor_ms!`'s margin.
+const LATE_MS: u64 = 100;
+
+/// The native pipeline's four replies, read at `now_ms` (Unix ms) for a pipeline that would
+/// have started a counter from `floor_ms`.
+fn decode_pipeline(reply: Value, floor_ms: u64, now_ms: u64) -> Result<NativeTry> {
     let Value::Array(reply) = reply else {
         return Err(unexpected("unexpected acquire reply"));
     };
@@ -363,8 +370,15 @@ fn decode_pipeline(reply: Value) -> Result<NativeTry> {
         // expired or was lost in between): made anew from 1, without the clock's floor or a
         // TTL. The script, which starts such a counter again, counts this lock's fence (ours,
         // or gone).
-        Native::Acquired(fence) if fence < FENCE_MIN => Ok(NativeTry::Busy(None)),
-        Native::Acquired(fence) => Ok(NativeTry::Acquired(fence)),
+        Native::Acquired { fence, .. } if fence < FENCE_MIN => Ok(NativeTry::Busy(None)),
+        // The pipeline started the counter from its clock, and came back late: it may have
+        // been delayed in flight while a counter started after that clock came and went, and
+        // so be below that counter's tokens. The script counts this lock's fence again from
+        // the server's clock (`floor_ms!`). A reply merely slow costs one round trip more.
+        Native::Acquired { started: true, .. } if now_ms > floor_ms.saturating_add(LATE_MS) => {
+            Ok(NativeTry::Busy(None))
+        }
+        Native::Acquired { fence, .. } => Ok(NativeTry::Acquired(fence)),
         Native::Busy { burned, started } => Ok(NativeTry::Busy(Some((burned, started)))),
         Native::FenceType { took } => Ok(NativeTry::FenceType { took }),
         Native::Unexpected => Err(unexpected("unexpected acquire reply")),
@@ -419,7 +433,11 @@ fn string_value(token: &str, holder: &str, meta: &str) -> String {
 /// What the native fast path's pipeline answered.
 #[derive(Debug, PartialEq, Eq)]
 enum Native {
-    Acquired(u64),
+    /// Taken with token `fence`, on a counter this attempt `started` (from its clock).
+    Acquired {
+        fence: u64,
+        started: bool,
+    },
     /// The lock key exists; the `INCR` used up `burned`, on a counter this attempt `started`
     /// (Redis had none: the give-back deletes it, so a busy or foreign key is left as it was).
     Busy {
@@ -433,13 +451,6 @@ enum Native {
     Unexpected,
 }
 
-/// Where a fencing counter that is gone starts on the native fast path: this machine's clock,
-/// Unix ms × 1000, as the `ACQUIRE` script starts one from the `since` the caller sends (see
-/// `next_fence!` in `lua.rs`).
-fn fence_floor() -> u64 {
-    super::super::unix_ms_now().saturating_mul(1000)
-}
-
 fn decode_native(reply: &[Value]) -> Native {
     let took = |v: &Value| match v {
         Value::Okay => Some(true),
@@ -451,7 +462,10 @@ fn decode_native(reply: &[Value]) -> Native {
     // `PEXPIRE` (1 or 0; on another type it still answers).
     match reply {
         [set, start, Value::Int(fence), _] => match (took(set), u64::try_from(*fence)) {
-            (Some(true), Ok(fence)) if fence > 0 => Native::Acquired(fence),
+            (Some(true), Ok(fence)) if fence > 0 => Native::Acquired {
+                fence,
+                started: took(start) == Some(true),
+            },
             (Some(false), Ok(burned)) if burned > 0 => Native::Busy {
                 burned,
                 started: took(start) == Some(true),
@@ -608,13 +622,18 @@ mod tests {
     fn the_native_fast_path_reply_decodes() {
         // `SET lock`, `SET fence NX`, `INCR fence`, `PEXPIRE fence GT`.
         let four = |set: Value, incr: Value| [set, Value::Nil, incr, Value::Int(1)];
+        let acquired = |fence, started| Native::Acquired { fence, started };
         assert_eq!(
             decode_native(&four(Value::Okay, Value::Int(9))),
-            Native::Acquired(9)
+            acquired(9, false)
         );
         assert_eq!(
             decode_native(&four(Value::SimpleString("OK".into()), Value::Int(9))),
-            Native::Acquired(9)
+            acquired(9, false)
+        );
+        assert_eq!(
+            decode_native(&[Value::Okay, Value::Okay, Value::Int(12), Value::Int(1)]),
+            acquired(12, true)
         );
         assert_eq!(
             decode_native(&four(Value::Nil, Value::Int(10))),
@@ -655,6 +674,36 @@ mod tests {
             assert_eq!(decode_native(bad), Native::Unexpected, "{bad:?}");
         }
     }
+
+    /// A pipeline that started the counter from its clock and was answered more than
+    /// `LATE_MS` after that clock is counted again by the script; one that found a counter,
+    /// or came back in time, is taken as it is; a token below `FENCE_MIN` never is.
+    #[test]
+    fn a_late_pipeline_that_started_the_counter_is_counted_again() {
+        let floor = 1_700_000_000_000;
+        let token = floor * 1000 + 1;
+        let reply = |started: bool, fence: u64| {
+            let start = if started { Value::Okay } else { Value::Nil };
+            Value::Array(vec![
+                Value::Okay,
+                start,
+                Value::Int(i64::try_from(fence).unwrap()),
+                Value::Int(1),
+            ])
+        };
+        let decode = |started, fence, now| decode_pipeline(reply(started, fence), floor, now);
+        let late = floor + LATE_MS + 1;
+        assert_eq!(decode(true, token, late).unwrap(), NativeTry::Busy(None));
+        assert_eq!(
+            decode(true, token, floor + LATE_MS).unwrap(),
+            NativeTry::Acquired(token)
+        );
+        assert_eq!(
+            decode(false, token + 7, late).unwrap(),
+            NativeTry::Acquired(token + 7)
+        );
+        assert_eq!(decode(false, 3, floor).unwrap(), NativeTry::Busy(None));
+    }
 }
 
 #[cfg(all(test, feature = "testing"))]
@@ -694,5 +743,55 @@ mod server_tests {
         assert!(matches!(attempt(&other), Attempt::Busy { .. }));
         let released = release_hash(&mut con, &keys, &ids.token, &ids.grant, "");
         assert_eq!(released, Release::Released);
+    }
+
+    /// A native pipeline delayed in flight: built at `t0`, it arrives after another holder
+    /// took the name at `t0 + 200 ms` (its counter started there), released it and the
+    /// counter expired; its `SET NX`s take the lock and start a counter at `t0`, below the
+    /// other holder's token. Its late reply sends it to the script, which counts the fence
+    /// again from the server's clock: above the other holder's.
+    #[test]
+    fn a_late_native_pipelines_counter_is_counted_again_from_the_servers_clock() {
+        let server = RedisServer::start();
+        let mut con = server.connection();
+        let keys = LockKeys::new("lock:", "late").unwrap();
+        let ids = new_ids().unwrap();
+        let ttl = Duration::from_secs(10);
+        let t0 = crate::wire::unix_ms_now() - 1000;
+        let others = (t0 + 200) * 1000 + 1;
+        let a = AttemptArgs {
+            since: t0,
+            ..args(&keys, &ids, ttl, Duration::ZERO)
+        };
+        // What the late pipeline's commands did on arrival.
+        let value = native_value(&a).unwrap();
+        let mut redis = server.connection();
+        let _: () = redis::cmd("SET")
+            .arg(&keys.lock)
+            .arg(&value)
+            .query(&mut redis)
+            .unwrap();
+        let _: () = redis::cmd("SET")
+            .arg(&keys.fence)
+            .arg(t0 * 1000 + 1)
+            .query(&mut redis)
+            .unwrap();
+        let reply = Value::Array(vec![
+            Value::Okay,
+            Value::Okay,
+            Value::Int(i64::try_from(t0 * 1000 + 1).unwrap()),
+            Value::Int(1),
+        ]);
+        let late = decode_pipeline(reply, t0, crate::wire::unix_ms_now()).unwrap();
+        assert_eq!(late, NativeTry::Busy(None), "a late reply is counted again");
+        let Attempt::Acquired { fence } = acquire(&a).on(&mut con).unwrap() else {
+            panic!("its own lock");
+        };
+        assert!(fence > others, "{fence} not above {others}");
+        let counter: u64 = redis::cmd("GET")
+            .arg(&keys.fence)
+            .query(&mut redis)
+            .unwrap();
+        assert_eq!(counter, fence, "the counter holds the new token");
     }
 }

@@ -371,8 +371,14 @@ fn a_dropped_client_leaves_no_notification_connection_behind() {
     );
 }
 
-/// The id of the connection with tracking on (`flags=t` in `CLIENT LIST`), if any.
+/// The id of the connection with tracking on (`flags=t` in `CLIENT LIST`) that is not the
+/// canary's (whose last command is always its `GET`), if any.
 fn tracked_connection(redis: &mut redis::Connection) -> Option<u64> {
+    tracking_connection(redis, false)
+}
+
+/// The id of a connection with tracking on, the canary's or the other.
+fn tracking_connection(redis: &mut redis::Connection, canary: bool) -> Option<u64> {
     let list: String = redis::cmd("CLIENT").arg("LIST").query(redis).unwrap();
     list.lines().find_map(|line| {
         let field = |name: &str| {
@@ -380,11 +386,40 @@ fn tracked_connection(redis: &mut redis::Connection) -> Option<u64> {
                 .find_map(|f| f.strip_prefix(name))
                 .map(str::to_owned)
         };
-        field("flags=")
-            .is_some_and(|flags| flags.contains('t'))
+        (field("flags=").is_some_and(|flags| flags.contains('t'))
+            && (field("cmd=").as_deref() == Some("get")) == canary)
             .then(|| field("id=")?.parse().ok())
             .flatten()
     })
+}
+
+/// The canary's connection (the one that tells a full tracking table) killed: it is opened
+/// again within milliseconds, the client says `Notified` again, and a loss is still announced.
+#[test]
+fn a_killed_canary_connection_is_opened_again() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let mut redis = server.connection();
+    let (guard, called, _) = watched(&locks, "n-canary-kill");
+    assert!(wait_until(NOTICED, || tracking_connection(
+        &mut redis, true
+    )
+    .is_some()));
+    let before = tracking_connection(&mut redis, true).unwrap();
+    admin(&server, &["CLIENT", "KILL", "ID", &before.to_string()]);
+    // The listener looks at the canary's connection at least every half second.
+    assert!(
+        wait_until(Duration::from_secs(2), || {
+            tracking_connection(&mut redis, true).is_some_and(|id| id != before)
+                && locks.loss_detection() == LossDetection::Notified
+        }),
+        "{:?}",
+        locks.loss_detection()
+    );
+    let changed = Instant::now();
+    admin(&server, &["DEL", "lock:{n-canary-kill}"]);
+    noticed(&guard, changed);
+    assert!(wait_until(NOTICED, || called.load(Ordering::SeqCst) > 0));
 }
 
 /// How long 20 holders each took to learn that their lock was deleted, sorted; with

@@ -98,8 +98,9 @@
 //! after expiry, an eviction), Redis tells the client, and `is_lost`, `ensure_held`,
 //! `on_lost`, the metrics and the CLI's `--kill-on-loss` know within about a round trip
 //! (BENCHMARKS.md, "Loss to notice": p50 0.6 ms, p99 2.2 ms). The lock's own renewals and
-//! release cost nothing for it. It takes two connections per server (one receives the
-//! notices, one keeps the held keys tracked and carries the renewals) and one thread per
+//! release cost nothing for it. It takes three connections per server (one receives the
+//! notices, one keeps the held keys tracked and carries the renewals, one tells when the
+//! server's tracking table is full) and one thread per
 //! client (on a Cluster, per master that holds a watched lock). A read share or a permit is
 //! checked again whenever another holder of its name enters or leaves, since they change the
 //! same key.

@@ -35,6 +35,20 @@ pub(crate) fn track(redirect: u64) -> Cmd {
         .to_owned()
 }
 
+/// `CLIENT TRACKING ON REDIRECT <id>` without `NOLOOP`, for the connection that reads the
+/// canary: an eviction from the tracking table while a `NOLOOP` connection's own command runs
+/// is not announced to it, and the tracked connection's own commands (renewals, checks) are
+/// what fills the table. This one sends nothing after its read, so every eviction of the
+/// canary is announced.
+pub(crate) fn track_canary(redirect: u64) -> Cmd {
+    redis::cmd("CLIENT")
+        .arg("TRACKING")
+        .arg("ON")
+        .arg("REDIRECT")
+        .arg(redirect)
+        .to_owned()
+}
+
 /// The canary of a tracked connection whose first watched key is `watched`: a key nobody
 /// writes, in the same slot and under the same ACL pattern, so that its invalidation can only
 /// mean the server evicted it from its tracking table (`store/notify/`).

@@ -1,9 +1,12 @@
 //! Knowing when notification is blind: a server whose tracking table is full evicts keys
 //! from it, and an eviction caused while the tracked connection's own command runs sends no
-//! invalidation (`NOLOOP`). The tracked connection therefore also reads a canary nobody
-//! writes (`wire::tracking::canary`); its invalidation can only be an eviction. Then
-//! notification is off (`Evicting`: renewals find losses) until a probe, after a pause that
-//! doubles while the table stays full, keeps the canary tracked for a while (`Probing`).
+//! invalidation (`NOLOOP`). A connection of its own without `NOLOOP`, which sends nothing
+//! else, therefore reads a canary nobody writes (`wire::tracking::canary`); its invalidation
+//! can only be an eviction, and is always announced. (Read on the tracked connection, the
+//! canary itself was forgotten silently now and then, and with it every held key: blind while
+//! saying `Notified`.) Then notification is off (`Evicting`: renewals find losses) until a
+//! probe, after a pause that doubles while the table stays full, keeps the canary tracked for
+//! a while (`Probing`).
 
 use std::time::{Duration, Instant};
 
@@ -11,7 +14,8 @@ use std::sync::atomic::Ordering;
 
 use redis::{ConnectionLike, RedisResult, Value};
 
-use super::{Conn, Phase, Shared, tracking};
+use super::{Conn, Manager, Phase, Refusal, Shared, failed_with, server_answer, tracking};
+use crate::store::plain::Closer;
 
 /// The first pause of an evicting server's notification before it probes again (doubling up to
 /// `EVICTING_MAX` while the server still evicts), and how long a probe's canary must stay
@@ -20,8 +24,12 @@ pub(super) const EVICTING_FIRST: Duration = Duration::from_secs(1);
 const EVICTING_MAX: Duration = Duration::from_secs(30);
 const PROBE_WINDOW: Duration = Duration::from_secs(1);
 
-/// While notification is on, the canary is read again after an invalidation at most this often.
-pub(super) const CANARY_REARM: Duration = Duration::from_secs(1);
+/// The connection that reads the canary, and its socket as the listener looks at it for a
+/// hang-up.
+pub(super) struct CanaryConn {
+    conn: Conn,
+    closer: Option<Closer>,
+}
 
 /// The timing of the `Evicting` and `Probing` phases, and of the canary's reads.
 #[derive(Debug)]
@@ -38,7 +46,38 @@ pub(super) struct Eviction {
 }
 
 impl Shared {
-    /// Reads the canary on `conn` (the tracked connection), so that the server tracks it. A
+    /// Opens the canary's connection, redirecting to listener `id`, and reads the canary on
+    /// it. Its setup is part of opening it, not counted as requests. (Unnamed: `CLIENT
+    /// SETNAME` would be one more command for the ACL rule; in `CLIENT LIST` it is the
+    /// tracking connection whose last command is a `GET`.)
+    pub(super) fn open_canary(&self, manager: &Manager, id: u64) -> Result<(), Refusal> {
+        let mut conn = Conn::open_now(manager).map_err(Refusal::Down)?;
+        server_answer::<()>(tracking::track_canary(id).query(&mut conn))?;
+        self.read_canary(&mut conn)
+            .map_err(|e| Refusal::Down(failed_with("reading the canary", &e)))?;
+        let closer = conn.closer();
+        *self.canary_conn.lock() = Some(CanaryConn { conn, closer });
+        Ok(())
+    }
+
+    /// The canary's connection was closed (killed, a proxy's idle timeout): the server
+    /// dropped its tracking, so an eviction would go unannounced. Counted as the tracked
+    /// connection's closing: both are opened again and every watcher checks.
+    pub(super) fn canary_hung_up(&self) {
+        let gone = self
+            .canary_conn
+            .lock()
+            .as_ref()
+            .and_then(|c| c.closer.as_ref())
+            .is_some_and(Closer::peer_closed);
+        if gone {
+            tracing::debug!(target: "redis_lock", server = %self.label, "the canary's connection was closed; opening it again");
+            self.put_tracked(&mut self.tracked.lock(), None);
+            self.reopen_tracked();
+        }
+    }
+
+    /// Reads the canary on `conn` (the canary's connection), so that the server tracks it. A
     /// refusal (an ACL without `GET` on it) leaves eviction undetected: only a broken
     /// connection is an error.
     pub(super) fn read_canary(&self, conn: &mut Conn) -> RedisResult<()> {
@@ -58,15 +97,20 @@ impl Shared {
         }
     }
 
-    /// Reads the canary again on the tracked connection (a request), if it is open.
+    /// Reads the canary again on its connection (a request), if it is open; a broken one
+    /// counts as the tracked connection's closing.
     pub(super) fn rearm_canary(&self) {
-        let mut tracked = self.tracked.lock();
-        let Some(conn) = tracked.as_mut() else {
-            return;
+        let broken = {
+            let mut canary = self.canary_conn.lock();
+            let Some(c) = canary.as_mut() else {
+                return;
+            };
+            self.requests.fetch_add(1, Ordering::Relaxed);
+            self.read_canary(&mut c.conn).is_err() || !c.conn.is_open()
         };
-        self.requests.fetch_add(1, Ordering::Relaxed);
-        if self.read_canary(conn).is_err() || !conn.is_open() {
-            self.put_tracked(&mut tracked, None);
+        if broken {
+            // Not under `canary_conn`: `put_tracked` takes it after `tracked`.
+            self.put_tracked(&mut self.tracked.lock(), None);
         }
     }
 

@@ -24,15 +24,17 @@
 //! watcher so told checks, which tracks its key again and pushes another out: the checks run
 //! at the pace of the server's other commands. Worse, a key forgotten while the tracked
 //! connection's own command runs is not announced at all (`NOLOOP`), so keys fall out of
-//! tracking silently. The tracked connection therefore also reads a **canary**, a key nobody
-//! writes (the first watched key's name with `:notify-canary`): its invalidation can only be
-//! such an eviction. Then notification is **evicting**: [`LossDetection::Renewal`] is reported,
-//! renewals and checks go out on pooled connections, invalidations of watched keys are not
-//! passed on (the renewals find losses), and after a pause (1 s, doubling up to 30 s while it
-//! lasts) the client **probes**: it reads the canary again and has every watcher check on the
-//! tracked connection; if the canary is not evicted for a second, notification is on again
-//! (`Notified`), else evicting again. While on, an invalidation of a watched key also reads the
-//! canary again (at most once a second), in case the canary was itself forgotten silently.
+//! tracking silently. A third connection, the **canary's** (tracking without `NOLOOP`,
+//! redirected to the listener), therefore reads a key nobody writes
+//! (the first watched key's name with `:notify-canary`) and sends nothing else: its
+//! invalidation can only be an eviction, and is always announced. Then notification is
+//! **evicting**: [`LossDetection::Renewal`] is reported, renewals and checks go out on pooled
+//! connections, invalidations of watched keys are not passed on (the renewals find losses),
+//! and after a pause (1 s, doubling up to 30 s while it lasts) the client **probes**: it reads
+//! the canary again and has every watcher check on the tracked connection; if the canary is
+//! not evicted for a second, notification is on again (`Notified`), else evicting again. The
+//! canary's connection closing counts as the tracked connection's (the listener looks at it
+//! at least every `LISTEN_SLICE`).
 //!
 //! When either connection breaks (a restart, a failover: on a sentinel master a connection of
 //! a former epoch counts as broken), both are opened again and every watcher is told to check
@@ -56,7 +58,7 @@ use crate::wire::tracking::{self, Message};
 
 mod eviction;
 
-use eviction::{CANARY_REARM, EVICTING_FIRST, Eviction};
+use eviction::{EVICTING_FIRST, Eviction};
 
 /// How long the listener waits for a message before it looks whether its client is gone or
 /// its master moved.
@@ -147,6 +149,8 @@ struct Shared {
     closer: Mutex<Option<Closer>>,
     /// The canary's key (see the module's documentation), from the first watched key.
     canary: Mutex<Option<String>>,
+    /// The connection that reads the canary, open while the tracked connection is.
+    canary_conn: Mutex<Option<eviction::CanaryConn>>,
     /// The timing of a full tracking table's pause and probe.
     eviction: Mutex<Eviction>,
 }
@@ -192,6 +196,7 @@ impl Notifier {
                 closed: AtomicBool::new(false),
                 closer: Mutex::new(None),
                 canary: Mutex::new(None),
+                canary_conn: Mutex::new(None),
                 eviction: Mutex::new(Eviction {
                     pause: EVICTING_FIRST,
                     next: None,
@@ -382,6 +387,9 @@ impl Shared {
     /// hang-up; cleared, the keys are no longer tracked: blind until it is open again.
     fn put_tracked(&self, slot: &mut Option<Conn>, conn: Option<Conn>) {
         *self.hangup.lock() = conn.as_ref().and_then(Conn::closer);
+        if conn.is_none() {
+            *self.canary_conn.lock() = None;
+        }
         if conn.is_none() && slot.is_some() {
             let mut phase = self.phase.lock();
             if matches!(*phase, Phase::On | Phase::Evicting | Phase::Probing) {
@@ -432,7 +440,8 @@ impl Shared {
         self.reopen_tracked();
     }
 
-    /// A tracked connection redirecting to listener `id`, the canary read (tracked) on it.
+    /// A tracked connection redirecting to listener `id`, and the canary's connection beside
+    /// it (`open_canary`).
     fn open_tracked(&self, id: u64) -> Result<Conn, Refusal> {
         let manager = self
             .manager
@@ -440,8 +449,7 @@ impl Shared {
             .ok_or_else(|| Refusal::Refused(unsupported()))?;
         let mut conn = Conn::open_now(manager).map_err(Refusal::Down)?;
         server_answer::<()>(tracking::track(id).query(&mut conn))?;
-        self.read_canary(&mut conn)
-            .map_err(|e| Refusal::Down(failed_with("reading the canary", &e)))?;
+        self.open_canary(manager, id)?;
         Ok(conn)
     }
 
@@ -495,6 +503,7 @@ impl Shared {
                 if seen.hung_up {
                     self.tracked_hung_up();
                 }
+                self.canary_hung_up();
                 if seen.message {
                     match listener.receive(LISTEN_SLICE) {
                         Ok(Some(message)) => self.dispatch(&tracking::decode(&message)),
@@ -563,18 +572,6 @@ impl Shared {
                 }
                 Message::Other => {}
             }
-        }
-        // The canary may have been forgotten silently (evicted while the tracked
-        // connection's own command ran): read again now and then, before the checks.
-        let rearm = phase == Phase::On
-            && !told.is_empty()
-            && self
-                .eviction
-                .lock()
-                .canary_read
-                .is_none_or(|at| at.elapsed() >= CANARY_REARM);
-        if rearm {
-            self.rearm_canary();
         }
         for watcher in told {
             watcher.changed();

@@ -86,7 +86,7 @@ pub fn client_for(url: &str) -> LockClient {
 
 /// [`client_for`] without loss notification: for tests that count the requests, commands or
 /// connections of another feature exactly, which the notification's own (a check per lock
-/// held over 2 ms, its two connections; counted in `tests/tests/notify.rs`) would blur.
+/// held over 2 ms, its three connections; counted in `tests/tests/notify.rs`) would blur.
 pub fn client_without_notification(url: &str) -> LockClient {
     LockClient::builder(url)
         .connect_timeout(Duration::from_millis(500))

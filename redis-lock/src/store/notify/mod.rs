@@ -127,7 +127,7 @@ pub(crate) struct Notifier {
 }
 
 struct Shared {
-    /// What opens the two connections; `None` where they cannot be ours.
+    /// What opens the three connections; `None` where they cannot be ours.
     manager: Option<Manager>,
     label: String,
     requests: Arc<AtomicU64>,

@@ -224,7 +224,7 @@ impl RedisServer {
                 .get_connection_with_timeout(Duration::from_millis(200))
                 .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c));
             match ready {
-                Ok(_) => return Ok(()),
+                Ok(_) => return self.ours(),
                 // Still replaying its append-only file: not ready for the test yet.
                 Err(e) if e.code() == Some("LOADING") => {}
                 // A server reply (NOAUTH with --requirepass, for example) means it is up.
@@ -243,6 +243,39 @@ impl RedisServer {
                 self.log()
             ),
         ))
+    }
+
+    /// Whether the server that answered on the port is the process this spawned: another
+    /// process's server can take the port between `free_port` and the bind (two test suites
+    /// at once), and ours then exits while theirs answers. Not ours: an error, so that the
+    /// caller starts again on another port, and our process is stopped.
+    fn ours(&mut self) -> io::Result<()> {
+        let Some(pid) = self.pid() else {
+            return Ok(());
+        };
+        let info = self
+            .client()
+            .get_connection_with_timeout(Duration::from_secs(2))
+            .and_then(|mut c| redis::cmd("INFO").arg("server").query::<String>(&mut c));
+        let answered = info.ok().and_then(|info| {
+            info.lines()
+                .find_map(|l| l.strip_prefix("process_id:"))
+                .and_then(|p| p.trim().parse::<u32>().ok())
+        });
+        match answered {
+            Some(other) if other != pid => {
+                self.kill();
+                Err(io::Error::new(
+                    io::ErrorKind::AddrInUse,
+                    format!(
+                        "port {} answered by another server (pid {other})",
+                        self.port
+                    ),
+                ))
+            }
+            // Ours, or a server that does not say (a password set): as before.
+            _ => Ok(()),
+        }
     }
 
     /// The port the server listens on (127.0.0.1).

@@ -128,6 +128,14 @@ pub fn redlock_client(servers: &[&RedisServer]) -> LockClient {
         .unwrap()
 }
 
+/// Waits (up to 5 s) until every server of a Redlock holds `name`: an acquisition returns once
+/// a majority has it, and the last server's attempt may still be on its way.
+pub fn held_everywhere(servers: &[RedisServer], name: &str) -> bool {
+    wait_until(Duration::from_secs(5), || {
+        servers.iter().all(|s| holds(s, name))
+    })
+}
+
 /// Whether `server` has the lock key of `name` under the default namespace (`lock:{name}`).
 pub fn holds(server: &RedisServer, name: &str) -> bool {
     redis::cmd("EXISTS")

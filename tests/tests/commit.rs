@@ -14,18 +14,11 @@ use std::time::Duration;
 use redis_lock::testing::RedisCluster;
 use redis_lock::{Error, LockClient, LockGuard, LostReason};
 use redis_lock_tests::{
-    RedisServer, client, client_without_notification, cluster_client, wait_until,
+    RedisServer, client, client_without_notification, cluster_client, held_everywhere, wait_until,
 };
 
 fn get(server: &RedisServer, key: &str) -> Option<String> {
     redis::cmd("GET")
-        .arg(key)
-        .query(&mut server.connection())
-        .unwrap()
-}
-
-fn exists(server: &RedisServer, key: &str) -> bool {
-    redis::cmd("EXISTS")
         .arg(key)
         .query(&mut server.connection())
         .unwrap()
@@ -260,11 +253,8 @@ fn redlock_refuses_a_commit_before_sending_and_points_to_fencing() {
         .build()
         .unwrap();
     let guard = locks.lock("q1").unwrap();
-    // Taken once a majority has it: the third server's attempt may still be on its way (a
-    // request is counted before it is sent).
-    assert!(wait_until(Duration::from_secs(5), || servers
-        .iter()
-        .all(|s| exists(s, "lock:{q1}"))));
+    // Every server's attempt counted (a request is counted before it is sent).
+    assert!(held_everywhere(&servers, "q1"));
     let mut pipe = redis::pipe();
     pipe.cmd("SET").arg("q1:data").arg("x");
     let before = locks.request_count();

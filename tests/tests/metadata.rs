@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use redis_lock::{Error, LockOptions, MAX_METADATA_LEN};
 use redis_lock_tests::{
-    RedisServer, client, client_without_notification, holds, redlock_client, wait_until,
+    RedisServer, client, client_without_notification, held_everywhere, redlock_client, wait_until,
 };
 
 /// The fields of the lock hash `key`, or its string value as `("", value)`.
@@ -193,10 +193,7 @@ fn bad_metadata_is_refused_before_anything_is_sent() {
     let held = quorum
         .acquire_with("q", &LockOptions::new().metadata("first"))
         .unwrap();
-    // Taken once a majority has it: the third server's attempt may still be on its way.
-    assert!(wait_until(Duration::from_secs(5), || servers
-        .iter()
-        .all(|s| holds(s, "q"))));
+    assert!(held_everywhere(&servers, "q"));
     let before: Vec<_> = servers.iter().map(|s| stored(s, "lock:{q}")).collect();
     assert!(matches!(
         held.set_metadata(&too_long),
@@ -219,11 +216,8 @@ fn a_redlock_holder_replaces_its_metadata_on_a_majority() {
     let held = quorum
         .acquire_with("q", &LockOptions::new().metadata("10.0.0.1:80"))
         .unwrap();
-    // Taken once a majority has it: the third server's attempt may still be on its way, and
-    // one that lands after the new metadata would keep the old.
-    assert!(wait_until(Duration::from_secs(5), || servers
-        .iter()
-        .all(|s| holds(s, "q"))));
+    // A third server's attempt that landed after the new metadata would keep the old.
+    assert!(held_everywhere(&servers, "q"));
     held.set_metadata("10.0.0.2:80").unwrap();
     let info = quorum.inspect("q").unwrap().expect("held");
     assert_eq!(info.metadata.as_deref(), Some("10.0.0.2:80"));

@@ -71,9 +71,21 @@ macro_rules! server_ms {
     };
 }
 
+/// How much later than a request's clock the server's may be before a counter the request
+/// starts takes the server's (`floor_ms!`), and before a native attempt's reply counts as late
+/// (`wire/mutex/acquire.rs`). [`LATE_MS`] in Rust.
+macro_rules! late_ms {
+    () => {
+        "100"
+    };
+}
+
+/// [`late_ms!`] as a number.
+pub(crate) const LATE_MS: u64 = 100;
+
 /// Lua: a new counter's floor, Unix ms: the caller's clock (`$client_ms`, sent with the
 /// request, so that the servers of a Redlock start alike), or the server's when that is more
-/// than 100 ms later. A request delayed in flight (a paused or slow client, a stalled
+/// than [`late_ms!`] later. A request delayed in flight (a paused or slow client, a stalled
 /// connection) carries an old clock; started from it, a counter could start below one that
 /// came and expired meanwhile. (Servers that disagree are settled by the quorum's raise.)
 macro_rules! floor_ms {
@@ -81,7 +93,9 @@ macro_rules! floor_ms {
         concat!(
             "(function(c) local s = ",
             server_ms!(),
-            " if s > c + 100 then return s end return c end)(",
+            " if s > c + ",
+            late_ms!(),
+            " then return s end return c end)(",
             $client_ms,
             ")"
         )
@@ -347,5 +361,7 @@ mod tests {
             handoff_grace_ms!().parse::<u128>().unwrap(),
             HANDOFF_GRACE.as_millis()
         );
+        assert_eq!(late_ms!().parse::<u64>().unwrap(), LATE_MS);
+        assert_eq!(fence_min!().parse::<u64>().unwrap(), FENCE_MIN);
     }
 }

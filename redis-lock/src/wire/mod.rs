@@ -42,7 +42,7 @@ pub(crate) use keys::LockKeys;
 /// A real connection a request goes out on (`Request::on`): a pooled one, a cluster's, a
 /// master's tracked connection, a test's.
 pub(crate) type Con<'a> = dyn redis::ConnectionLike + 'a;
-pub(crate) use lua::{FENCE_MIN, HANDOFF_GRACE};
+pub(crate) use lua::{FENCE_MIN, HANDOFF_GRACE, LATE_MS};
 pub(crate) use reply::{
     Attempt, Broken, BusyHolder, Claim, Grant, Holder, Info, NativeTry, OwnedTtl, Release, Renewal,
     parse_grant,

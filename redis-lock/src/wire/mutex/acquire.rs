@@ -10,7 +10,8 @@ use redis::{Script, Value};
 use super::super::request::Request;
 use super::super::resp::Decimal;
 use super::super::{
-    Attempt, AttemptArgs, FENCE_MIN, LockKeys, NativeTry, decode_attempt_reply, ms, unexpected,
+    Attempt, AttemptArgs, FENCE_MIN, LATE_MS, LockKeys, NativeTry, decode_attempt_reply, ms,
+    unexpected,
 };
 use super::{waiter_flags, wake_list};
 use crate::error::Result;
@@ -349,10 +350,6 @@ pub(crate) fn native_attempt(
         move |reply| decode_pipeline(reply, floor_ms, super::super::unix_ms_now()),
     )
 }
-
-/// How much later than the clock a native pipeline started its counter from its reply may
-/// come before that counter is counted again from the server's clock: `floor_ms!`'s margin.
-const LATE_MS: u64 = 100;
 
 /// The native pipeline's four replies, read at `now_ms` (Unix ms) for a pipeline that would
 /// have started a counter from `floor_ms`.
